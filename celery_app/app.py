@@ -1,0 +1,51 @@
+"""The Celery application every checkbeat process shares: beat, workers and the CLI.
+
+``celery -A celery_app ...`` finds ``celery_app.app``. The configuration comes from
+:mod:`celery_app.settings`; user modules named in ``CHECKBEAT_IMPORTS`` are imported with the
+app, so their cron tasks and check kinds are registered (and a bad cron spec fails every command).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from celery_app.settings import Settings, get_settings
+
+#: Modules of checkbeat itself whose tasks every worker must know.
+BUILTIN_TASK_MODULES: tuple[str, ...] = ()
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """Build a configured Celery app (one per process; tests may build their own)."""
+    settings = settings or get_settings()
+    app = Celery("checkbeat", broker=settings.effective_broker_url, set_as_current=True)
+    app.conf.update(
+        # JSON only: a pickle message from a compromised producer is code execution.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        event_serializer="json",
+        # State lives in checkbeat's own Redis keys, not in a result backend.
+        task_ignore_result=True,
+        result_backend=None,
+        timezone=settings.timezone,
+        enable_utc=True,
+        # A worker holds only what it runs: the backlog waits in Redis, in fair order.
+        worker_prefetch_multiplier=1,
+        task_acks_late=True,
+        task_reject_on_worker_lost=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        # Flower shows tasks only when workers send events.
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        beat_scheduler="beat:CronScheduler",
+        imports=[*BUILTIN_TASK_MODULES, *settings.imports],
+        checkbeat_settings=settings,
+    )
+    return app
+
+
+def settings_of(app: Celery) -> Settings:
+    """The Settings an app was built with (falls back to the environment's)."""
+    return app.conf.get("checkbeat_settings") or get_settings()

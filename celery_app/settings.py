@@ -1,0 +1,242 @@
+"""Every knob of checkbeat, read from ``CHECKBEAT_*`` environment variables and validated once.
+
+Why one class: beat, the workers and the CLI must agree on Redis, regions and the scheduling
+knobs; reading them in one place, failing loudly on a bad value and naming the variable, is what
+keeps a typo in a deployment from turning into a scheduler that silently does something else.
+
+Durations accept seconds (``"1.5"``) or ISO 8601 (``"PT1.5S"``). Lists accept commas
+(``"eu,us"``) or JSON (``'["eu","us"]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from functools import lru_cache
+from typing import Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+ENV_PREFIX = "CHECKBEAT_"
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+def _split_list(value: Any) -> Any:
+    """Accept ``a,b`` or a JSON list, so shell users and compose files both read naturally."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class SettingsError(ValueError):
+    """A configuration value is invalid; the message names the variable and what is allowed."""
+
+
+class Settings(BaseSettings):
+    """checkbeat's configuration. Field ``x`` is read from ``CHECKBEAT_X``."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # --- connections -------------------------------------------------------------------
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis holding checkbeat's state (checks, jobs, cron state, leases).",
+    )
+    broker_url: str | None = Field(
+        None, description="Celery broker URL; defaults to CHECKBEAT_REDIS_URL."
+    )
+    key_prefix: str = Field("checkbeat", description="Prefix of every Redis key checkbeat writes.")
+    timezone: str = Field("UTC", description="Default timezone of cron tasks (IANA name).")
+    imports: CommaList = Field(
+        default_factory=list,
+        description="User modules to import at start-up (cron tasks, check kinds, providers).",
+    )
+
+    # --- topology ----------------------------------------------------------------------
+    regions: CommaList = Field(
+        default_factory=lambda: ["local"],
+        description="Regions checks run in; the first is the default region of a new check.",
+    )
+    pool_size: int = Field(8, description="Probe slots per region (fast + shared worker).")
+    fast_lane_reserved: int = Field(2, description="Slots of pool_size only fast checks may use.")
+
+    # --- scheduling knobs (the seed's Params; 0 = off) ------------------------------------
+    slow_threshold_ms: float = Field(
+        0.0, description="Dead band: weighted cost below this many ms adds no offset."
+    )
+    tier_credit_per_weight: timedelta = Field(
+        timedelta(0), description="Deadline credit per unit of plan weight."
+    )
+    tier_credit_max: timedelta = Field(timedelta(0), description="Cap on the total tier credit.")
+    check_timeout: timedelta = Field(
+        timedelta(0), description="Execution ceiling per check; 0 means 15 s."
+    )
+    cost_timeout_factor: float = Field(
+        0.0, description="Timeout = factor x cost EWMA (clamped); 0 = flat ceiling."
+    )
+    cost_timeout_floor: timedelta = Field(timedelta(0), description="Lowest cost-aware timeout.")
+    lane_slow_threshold_ms: float = Field(
+        1000.0, description="Cost EWMA at which a check moves to the slow lane; 0 = no lanes."
+    )
+    lane_fast_threshold_ms: float = Field(
+        500.0, description="Cost EWMA below which a slow check returns to the fast lane."
+    )
+
+    # --- probes --------------------------------------------------------------------------
+    allow_private_targets: bool = Field(
+        False, description="Let probes reach loopback, private and link-local addresses."
+    )
+
+    @field_validator("imports", "regions", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("must name at least one region, e.g. 'eu,us'")
+        for region in value:
+            if not region.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"region {region!r} may contain only letters, digits, '-' and '_'")
+        if len(set(value)) != len(value):
+            raise ValueError(f"regions must be distinct, got {value}")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            sample = ", ".join(sorted(available_timezones())[:3])
+            raise ValueError(
+                f"unknown timezone {value!r}; use an IANA name such as UTC, Europe/Berlin "
+                f"(e.g. {sample}, ...)"
+            ) from None
+        return value
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("must be a non-empty string without spaces")
+        return value
+
+    @field_validator(
+        "tier_credit_per_weight",
+        "tier_credit_max",
+        "check_timeout",
+        "cost_timeout_floor",
+        mode="before",
+    )
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        """A bare number is seconds: ``CHECKBEAT_CHECK_TIMEOUT=10`` reads as it looks."""
+        if isinstance(value, str):
+            try:
+                return timedelta(seconds=float(value))
+            except ValueError:
+                return value
+        return value
+
+    @field_validator(
+        "tier_credit_per_weight", "tier_credit_max", "check_timeout", "cost_timeout_floor"
+    )
+    @classmethod
+    def _non_negative_duration(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError(f"must be a duration >= 0 seconds, got {value.total_seconds()} s")
+        return value
+
+    @field_validator(
+        "slow_threshold_ms",
+        "cost_timeout_factor",
+        "lane_slow_threshold_ms",
+        "lane_fast_threshold_ms",
+    )
+    @classmethod
+    def _non_negative_number(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("pool_size")
+    @classmethod
+    def _pool(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
+        return value
+
+    @field_validator("fast_lane_reserved")
+    @classmethod
+    def _reserved(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Settings:
+        if self.fast_lane_reserved >= self.pool_size:
+            raise ValueError(
+                f"CHECKBEAT_FAST_LANE_RESERVED ({self.fast_lane_reserved}) must be smaller than "
+                f"CHECKBEAT_POOL_SIZE ({self.pool_size}): slow checks need at least one slot"
+            )
+        if self.lane_slow_threshold_ms > 0 and (
+            self.lane_fast_threshold_ms >= self.lane_slow_threshold_ms
+        ):
+            raise ValueError(
+                f"CHECKBEAT_LANE_FAST_THRESHOLD_MS ({self.lane_fast_threshold_ms}) must be below "
+                f"CHECKBEAT_LANE_SLOW_THRESHOLD_MS ({self.lane_slow_threshold_ms}): the band "
+                "between them stops a check from flipping lanes every run"
+            )
+        return self
+
+    # --- derived -------------------------------------------------------------------------
+    @property
+    def effective_broker_url(self) -> str:
+        return self.broker_url or self.redis_url
+
+    @property
+    def default_region(self) -> str:
+        return self.regions[0]
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def shared_slots(self) -> int:
+        """Slots of the shared worker: the only ones slow checks may take."""
+        return self.pool_size - self.fast_lane_reserved
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment (plus ``overrides``); raise SettingsError naming each bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = ".".join(str(part) for part in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"].startswith("time_delta"):
+                message += " (allowed: seconds >= 0 such as 10 or 1.5, or ISO 8601 such as PT10S)"
+            if field:
+                lines.append(f"{ENV_PREFIX}{field.upper()}={error.get('input')!r}: {message}")
+            else:
+                lines.append(message)
+        raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(lines)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once. Tests call ``get_settings.cache_clear()``."""
+    return load_settings()

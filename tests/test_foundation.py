@@ -1,0 +1,95 @@
+"""The test set-up itself: a real redis-server, isolated state, and settings validation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from celery_app.settings import SettingsError, load_settings
+
+
+def test_real_redis_server_answers(r, redis_server):
+    info = r.info("server")
+    assert int(info["tcp_port"]) == redis_server.port
+    assert int(info["process_id"]) == redis_server.pid
+
+
+def test_state_db_is_empty_at_start_of_each_test_part1(r):
+    assert r.dbsize() == 0
+    r.set("leftover", "1")
+
+
+def test_state_db_is_empty_at_start_of_each_test_part2(r):
+    assert r.get("leftover") is None
+
+
+def test_settings_read_environment_with_prefix(monkeypatch):
+    monkeypatch.setenv("CHECKBEAT_REGIONS", "eu, us")
+    monkeypatch.setenv("CHECKBEAT_CHECK_TIMEOUT", "10")
+    monkeypatch.setenv("CHECKBEAT_TIER_CREDIT_MAX", "PT2S")
+    settings = load_settings()
+    assert settings.regions == ["eu", "us"]
+    assert settings.default_region == "eu"
+    assert settings.check_timeout == timedelta(seconds=10)
+    assert settings.tier_credit_max == timedelta(seconds=2)
+    assert settings.effective_broker_url == os.environ["CHECKBEAT_BROKER_URL"]
+
+
+def test_broker_url_defaults_to_redis_url(monkeypatch):
+    monkeypatch.delenv("CHECKBEAT_BROKER_URL")
+    monkeypatch.setenv("CHECKBEAT_REDIS_URL", "redis://example:6380/3")
+    assert load_settings().effective_broker_url == "redis://example:6380/3"
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"CHECKBEAT_CHECK_TIMEOUT": "-1"}, ["CHECKBEAT_CHECK_TIMEOUT", ">= 0"]),
+        ({"CHECKBEAT_COST_TIMEOUT_FLOOR": "soon"}, ["CHECKBEAT_COST_TIMEOUT_FLOOR", "ISO 8601"]),
+        ({"CHECKBEAT_TIMEZONE": "Mars/Base"}, ["CHECKBEAT_TIMEZONE", "Mars/Base", "IANA"]),
+        (
+            {"CHECKBEAT_POOL_SIZE": "4", "CHECKBEAT_FAST_LANE_RESERVED": "4"},
+            ["CHECKBEAT_FAST_LANE_RESERVED", "CHECKBEAT_POOL_SIZE"],
+        ),
+        (
+            {"CHECKBEAT_LANE_SLOW_THRESHOLD_MS": "500", "CHECKBEAT_LANE_FAST_THRESHOLD_MS": "500"},
+            ["CHECKBEAT_LANE_FAST_THRESHOLD_MS", "CHECKBEAT_LANE_SLOW_THRESHOLD_MS"],
+        ),
+        ({"CHECKBEAT_POOL_SIZE": "0"}, ["CHECKBEAT_POOL_SIZE", ">= 1"]),
+        ({"CHECKBEAT_REGIONS": ""}, ["CHECKBEAT_REGIONS", "at least one region"]),
+        ({"CHECKBEAT_REGIONS": "eu,eu"}, ["CHECKBEAT_REGIONS", "distinct"]),
+    ],
+)
+def test_invalid_settings_name_the_variable(monkeypatch, env, names):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_lane_thresholds_may_be_equal_when_lanes_are_off(monkeypatch):
+    monkeypatch.setenv("CHECKBEAT_LANE_SLOW_THRESHOLD_MS", "0")
+    monkeypatch.setenv("CHECKBEAT_LANE_FAST_THRESHOLD_MS", "0")
+    assert load_settings().lane_slow_threshold_ms == 0
+
+
+def test_celery_app_is_json_only_and_resolvable():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import celery_app; c = celery_app.app.conf; "
+            "print(c.accept_content, c.task_serializer, c.beat_scheduler)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.split() == ["['json']", "json", "beat:CronScheduler"]
