@@ -1,0 +1,113 @@
+"""Every Redis key checkbeat writes, in one place.
+
+Why one module: beat writes what the workers read and the CLI reports, and they never import each
+other, so the names are the contract. Times stored in Redis are Unix seconds as floats (ZSET
+scores and hash fields alike); a job is ``<check uid>@<region>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
+
+
+def job_id(uid: str, region: str) -> str:
+    """The id of one (check, region) job."""
+    return f"{uid}@{region}"
+
+
+def split_job_id(job: str) -> tuple[str, str]:
+    """Inverse of :func:`job_id` (uids may not contain ``@``; regions never do)."""
+    uid, _, region = job.rpartition("@")
+    if not uid or not region:
+        raise ValueError(f"job id {job!r} is not of the form <uid>@<region>")
+    return uid, region
+
+
+def check_queue(region: str, lane: int | str) -> str:
+    """The Celery queue a lane of a region is published to: ``checks.<region>.<lane>``."""
+    name = LANE_NAMES[lane] if isinstance(lane, int) else lane
+    return f"checks.{region}.{name}"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names under one prefix (``CHECKBEAT_KEY_PREFIX``)."""
+
+    prefix: str
+
+    # --- cron tasks ----------------------------------------------------------------------
+    def cron_window(self, task_id: str, tenant: str, window: str) -> str:
+        """Taken with SET NX PX by the one replica that fires this (task, tenant, window)."""
+        return f"{self.prefix}:cron:win:{task_id}:{tenant}:{window}"
+
+    def cron_inflight(self, task_id: str, tenant: str) -> str:
+        """Set at send, deleted by the worker at the end of the run; TTL = the task timeout."""
+        return f"{self.prefix}:cron:inflight:{task_id}:{tenant}"
+
+    def cron_state(self, task_id: str, tenant: str) -> str:
+        """Hash: last window, last run start/end, outcome, error, counters."""
+        return f"{self.prefix}:cron:state:{task_id}:{tenant}"
+
+    def tenants(self) -> str:
+        """Set of active tenants: the default tenants provider."""
+        return f"{self.prefix}:tenants"
+
+    def beat_heartbeat(self) -> str:
+        """Hash beat id -> last heartbeat (Unix s); diagnose reads it."""
+        return f"{self.prefix}:beat:heartbeats"
+
+    # --- checks ----------------------------------------------------------------------------
+    def check(self, uid: str) -> str:
+        """Hash: the check definition."""
+        return f"{self.prefix}:check:{uid}"
+
+    def checks(self) -> str:
+        """Set of every check uid."""
+        return f"{self.prefix}:checks"
+
+    def tenant_checks(self, tenant: str) -> str:
+        """Set of the uids of one tenant's checks."""
+        return f"{self.prefix}:tenant:{tenant}:checks"
+
+    def job(self, job: str) -> str:
+        """Hash: one (check, region) job's scheduling state."""
+        return f"{self.prefix}:job:{job}"
+
+    def check_jobs(self, uid: str) -> str:
+        """Set of the job ids of one check."""
+        return f"{self.prefix}:check:{uid}:jobs"
+
+    def due(self) -> str:
+        """ZSET job -> scheduled_at: jobs waiting for their tick."""
+        return f"{self.prefix}:due"
+
+    def ready(self, region: str, lane: int) -> str:
+        """ZSET job -> effective_scheduled_at: due jobs of a (region, lane), in WFQ order."""
+        return f"{self.prefix}:ready:{region}:{LANE_NAMES[lane]}"
+
+    def leases(self, region: str, lane: int) -> str:
+        """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
+        return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
+
+    def results(self, uid: str) -> str:
+        """Stream (capped): the check's recent results, all regions."""
+        return f"{self.prefix}:results:{uid}"
+
+    def last_result(self, uid: str) -> str:
+        """Hash region -> JSON of the last result in that region."""
+        return f"{self.prefix}:last:{uid}"
+
+    def rate_limit(self, tenant: str) -> str:
+        """Hash: a tenant's token bucket (rate per minute, burst, tokens, updated)."""
+        return f"{self.prefix}:ratelimit:{tenant}"
+
+    # --- workers ----------------------------------------------------------------------------
+    def worker(self, hostname: str) -> str:
+        """Hash with a TTL: region, role, queues, concurrency; refreshed by a heartbeat."""
+        return f"{self.prefix}:worker:{hostname}"
+
+    def region_workers(self, region: str) -> str:
+        """Set of worker hostnames registered for a region (stale ones have no worker key)."""
+        return f"{self.prefix}:workers:{region}"
