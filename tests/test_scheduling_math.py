@@ -668,6 +668,11 @@ def test_effective_is_elapsed_time_and_keeps_the_zone() -> None:
     assert got.tzinfo is PARIS
 
 
+def test_effective_zero_offset_keeps_a_dst_gap_wall_time_verbatim() -> None:
+    in_gap = datetime(2026, 3, 29, 2, 30, tzinfo=PARIS)  # does not exist on the wall clock
+    assert Params().effective_scheduled_at(in_gap, 0.0, 0) is in_gap
+
+
 def test_effective_rejects_naive() -> None:
     with pytest.raises(ValueError, match="scheduled_at"):
         Params().effective_scheduled_at(datetime(2026, 1, 1), 0.0, 0)
