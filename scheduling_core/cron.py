@@ -124,8 +124,7 @@ class CronError(ValueError):
 def _fail(index: int, token: str, problem: str) -> NoReturn:
     field = FIELD_NAMES[index]
     raise CronError(
-        f"{field} field: {token!r} {problem}; allowed in {field}: {_ALLOWED[index]}, "
-        f"written as {_SYNTAX}",
+        f"{field} field: bad token {token!r}: {problem}; allowed: {_ALLOWED[index]} ({_SYNTAX})",
         field=field,
         token=token,
     )
@@ -142,17 +141,17 @@ def _value(text: str, index: int, item: str) -> int:
         if names is not None and upper in names:
             return names[upper]
         if text == "":
-            _fail(index, item, "has an empty value")
+            _fail(index, item, "a number is missing")
         if text == "*":
-            _fail(index, item, "uses '*' inside a range; '*' stands alone or as '*/S'")
+            _fail(index, item, "'*' cannot be part of a range; it stands alone or as '*/S'")
         if upper in ("L", "LW") or (upper[:-1].isdigit() and upper[-1:] in ("L", "W")):
-            _fail(index, item, f"uses {text!r}: Quartz's L and W are not cron syntax")
+            _fail(index, item, f"{text!r} is Quartz syntax (L, W), which cron does not have")
         if text.startswith(("+", "-")) or text.lstrip("+-").isdigit():
-            _fail(index, item, "has a signed number")
+            _fail(index, item, f"{text!r} is signed; values are plain numbers")
         what = "a number or a name" if names is not None else "a number"
-        _fail(index, item, f"has {text!r}, which is not {what}")
+        _fail(index, item, f"{text!r} is not {what}")
     if not lo <= value <= hi:
-        _fail(index, item, f"has {value}, out of range {lo}-{hi}")
+        _fail(index, item, f"{value} is out of range")
     return value
 
 
@@ -162,19 +161,19 @@ def _parse_field(text: str, index: int) -> int:
     mask = 0
     for item in text.split(","):
         if item == "":
-            _fail(index, text, "has an empty list element")
+            _fail(index, text, "empty list element")
         if "?" in item:
-            _fail(index, item, "uses '?', which is Quartz syntax, not cron; use '*'")
+            _fail(index, item, "'?' is Quartz syntax, which cron does not have; use '*'")
         if "#" in item:
-            _fail(index, item, "uses '#' (nth weekday), which cron does not support")
+            _fail(index, item, "'#' (nth weekday) is Quartz syntax, which cron does not have")
         base, slash, step_text = item.partition("/")
         step = 1
         if slash:
             if not (step_text.isascii() and step_text.isdigit()):
-                _fail(index, item, f"has step {step_text!r}; a step is a positive whole number")
+                _fail(index, item, f"step {step_text!r} is not a positive whole number")
             step = int(step_text)
             if step == 0:
-                _fail(index, item, "has step 0; a step is a positive whole number")
+                _fail(index, item, "step 0 is not allowed; a step is a positive whole number")
         if base == "*":
             start, end = lo, hi
         else:
@@ -185,7 +184,7 @@ def _parse_field(text: str, index: int) -> int:
                 if index == _DOW and end == 0:
                     end = 7  # FRI-SUN: a day-of-week range ending at Sunday ends at 7
                 if start > end:
-                    _fail(index, item, f"is a range whose start {start} is after its end {end}")
+                    _fail(index, item, f"range start {start} is after its end {end}")
             elif slash:
                 end = hi  # N/S means N-max/S
             else:
