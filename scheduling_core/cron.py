@@ -11,10 +11,10 @@ Five whitespace-separated fields: minute (0-59), hour (0-23), day-of-month (1-31
 JAN-DEC) and day-of-week (0-7 or SUN-SAT; 0 and 7 are Sunday). Each field is a comma list of
 ``*``, ``N``, ``A-B``, ``*/S``, ``A-B/S`` and ``N/S`` (which means ``N-max/S``). Names are
 case-insensitive and allowed wherever a number is, but not as a step. A day-of-week range that
-ends at 0 or SUN ends at 7, so ``FRI-SUN`` is Friday, Saturday, Sunday; any other range whose start
-is after its end is an error. The macros are ``@yearly`` = ``@annually`` (``0 0 1 1 *``),
-``@monthly`` (``0 0 1 * *``), ``@weekly`` (``0 0 * * 0``), ``@daily`` = ``@midnight``
-(``0 0 * * *``) and ``@hourly`` (``0 * * * *``).
+ends at 0 or SUN ends at 7, so ``FRI-SUN`` is Friday, Saturday, Sunday (``SUN-SUN`` and ``0-0``
+stay just Sunday); any other range whose start is after its end is an error. The macros are
+``@yearly`` = ``@annually`` (``0 0 1 1 *``), ``@monthly`` (``0 0 1 * *``), ``@weekly``
+(``0 0 * * 0``), ``@daily`` = ``@midnight`` (``0 0 * * *``) and ``@hourly`` (``0 * * * *``).
 
 Not supported, each with its own message: seconds (six or seven fields; work that has to happen
 every few seconds is a worker, not a schedule), ``@reboot`` (not a time), Quartz's ``?``, ``L``,
@@ -181,7 +181,7 @@ def _parse_field(text: str, index: int) -> int:
             start = _value(first, index, item)
             if dash:
                 end = _value(second, index, item)
-                if index == _DOW and end == 0:
+                if index == _DOW and end == 0 and start > 0:
                     end = 7  # FRI-SUN: a day-of-week range ending at Sunday ends at 7
                 if start > end:
                     _fail(index, item, f"range start {start} is after its end {end}")

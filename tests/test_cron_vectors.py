@@ -63,6 +63,8 @@ VECTORS: list[tuple[str, datetime, datetime | None]] = [
     ("0 0 * * fri-sun", at(2026, 1, 1), at(2026, 1, 2)),  # FRI-SUN = 5-7
     ("0 0 * * fri-sun", at(2026, 1, 4, 0, 1), at(2026, 1, 9)),  # after Sunday: next Friday
     ("0 0 * * 5-0", at(2026, 1, 3, 0, 1), at(2026, 1, 4)),  # 5-0 = 5-7: Sunday included
+    ("0 0 * * sun-sun", at(2026, 1, 1), at(2026, 1, 4)),  # starts at Sunday: not 0-7
+    ("0 0 * * 0-0", at(2026, 1, 1), at(2026, 1, 4)),
     ("0 0 * * 1/2", at(2026, 1, 3, 0, 1), at(2026, 1, 4)),  # 1-7/2 = 1,3,5,7: Sunday
     ("0 0 * * */2", at(2026, 1, 1, 0, 1), at(2026, 1, 3)),  # 0,2,4,6: Sat Jan 3
     ("0 9-17 * * 1-5", at(2026, 1, 1), at(2026, 1, 1, 9)),
