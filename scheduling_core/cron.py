@@ -106,6 +106,9 @@ MACROS = {
 }
 _FIELD_LIST = "minute hour day-of-month month day-of-week"
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_ALL_DAYS = (1 << 32) - 2  # bits 1..31
+_MONTH_DAYS = {length: (1 << (length + 1)) - 2 for length in (28, 29, 30, 31)}
+_FIVE_WEEKS = sum(1 << (7 * week) for week in range(5))  # multiplier that repeats 7 bits 5 times
 
 
 class CronError(ValueError):
@@ -189,8 +192,11 @@ def _parse_field(text: str, index: int) -> int:
                 end = hi  # N/S means N-max/S
             else:
                 end = start
-        for value in range(start, end + 1, step):
-            mask |= 1 << value
+        if step == 1:
+            mask |= (1 << (end + 1)) - (1 << start)
+        else:
+            for value in range(start, end + 1, step):
+                mask |= 1 << value
     if index == _DOW and mask & 0x81:  # 0 and 7 are both Sunday; keep it as 0
         mask = (mask | 1) & 0x7F
     return mask
@@ -260,14 +266,11 @@ def _day_masks(dom: int, dow: int, day_or: bool) -> tuple[int, ...]:
     """
     table = []
     for weekday in range(7):
-        sunday_based = (weekday + 1) % 7
-        dow_days = 0
-        for day in range(1, 32):
-            if dow >> ((sunday_based + day - 1) % 7) & 1:
-                dow_days |= 1 << day
+        first = (weekday + 1) % 7  # Sunday-based weekday of the 1st; day d is (first + d - 1) % 7
+        week = ((dow >> first) | (dow << (7 - first))) & 0x7F  # bit d - 1: day d, for d in 1..7
+        dow_days = (week << 1) * _FIVE_WEEKS & _ALL_DAYS  # the same pattern every 7 days
         days = (dom | dow_days) if day_or else (dom & dow_days)
-        for length in (28, 29, 30, 31):
-            table.append(days & ((1 << (length + 1)) - 2))
+        table += [days & _MONTH_DAYS[length] for length in (28, 29, 30, 31)]
     return tuple(table)
 
 
@@ -317,11 +320,12 @@ class Schedule:
         self = object.__new__(cls)
         minutes, hours, dom, months, dow = masks
         daytab = _day_masks(dom, dow, day_or)
+        # Every month shape occurs (the 400-year cycle has each weekday of the 1st for every
+        # month, leap Februaries included), so the spec fires iff some shape has a day.
         never = not any(
-            daytab[weekday * 4 + length - 28]
+            daytab[weekday * 4 + (29 if month == 2 else _DAYS_IN_MONTH[month]) - 28]
             for month in _bits(months)
             for weekday in range(7)
-            for length in ((28, 29) if month == 2 else (_DAYS_IN_MONTH[month],))
         )
         if never:
             key: tuple[Any, ...] = ("never",)
