@@ -62,8 +62,9 @@ Speed
 Each field is a bitmask; the days of a month are one mask per (weekday of the 1st, month length),
 precomputed at parse. ``next`` jumps to the next matching month, day, hour and minute with bit
 tricks and never walks minute by minute, so the answer is exact however far away it is (``0 0 29 2
-*`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances (UTC and fixed offsets) take a
-fast path; any other tzinfo (zoneinfo) takes the DST-aware path.
+*`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances and the tz database's
+fixed-offset zones (``UTC``, ``Etc/GMT+5``...) take a fast path; any other tzinfo takes the
+DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
 """
 
 from __future__ import annotations
@@ -105,6 +106,17 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 _FIELD_LIST = "minute hour day-of-month month day-of-week"
+# tz database zones that never change offset: wall-clock arithmetic is exact in them, so they
+# take the same fast path as datetime.timezone (zoneinfo has no API to ask a zone this).
+_FIXED_ZONES = frozenset(
+    [
+        *(f"{prefix}{name}" for prefix in ("", "Etc/") for name in ("UTC", "UCT", "Universal")),
+        *(f"{prefix}{name}" for prefix in ("", "Etc/") for name in ("Zulu", "Greenwich")),
+        *(f"{prefix}GMT{suffix}" for prefix in ("", "Etc/") for suffix in ("", "0", "+0", "-0")),
+        *(f"Etc/GMT+{hours}" for hours in range(1, 13)),
+        *(f"Etc/GMT-{hours}" for hours in range(1, 15)),
+    ]
+)
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _ALL_DAYS = (1 << 32) - 2  # bits 1..31
 _MONTH_DAYS = {length: (1 << (length + 1)) - 2 for length in (28, 29, 30, 31)}
@@ -459,7 +471,7 @@ class Schedule:
         """
         require_aware(t, "t")
         tz = t.tzinfo
-        if type(tz) is timezone:
+        if type(tz) is timezone or getattr(tz, "key", None) in _FIXED_ZONES:
             return self._wall_matches(t.year, t.month, t.day, t.hour, t.minute)
         local = t.astimezone(_UTC).astimezone(tz)
         if self._wall_matches(local.year, local.month, local.day, local.hour, local.minute):
@@ -494,7 +506,7 @@ class Schedule:
         """
         require_aware(t, "t")
         tz = t.tzinfo
-        if type(tz) is not timezone:
+        if type(tz) is not timezone and getattr(tz, "key", None) not in _FIXED_ZONES:
             return self._next_zoned(t, tz)  # type: ignore[arg-type]
         minute = t.minute
         if t.second or t.microsecond:

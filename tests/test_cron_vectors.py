@@ -9,6 +9,7 @@ library. Calendar facts used: 2026-01-01 is a Thursday, 2026-01-04 a Sunday, 202
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -127,6 +128,18 @@ def test_next_keeps_fixed_offset() -> None:
     got = parse("0 9 * * *").next(datetime(2026, 1, 1, 10, tzinfo=plus2))
     assert got == datetime(2026, 1, 2, 9, tzinfo=plus2)
     assert got is not None and got.utcoffset() == timedelta(hours=2)
+
+
+@pytest.mark.parametrize(("key", "hours"), [("UTC", 0), ("Etc/UTC", 0), ("Etc/GMT-2", 2)])
+def test_fixed_offset_zoneinfo_zones_agree_with_datetime_timezone(key: str, hours: int) -> None:
+    zone, fixed = ZoneInfo(key), timezone(timedelta(hours=hours))
+    for spec, start, _ in VECTORS:
+        schedule = parse(spec)
+        ours = schedule.next(start.astimezone(zone))
+        expected = schedule.next(start.astimezone(fixed))
+        assert ours == expected
+        assert ours is None or ours.tzinfo is zone
+        assert schedule.matches(start.astimezone(zone)) == schedule.matches(start.astimezone(fixed))
 
 
 def test_matches_reads_the_minute_of_t() -> None:
