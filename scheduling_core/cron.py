@@ -478,7 +478,10 @@ class Schedule:
             return not (local.fold and not self._wildcard)
         if self._wildcard:
             return False
-        return self._gap_catch_up(local.replace(second=0, microsecond=0))
+        local = local.replace(second=0, microsecond=0)
+        if (local - _MINUTE).utcoffset() == local.utcoffset():
+            return False  # the wall minute before exists with the same offset: not after a gap
+        return self._gap_catch_up(local)
 
     def _gap_catch_up(self, local: datetime) -> bool:
         """Whether ``local`` (canonical, whole minute) is the first minute after a DST gap in
@@ -524,6 +527,28 @@ class Schedule:
         if instant.second or instant.microsecond:
             instant = instant.replace(second=0, microsecond=0) + _MINUTE
         local = instant.astimezone(tz)  # canonical wall time, fold set on the repeated pass
+        if not local.fold:
+            # Common case, decided with a few utcoffset calls: t's wall time exists once, t is not
+            # the first minute after a gap (which matters to fixed-time jobs only), and the first
+            # matching wall time exists once. Then nothing can fire between t and it: a skipped
+            # or repeated wall time in between would be >= t's and < the match, so not matching.
+            offset = local.utcoffset()
+            if local.replace(fold=1).utcoffset() == offset and (
+                self._wildcard or (local - _MINUTE).utcoffset() == offset
+            ):
+                found = self._next_wall(
+                    local.year, local.month, local.day, local.hour, local.minute
+                )
+                if found is None:
+                    return None
+                result = datetime(*found, tzinfo=tz)
+                if result.utcoffset() == result.replace(fold=1).utcoffset():
+                    return result
+        return self._next_zoned_slow(local, tz)
+
+    def _next_zoned_slow(self, local: datetime, tz: tzinfo) -> datetime | None:
+        """``next`` from a canonical whole-minute ``local`` near a transition, or whose answer is
+        in a gap or an overlap."""
         fixed = not self._wildcard
         wall = local.replace(tzinfo=None)
         if fixed and self._gap_catch_up(local):
