@@ -43,6 +43,10 @@ A job is *fixed-time* unless its minute or its hour field starts with ``*``. Acr
   ``30 1 * * *`` on the New York fall-back day is 01:30 EST of the *next* day. A wildcard job fires
   in both passes (``fold=0`` and then ``fold=1``).
 
+Like cronie, this applies to gaps shorter than three hours and overlaps of up to three hours; a
+bigger jump (Samoa skipping 2011-12-30 to cross the date line) is not DST, and every job then
+follows the wall clock.
+
 ``matches`` and ``next`` implement the same set of instants: ``matches(t)`` is true exactly when
 ``next`` of the start of ``t``'s minute returns that minute. Calling ``next(prev + 1 minute)``
 repeatedly therefore walks the firing instants in order, across transitions. Assumptions: UTC
@@ -77,6 +81,10 @@ from scheduling_core._time import require_aware
 __all__ = ["CronError", "Schedule", "parse"]
 
 _UTC = UTC
+# cron.c classifies the wall-clock jump it wakes up to: more than 180 minutes either way is a
+# "large" jump, not DST. A gap of d minutes is a jump of d + 1, an overlap of d a jump of -(d - 1):
+# gaps shorter than 3 hours and overlaps up to 3 hours get the DST treatment.
+_DST_LIMIT = timedelta(hours=3)
 _MINUTE = timedelta(minutes=1)
 _MAX_YEAR = 9999
 
@@ -475,7 +483,10 @@ class Schedule:
             return self._wall_matches(t.year, t.month, t.day, t.hour, t.minute)
         local = t.astimezone(_UTC).astimezone(tz)
         if self._wall_matches(local.year, local.month, local.day, local.hour, local.minute):
-            return not (local.fold and not self._wildcard)
+            if local.fold and not self._wildcard:  # the repeated pass of an overlap
+                back = local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]
+                return back > _DST_LIMIT  # not DST: cronie follows the wall clock
+            return True
         if self._wildcard:
             return False
         local = local.replace(second=0, microsecond=0)
@@ -489,7 +500,7 @@ class Schedule:
         before = (local.astimezone(_UTC) - _MINUTE).astimezone(local.tzinfo)
         offset, previous = local.utcoffset(), before.utcoffset()
         assert offset is not None and previous is not None
-        if previous >= offset:
+        if previous >= offset or offset - previous >= _DST_LIMIT:
             return False
         wall = local.replace(tzinfo=None)
         gap_start = wall - (offset - previous)
@@ -561,7 +572,7 @@ class Schedule:
                 found = self._next_wall_dt(wall)
                 if found is not None and found < end:
                     return found.replace(tzinfo=tz)
-            if not fixed:  # wildcard jobs fire in the repeated pass too
+            if not fixed or off0 - off1 > _DST_LIMIT:  # wildcard jobs fire in both passes
                 found = self._next_wall_dt(wall if local.fold else start)
                 if found is not None and found < end:
                     return found.replace(tzinfo=tz, fold=1)
@@ -574,7 +585,7 @@ class Schedule:
             if off0 >= off1:  # exists (first pass if repeated)
                 return found.replace(tzinfo=tz)
             transition, gap_end = _transition(found, tz, off0, off1)
-            if fixed:  # cronie: a skipped fixed-time job runs at the first minute after the gap
+            if fixed and off1 - off0 < _DST_LIMIT:  # run a skipped fixed-time job after the gap
                 return transition.astimezone(tz)
             wall = gap_end
 
