@@ -55,11 +55,14 @@ tzdata rule); offsets before 1900 (local mean time) are not supported.
 
 Equality
 --------
-Schedules compare (and hash) by meaning, not by text: ``@weekly``, ``0 0 * * 0``,
-``0 0 * * 7`` and ``0 0 * * sun`` are equal; ``0 0 * * *`` and ``0 0 */1 * *`` are equal. The
-fixed-time/wildcard distinction is part of the meaning (``0 0 * * *`` differs from
-``*/60 0 * * *``, because they behave differently across DST), and every spec that can never
-fire is equal to every other. ``repr`` and ``spec`` keep the original text.
+Schedules compare (and hash) by their parsed meaning, not by text: the expanded value sets, the
+day rule and the fixed-time flag. ``@weekly``, ``0 0 * * 0``, ``0 0 * * 7`` and
+``0 0 * * sun`` are equal; so are ``0 0 * * *``, ``0 0 */1 * *`` and ``0 0 1-31 * 0-6`` (every
+day either way). The fixed-time/wildcard distinction is part of the meaning (``0 0 * * *``
+differs from ``*/60 0 * * *``: they behave differently across DST), and every spec that can
+never fire equals every other. It is not a full equivalence decision: values that can never
+matter still count (``0 0 29-31 2 *`` differs from ``0 0 29 2 *``). ``repr`` and ``spec`` keep
+the original text; ``Schedule(spec)`` is ``parse(spec)``, and pickling re-parses the text.
 
 Speed
 -----
@@ -73,6 +76,7 @@ DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any, NoReturn
 
@@ -253,6 +257,12 @@ def _split(spec: str) -> tuple[str, list[str]]:
             )
         raise CronError(f"unknown macro {text!r}; allowed macros: {macros}", token=text)
     fields = text.split()
+    if len(fields) != 5 and re.search(r",\s|\s,", text):
+        raise CronError(
+            f"{text!r} has a space next to a comma; a list is one field with no spaces in it "
+            "(write 1,15 not 1, 15)",
+            token=text,
+        )
     if len(fields) in (6, 7):
         raise CronError(
             f"{text!r} has {len(fields)} fields, but a cron spec has five ({_FIELD_LIST}): "
@@ -297,14 +307,12 @@ def _day_masks(dom: int, dow: int, day_or: bool) -> tuple[int, ...]:
 class Schedule:
     """A parsed cron spec. Immutable and hashable; equal when the meaning is equal.
 
-    ``spec`` is the text as given. Build one with :func:`parse`.
+    ``spec`` is the text as given. Build one with :func:`parse` (or ``Schedule(spec)``, the
+    same thing).
     """
 
     __slots__ = (
-        "_day_or",
         "_daytab",
-        "_dom",
-        "_dow",
         "_first_hour",
         "_first_minute",
         "_first_month",
@@ -320,10 +328,7 @@ class Schedule:
     spec: str
     _minutes: int
     _hours: int
-    _dom: int
     _months: int
-    _dow: int
-    _day_or: bool
     _wildcard: bool
     _daytab: tuple[int, ...]
     _first_minute: int
@@ -332,8 +337,9 @@ class Schedule:
     _never: bool
     _key: tuple[Any, ...]
 
-    def __init__(self) -> None:
-        raise TypeError("use scheduling_core.cron.parse(spec) to build a Schedule")
+    def __new__(cls, spec: str) -> Schedule:
+        """``Schedule(spec)`` is ``parse(spec)``."""
+        return parse(spec)
 
     @classmethod
     def _build(cls, spec: str, masks: list[int], *, day_or: bool, wildcard: bool) -> Schedule:
@@ -357,10 +363,7 @@ class Schedule:
             "spec": spec,
             "_minutes": minutes,
             "_hours": hours,
-            "_dom": dom,
             "_months": months,
-            "_dow": dow,
-            "_day_or": day_or,
             "_wildcard": wildcard,
             "_daytab": daytab,
             "_first_minute": _low(minutes),

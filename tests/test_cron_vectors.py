@@ -172,8 +172,7 @@ def test_value_semantics() -> None:
     assert len({weekly, parse("0 0 * * 0"), parse("@daily")}) == 2
     with pytest.raises(AttributeError):
         weekly.spec = "x"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        Schedule()
+    assert Schedule("@weekly") == weekly and Schedule("@weekly").spec == "@weekly"
 
 
 def test_pickle_round_trip() -> None:
