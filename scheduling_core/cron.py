@@ -130,6 +130,13 @@ _FIXED_ZONES = frozenset(
     ]
 )
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_LONG_MONTHS = sum(1 << m for m in range(1, 13) if _DAYS_IN_MONTH[m] == 31)
+_SHORT_MONTHS = sum(1 << m for m in range(1, 13) if _DAYS_IN_MONTH[m] == 30)
+_FEBRUARY = 1 << 2
+# '*' per field; day-of-week keeps Sunday as 0 only
+_FULL = tuple(
+    (1 << (hi + 1)) - (1 << lo) for lo, hi in ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+)
 _ALL_DAYS = (1 << 32) - 2  # bits 1..31
 _MONTH_DAYS = {length: (1 << (length + 1)) - 2 for length in (28, 29, 30, 31)}
 _FIVE_WEEKS = sum(1 << (7 * week) for week in range(5))  # multiplier that repeats 7 bits 5 times
@@ -185,6 +192,10 @@ def _value(text: str, index: int, item: str) -> int:
 def _parse_field(text: str, index: int) -> int:
     """The bitmask (bit n set = value n matches) of one field's text."""
     lo, hi = _BOUNDS[index]
+    if text == "*":
+        return _FULL[index]
+    if text.isascii() and text.isdigit() and lo <= int(text) <= hi and index != _DOW:
+        return 1 << int(text)
     mask = 0
     for item in text.split(","):
         if item == "":
@@ -229,10 +240,6 @@ def _parse_field(text: str, index: int) -> int:
 def _low(mask: int) -> int:
     """Index of the lowest set bit of a non-zero mask."""
     return (mask & -mask).bit_length() - 1
-
-
-def _bits(mask: int) -> tuple[int, ...]:
-    return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
 
 
 def _split(spec: str) -> tuple[str, list[str]]:
@@ -348,10 +355,13 @@ class Schedule:
         daytab = _day_masks(dom, dow, day_or)
         # Every month shape occurs (the 400-year cycle has each weekday of the 1st for every
         # month, leap Februaries included), so the spec fires iff some shape has a day.
-        never = not any(
-            daytab[weekday * 4 + (29 if month == 2 else _DAYS_IN_MONTH[month]) - 28]
-            for month in _bits(months)
-            for weekday in range(7)
+        fits = [0, 0, 0, 0]  # by month length - 28: days that match with some weekday of the 1st
+        for i, days in enumerate(daytab):
+            fits[i & 3] |= days
+        never = not (
+            (months & _LONG_MONTHS and fits[3])
+            or (months & _SHORT_MONTHS and fits[2])
+            or (months & _FEBRUARY and fits[1])
         )
         if never:
             key: tuple[Any, ...] = ("never",)
