@@ -48,10 +48,14 @@ bigger jump (Samoa skipping 2011-12-30 to cross the date line) is not DST, and e
 follows the wall clock.
 
 ``matches`` and ``next`` implement the same set of instants: ``matches(t)`` is true exactly when
-``next`` of the start of ``t``'s minute returns that minute. Calling ``next(prev + 1 minute)``
-repeatedly therefore walks the firing instants in order, across transitions. Assumptions: UTC
-offsets are whole minutes and a zone changes offset at most once a day (true of every modern
-tzdata rule); offsets before 1900 (local mean time) are not supported.
+``next`` of the start of ``t``'s minute returns that minute. Walking the firing instants is
+``next_after(prev)`` (the first firing strictly after ``prev``), or ``next`` of one *real*
+minute later. Beware that ``prev + timedelta(minutes=1)`` on a zoneinfo datetime is wall-clock
+arithmetic and drops ``fold``: from 01:59 EDT it gives 02:00 EST, skipping the repeated hour, and
+from 01:30 EST (fold=1) it gives 01:31 EDT, back in time. Fixed-time jobs are immune (they never
+fire in the repeated pass); wildcard jobs are not, so use ``next_after`` or add in UTC.
+Assumptions: UTC offsets are whole minutes and a zone does not change offset twice within a few
+hours (true of every tzdata rule since 1900); local mean time before 1900 is not supported.
 
 Equality
 --------
@@ -542,6 +546,19 @@ class Schedule:
         if found is None:
             return None
         return datetime(*found, tzinfo=tz)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first firing strictly after ``t``, in ``t``'s timezone: ``next`` of the minute
+        that starts one real (not wall-clock) minute after the start of ``t``'s minute.
+
+        This is how to walk the firings: ``fire = schedule.next_after(fire)``.
+        """
+        require_aware(t, "t")
+        tz = t.tzinfo
+        if type(tz) is timezone or getattr(tz, "key", None) in _FIXED_ZONES:
+            return self.next(t.replace(second=0, microsecond=0) + _MINUTE)
+        instant = t.astimezone(_UTC).replace(second=0, microsecond=0) + _MINUTE
+        return self.next(instant.astimezone(tz))
 
     def _next_zoned(self, t: datetime, tz: tzinfo) -> datetime | None:
         """``next`` for a zone with transitions: search wall-clock time, then map to instants."""

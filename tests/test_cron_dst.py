@@ -31,20 +31,53 @@ def local(tz: ZoneInfo, y: int, mo: int, d: int, h: int, mi: int, fold: int = 0)
 
 
 def walk(spec: str, start: datetime, count: int) -> list[str]:
-    """The first ``count`` firings from ``start``, by calling next(previous + 1 minute) as beat
-    does, rendered with their UTC offset so the two passes of an overlap differ."""
+    """The first ``count`` firings from ``start``, by calling next(previous + 1 real minute),
+    rendered with their UTC offset so the two passes of an overlap differ. ``next_after`` must
+    walk the same sequence."""
     schedule = parse(spec)
     tz = start.tzinfo
     out = []
     t = start
+    previous = None
     for _ in range(count):
         fired = schedule.next(t)
         assert fired is not None
         assert fired.tzinfo is tz
         assert schedule.matches(fired)
+        if previous is not None:
+            assert schedule.next_after(previous) == fired
+            assert schedule.next_after(previous).utcoffset() == fired.utcoffset()  # type: ignore[union-attr]
         out.append(fired.strftime("%m-%d %H:%M%z"))
         t = (fired.astimezone(UTC) + MINUTE).astimezone(tz)  # one real minute later
+        previous = fired
     return out
+
+
+def test_wall_clock_plus_one_minute_is_the_documented_pitfall() -> None:
+    """Aware zoneinfo arithmetic is wall-clock arithmetic and drops fold; next_after is not."""
+    every_minute = parse("* * * * *")
+    last_edt = local(NEW_YORK, 2026, 11, 1, 1, 59)  # the last minute of the first pass
+    after = every_minute.next_after(last_edt)
+    assert after is not None and after.fold == 1 and after.strftime("%H:%M%z") == "01:00-0500"
+    naive_step = every_minute.next(last_edt + MINUTE)  # wall clock: 02:00 EST, an hour later
+    assert naive_step is not None and naive_step.strftime("%H:%M%z") == "02:00-0500"
+    # a fixed-time job is immune: it never fires in the repeated pass
+    fixed = parse("30 1 * * *")
+    first = local(NEW_YORK, 2026, 11, 1, 1, 30)
+    assert (
+        fixed.next(first + MINUTE) == fixed.next_after(first) == local(NEW_YORK, 2026, 11, 2, 1, 30)
+    )
+
+
+def test_next_after_is_strictly_after_and_rounds() -> None:
+    schedule = parse("*/15 * * * *")
+    t = local(BERLIN, 2026, 6, 1, 10, 15)
+    assert schedule.next_after(t) == local(BERLIN, 2026, 6, 1, 10, 30)
+    assert schedule.next_after(t + timedelta(seconds=30)) == local(BERLIN, 2026, 6, 1, 10, 30)
+    assert schedule.next_after(t - timedelta(seconds=1)) == t
+    utc = datetime(2026, 6, 1, 10, 15, tzinfo=UTC)
+    assert schedule.next_after(utc) == datetime(2026, 6, 1, 10, 30, tzinfo=UTC)
+    assert schedule.next_after(utc - timedelta(microseconds=1)) == utc
 
 
 # -- spring forward ----------------------------------------------------------------------------
