@@ -2,8 +2,10 @@
 
 ``parse(spec)`` returns an immutable :class:`Schedule`; ``Schedule.matches(t)`` says whether it
 fires in the minute of ``t`` and ``Schedule.next(t)`` returns the earliest minute start ``>= t``
-at which it fires, both read in ``t``'s own timezone. Bad specs raise :class:`CronError`, a
-``ValueError`` whose message names the field, the token and what is allowed.
+at which it fires, both read in ``t``'s own timezone; ``Schedule.next_after(t)`` is the first
+firing strictly after ``t``. Bad specs raise :class:`CronError`, a ``ValueError`` whose message
+names the field, the token and what is allowed (also as ``.field`` and ``.token``).
+``Schedule.spec``, ``describe()``, ``never`` and ``fixed_time`` are for ``schedule list``.
 
 Syntax (cronie, the cron of most Linux machines)
 -------------------------------------------------
@@ -72,10 +74,10 @@ Speed
 -----
 Each field is a bitmask; the days of a month are one mask per (weekday of the 1st, month length),
 precomputed at parse. ``next`` jumps to the next matching month, day, hour and minute with bit
-tricks and never walks minute by minute, so the answer is exact however far away it is (``0 0 29 2
-*`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances and the tz database's
-fixed-offset zones (``UTC``, ``Etc/GMT+5``...) take a fast path; any other tzinfo takes the
-DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
+tricks and never walks minute by minute, so the answer is exact however far away it is
+(``0 0 29 2 *`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances and the tz
+database's fixed-offset zones (``UTC``, ``Etc/GMT+5``...) take a fast path; any other tzinfo
+takes the DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
 """
 
 from __future__ import annotations
