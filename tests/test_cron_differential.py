@@ -22,6 +22,9 @@ its start. Known, documented divergences, kept out of the generated specs or che
 6. A one-value range with a step (``5-5/10``): cronie sets just 5; cronsim (2.8) sees a single
    value before the slash and reads it as ``5/10``, i.e. ``5-59/10``. Not generated here (the
    vector table pins ``3-3``; see test_single_value_range_with_step below).
+7. Clock changes of three hours or more (Antarctica/Casey's 3-hour gaps, Samoa's skipped day):
+   cronsim catches up skipped fixed-time jobs after any gap; cronie, and we, only after gaps
+   shorter than three hours (test_cronsim_catches_up_after_a_three_hour_gap pins this).
 """
 
 from __future__ import annotations
@@ -190,6 +193,14 @@ def test_cronsim_answers_before_its_start_in_the_repeated_pass() -> None:
     assert theirs.astimezone(UTC) < start.astimezone(UTC)
     ours = parse("30 1 * * *").next_after(start)
     assert ours == datetime(2026, 11, 2, 1, 30, tzinfo=new_york)
+
+
+def test_cronsim_catches_up_after_a_three_hour_gap() -> None:
+    """Divergence 7, pinned: Casey jumped from 04:00 +08 to 07:00 +11 on 2018-10-07."""
+    casey = ZoneInfo("Antarctica/Casey")
+    start = datetime(2018, 10, 7, 0, 0, tzinfo=casey)
+    assert cronsim_next("30 5 * * *", start) == datetime(2018, 10, 7, 7, 0, tzinfo=casey)
+    assert parse("30 5 * * *").next_after(start) == datetime(2018, 10, 8, 5, 30, tzinfo=casey)
 
 
 def test_differential_catches_an_and_or_mixup() -> None:
