@@ -1,7 +1,8 @@
 """Pure scheduling math for checkbeat: no I/O, no Celery, no Redis; standard library only.
 
 A port of the Go ``scheduling`` seed: cost-aware, plan-weighted ordering (WFQ deadlines),
-cost-aware execution timeouts, lanes with hysteresis, and phase alignment of recurring jobs.
+cost-aware execution timeouts, lanes with hysteresis, phase alignment of recurring jobs, and
+the five-field cron parser (``parse``, ``Schedule``, ``CronError``), exact to cronie.
 Instants are timezone-aware datetimes, durations timedeltas, cost and delay float ms.
 """
 
@@ -13,6 +14,7 @@ from scheduling_core.constants import (
     LANE_SLOW,
     MAX_DEPRIORITIZE_OFFSET,
 )
+from scheduling_core.cron import CronError, Schedule, parse
 from scheduling_core.ewma import delay_sample_ms, update_ewma
 from scheduling_core.lanes import classify_lane
 from scheduling_core.params import Params, PostExecInput, PostExecState
@@ -25,13 +27,16 @@ __all__ = [
     "LANE_FAST",
     "LANE_SLOW",
     "MAX_DEPRIORITIZE_OFFSET",
+    "CronError",
     "Params",
     "PostExecInput",
     "PostExecState",
+    "Schedule",
     "classify_lane",
     "delay_sample_ms",
     "jitter_for",
     "next_aligned",
+    "parse",
     "region_index",
     "region_spread",
     "update_ewma",

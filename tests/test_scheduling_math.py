@@ -69,6 +69,9 @@ EXPECTED_PUBLIC = {
     "Params",
     "PostExecInput",
     "PostExecState",
+    "parse",
+    "Schedule",
+    "CronError",
 }
 
 
