@@ -85,12 +85,22 @@ class CronEngine:
         self.grace = grace
         self.owner = owner
         self.clock = clock
-        first = window_start(require_aware(start or clock(), "start"))
+        start = require_aware(start or clock(), "start")
+        first = window_start(start)
+        # Singletons start at the oldest window whose grace has not passed: the window keys
+        # make re-offering a window another beat already fired harmless, and a window a killed
+        # beat claimed nothing of is fired late instead of lost. Non-singletons have no key, so
+        # they start at the current window.
+        self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
         self._first_window = first
         self._announced = False
+        self._missed_tasks: dict[str, CronTask] = {}
+        self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
-            when = task.next_fire(first)
+            begin = self._singleton_first if task.singleton else first
+            self._starts.append(begin)
+            when = task.next_fire(begin)
             if when is not None:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
@@ -112,8 +122,7 @@ class CronEngine:
         if self._announced and (not heap or heap[0][0] > current_ts):
             return TickReport(at)
         if not self._announced:
-            self.store.note_first_seen(self.tasks, self._first_window)
-            self._announced = True
+            self._announce(at)
         saved = list(heap)
         grace_s = self.grace.total_seconds()
         due: dict[float, list[CronTask]] = {}
@@ -124,6 +133,7 @@ class CronEngine:
             resume = ts + 60
             if now_ts >= ts + 60 + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), "missed"))
+                self._missed_tasks[task.id] = task
                 log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
                 # Skip straight to the oldest window whose grace has not passed.
                 edge = now_ts - 60 - grace_s
@@ -138,7 +148,36 @@ class CronEngine:
         except BaseException:
             self._heap = saved
             raise
+        if missed:
+            self._record_missed(missed, at)
         return TickReport(at, tuple(fired), tuple(missed + skipped))
+
+    def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
+        """Windows this engine slept through beyond their grace: a gap unless someone fired."""
+        gaps = [(self._missed_tasks[m.task_id], m.window, m.window + WINDOW) for m in missed]
+        self._missed_tasks.clear()
+        try:
+            self.store.record_gaps(gaps, at, self.owner)
+        except Exception:
+            log.exception("cron: could not record %d missed windows", len(gaps))
+
+    def _announce(self, at: datetime) -> None:
+        """First tick: note the tasks as seen, and record windows nobody fired while no beat
+        was running (the last handled window's successor is older than where we start)."""
+        stats = self.store.stats([task.id for task in self.tasks])
+        gaps: list[tuple[CronTask, datetime, datetime]] = []
+        for task, begin in zip(self.tasks, self._starts, strict=True):
+            last = stats.get(task.id, {}).get("last_window")
+            if not last:
+                continue
+            expected = task.next_fire(_utc(float(last)) + WINDOW)
+            if expected is not None and expected < begin:
+                gaps.append((task, expected, begin))
+        self.store.note_first_seen(self.tasks, self._first_window)
+        if gaps:
+            recorded = self.store.record_gaps(gaps, at, self.owner)
+            log.warning("cron: %d tasks have windows nobody fired before this beat", recorded)
+        self._announced = True
 
     def _fire(
         self, due: dict[float, list[CronTask]], at: datetime

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from celery.beat import Scheduler
@@ -28,6 +28,7 @@ from celery.beat import Scheduler
 from beat.cron_engine import CronEngine
 from beat.drivers import Driver, build_drivers
 from celery_app.app import settings_of
+from celery_app.clock import clock_from_env
 from celery_app.cron import cron_tasks
 from celery_app.cron_publish import CronPublisher
 from celery_app.cron_state import CronStore
@@ -85,7 +86,9 @@ class CronScheduler(Scheduler):
     def __init__(
         self, app: Any, *args: Any, clock: Callable[[], datetime] | None = None, **kwargs: Any
     ) -> None:
-        self.clock = clock or (lambda: datetime.now(UTC))
+        env_clock = clock_from_env()
+        self.clock = clock or env_clock.now
+        self._rate = 1.0 if clock else env_clock.rate
         self.engine: CronEngine | None = None
         self.drivers: list[_DriverSlot] = []
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -173,7 +176,7 @@ class CronScheduler(Scheduler):
         waits = [float(self.max_interval), self.heartbeat_every]
         next_due = self.engine.next_due() if self.engine else None
         if next_due is not None:
-            waits.append((next_due - now).total_seconds())
+            waits.append((next_due - now).total_seconds() / self._rate)
         mono = time.monotonic()
         waits.extend(slot.due - mono for slot in self.drivers)
         return max(MIN_SLEEP, min(waits))

@@ -12,6 +12,7 @@ confirmed) and ``cron_failing`` (pairs whose last run failed).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -73,19 +74,39 @@ end
 return out
 """
 
-# KEYS: in-flight, state, stats, failing. ARGV: window id, outcome, now, error, member.
+# KEYS: in-flight, state, stats, failing. ARGV: window id, outcome, now, error, member, tenant.
 _FINISH_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[2], 'last_end', ARGV[3], 'outcome', ARGV[2])
+redis.call('HSET', KEYS[3], 'last_end', ARGV[3], 'last_outcome', ARGV[2], 'last_tenant', ARGV[6])
 if ARGV[2] == 'success' then
   redis.call('HDEL', KEYS[4], ARGV[5])
 else
   redis.call('HSET', KEYS[2], 'last_error', ARGV[4], 'last_error_at', ARGV[3])
+  redis.call('HSET', KEYS[3], 'last_error', ARGV[4], 'last_error_at', ARGV[3])
   redis.call('HINCRBY', KEYS[2], 'failed', 1)
   redis.call('HINCRBY', KEYS[3], 'failed', 1)
   redis.call('HSET', KEYS[4], ARGV[5], ARGV[4])
 end
 return 1
+"""
+
+# KEYS: gaps list; then one stats key per gap. ARGV: now, detector; then task, from, to per gap.
+# A gap is recorded only if nobody handled a window since: another replica may have fired it.
+_GAPS_LUA = """
+local recorded = 0
+for i = 2, #KEYS do
+  local task, from, to = ARGV[3*i-3], ARGV[3*i-2], ARGV[3*i-1]
+  local last = tonumber(redis.call('HGET', KEYS[i], 'last_window') or '0')
+  if last < tonumber(from) then
+    redis.call('LPUSH', KEYS[1], cjson.encode({task=task, from=tonumber(from), to=tonumber(to),
+                                               detected_at=tonumber(ARGV[1]), detector=ARGV[2]}))
+    redis.call('HSET', KEYS[i], 'last_gap_from', from, 'last_gap_to', to)
+    recorded = recorded + 1
+  end
+end
+redis.call('LTRIM', KEYS[1], 0, 999)
+return recorded
 """
 
 
@@ -125,6 +146,7 @@ class CronStore:
         self.grace = grace
         self._claim = client.register_script(_CLAIM_LUA)
         self._finish = client.register_script(_FINISH_LUA)
+        self._gaps = client.register_script(_GAPS_LUA)
 
     # --- beat / run-now -------------------------------------------------------------------
     def claim(
@@ -240,12 +262,30 @@ class CronStore:
             pipe.hsetnx(self.keys.cron_stats(task.id), "first_seen", int(window.timestamp()))
         pipe.execute()
 
+    def record_gaps(
+        self, gaps: Sequence[tuple[CronTask, datetime, datetime]], now: datetime, detector: str
+    ) -> int:
+        """Record windows ``[from, to)`` of tasks that nobody fired; return how many were new."""
+        if not gaps:
+            return 0
+        keys = [self.keys.cron_gaps()] + [self.keys.cron_stats(task.id) for task, _, _ in gaps]
+        args: list[Any] = [now.timestamp(), detector]
+        for task, start, end in gaps:
+            args.extend([task.id, int(start.timestamp()), int(end.timestamp())])
+        return int(self._gaps(keys=keys, args=args))
+
+    def gaps(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return [json.loads(raw) for raw in self.client.lrange(self.keys.cron_gaps(), 0, limit - 1)]
+
     def heartbeat(self, beat_id: str, now: datetime) -> None:
         self.client.hset(self.keys.beat_heartbeat(), beat_id, now.timestamp())
 
     # --- worker ---------------------------------------------------------------------------
-    def run_started(self, task_id: str, tenant: str, window: str, manual: bool, now: datetime):
-        self.client.hset(
+    def run_started(
+        self, task_id: str, tenant: str, window: str, manual: bool, now: datetime
+    ) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(
             self.keys.cron_state(task_id, tenant),
             mapping={
                 "outcome": "running",
@@ -254,6 +294,8 @@ class CronStore:
                 "manual": "1" if manual else "0",
             },
         )
+        pipe.hset(self.keys.cron_stats(task_id), "last_start", now.timestamp())
+        pipe.execute()
 
     def run_finished(
         self, task_id: str, tenant: str, window: str, outcome: str, error: str, now: datetime
@@ -266,7 +308,7 @@ class CronStore:
                 self.keys.cron_stats(task_id),
                 self.keys.cron_failing(),
             ],
-            args=[window, outcome, now.timestamp(), error, f"{task_id}|{tenant}"],
+            args=[window, outcome, now.timestamp(), error, f"{task_id}|{tenant}", tenant],
         )
 
     # --- readers --------------------------------------------------------------------------

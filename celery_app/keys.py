@@ -66,6 +66,10 @@ class Keys:
         """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
         return f"{self.prefix}:cron:failing"
 
+    def cron_gaps(self) -> str:
+        """List (newest first, capped) of JSON gap records: windows nobody fired."""
+        return f"{self.prefix}:cron:gaps"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self.prefix}:tenants"
