@@ -44,7 +44,8 @@ class Fired:
 class Skipped:
     """Not sent by this engine. ``reason``: taken (another replica or a manual run has the
     window), in-flight (the previous run is still going; recorded), no-provider,
-    provider-failed, send-failed (recorded), missed (the window's grace passed)."""
+    provider-failed, send-failed (recorded), missed (the window's grace passed; recorded as a
+    gap), superseded (a later window of the task was due in the same tick and ran instead)."""
 
     task_id: str
     tenant: str
@@ -127,6 +128,8 @@ class CronEngine:
         grace_s = self.grace.total_seconds()
         due: dict[float, list[CronTask]] = {}
         missed: list[Skipped] = []
+        superseded: list[Skipped] = []
+        due_at: dict[int, float] = {}
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
@@ -139,6 +142,13 @@ class CronEngine:
                 edge = now_ts - 60 - grace_s
                 resume = max(resume, edge - edge % 60 + 60)
             else:
+                latest = due_at.get(index)
+                if latest is not None:
+                    # Two windows of one task due in one tick (a stall): run the newer only,
+                    # or the older's in-flight key would make the newer one skip.
+                    superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
+                    due[latest].remove(task)
+                due_at[index] = ts
                 due.setdefault(ts, []).append(task)
             when = task.next_fire(_utc(resume))
             if when is not None:
@@ -150,7 +160,7 @@ class CronEngine:
             raise
         if missed:
             self._record_missed(missed, at)
-        return TickReport(at, tuple(fired), tuple(missed + skipped))
+        return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""

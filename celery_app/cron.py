@@ -152,7 +152,7 @@ def cron(
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
-        task_name = name or f"{fun.__module__}.{fun.__qualname__}"
+        task_name = name or f"{fun.__module__}.{fun.__name__}"
         declared = make_cron_task(
             task_id=id or task_name,
             name=task_name,
@@ -165,7 +165,8 @@ def cron(
         )
         options = {"name": task_name, "cron_task": declared, "max_retries": 0, **task_options}
         if app is not None:
-            return app.task(**options)(fun)
+            # shared=False: Celery would otherwise add the task to every app created later.
+            return app.task(shared=False, **options)(fun)
         return shared_task(**options)(fun)
 
     return decorate
