@@ -25,8 +25,8 @@ from celery_app.tenants import resolve_tenants
 T0 = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def cron_app(r: redis.Redis, broker_url: str) -> Iterator[Celery]:
+@pytest.fixture(name="cron_app")
+def cron_app_fixture(r: redis.Redis, broker_url: str) -> Iterator[Celery]:
     """A fresh app (its own task registry) on empty state and broker dbs."""
     redis.Redis.from_url(broker_url).flushdb()
     app = create_app(load_settings())

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-pytest_plugins = ("beat_fixtures",)
-
 import threading
 from datetime import timedelta
 
 import pytest
-from beat_fixtures import T0, end_runs, make_engine, sends, store_of
+from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine, sends, store_of  # noqa: F401
 
 from celery_app.cron import GLOBAL_TENANT, cron, window_id
 from celery_app.keys import Keys

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-pytest_plugins = ("beat_fixtures",)
-
 from datetime import timedelta
 
 import pytest
+from beat_fixtures import cron_app_fixture  # noqa: F401
 
 from celery_app.cron import CronSpecError, cron, cron_tasks
 
