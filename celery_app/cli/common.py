@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import click
+import redis
 from celery import Celery
 
 
@@ -15,3 +20,16 @@ def load_app(ctx: click.Context) -> Celery:
     except ValueError as exc:  # CronSpecError, TenantError, SettingsError
         raise click.ClickException(str(exc)) from None
     return app
+
+
+def redis_errors_as_messages(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """A Redis outage is an operator-facing message and exit code 1, not a traceback."""
+
+    @functools.wraps(fun)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fun(*args, **kwargs)
+        except redis.RedisError as exc:
+            raise click.ClickException(f"cannot reach checkbeat's Redis: {exc}") from None
+
+    return wrapper

@@ -10,7 +10,7 @@ import json
 import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
-from celery_app.cli.common import load_app
+from celery_app.cli.common import load_app, redis_errors_as_messages
 from celery_app.cron_service import CronService, CronUsageError, row_dict
 
 
@@ -28,6 +28,7 @@ def schedule(ctx: click.Context) -> None:
 @schedule.command(cls=CeleryCommand, name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @click.pass_context
+@redis_errors_as_messages
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every cron task: spec, timezone, scope, next fire, last run and outcome."""
     rows = _service(ctx).rows()
@@ -64,6 +65,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.option("--tenant", default=None, help="Tenant to run a per-tenant task for.")
 @click.option("--wait", is_flag=True, help="Wait for the worker to finish and print the outcome.")
 @click.pass_context
+@redis_errors_as_messages
 def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> None:
     """Run one task now, through the same window lock and recording as the beat."""
     service = _service(ctx)
@@ -89,6 +91,7 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
 @schedule.command(cls=CeleryCommand, name="diagnose")
 @click.option("--json", "as_json", is_flag=True, help="Findings as a JSON list.")
 @click.pass_context
+@redis_errors_as_messages
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
     findings = _service(ctx).diagnose()

@@ -10,6 +10,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from celery_app.app import settings_of
+from celery_app.cli.common import redis_errors_as_messages
 from celery_app.keys import Keys
 from celery_app.redis_client import get_redis
 from celery_app.tenants import TenantError, validate_tenant
@@ -30,6 +31,7 @@ def tenants(ctx: click.Context) -> None:
 @tenants.command(cls=CeleryCommand, name="add")
 @click.argument("names", nargs=-1, required=True)
 @click.pass_context
+@redis_errors_as_messages
 def add(ctx: click.Context, names: tuple[str, ...]) -> None:
     """Add tenants (all names are validated before any is written)."""
     try:
@@ -44,6 +46,7 @@ def add(ctx: click.Context, names: tuple[str, ...]) -> None:
 @tenants.command(cls=CeleryCommand, name="rm")
 @click.argument("names", nargs=-1, required=True)
 @click.pass_context
+@redis_errors_as_messages
 def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
     """Remove tenants."""
     client, key = _set(ctx)
@@ -53,6 +56,7 @@ def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
 
 @tenants.command(cls=CeleryCommand, name="list")
 @click.pass_context
+@redis_errors_as_messages
 def list_(ctx: click.Context) -> None:
     """List the active tenants, one per line."""
     client, key = _set(ctx)
