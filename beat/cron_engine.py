@@ -221,7 +221,8 @@ class CronEngine:
                 requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
         if not requests and not marks:
             return [], skipped
-        codes = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
+        claim = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
+        codes = claim.codes
         to_send: list[FireRequest] = []
         for req, code in zip(requests, codes, strict=True):
             if code == FIRE:
@@ -239,13 +240,13 @@ class CronEngine:
             error = f"publish failed: {type(exc).__name__}: {exc}"
             log.error("cron: %d messages not published: %s", len(to_send), error)
             try:
-                self.store.record_send_failure(to_send, error, at)
+                self.store.record_send_failure(to_send, error, at, claim)
             except Exception:
                 log.exception("cron: could not record the failed publish (left as pending)")
             skipped.extend(Skipped(r.task.id, r.tenant, r.window, "send-failed") for r in to_send)
             return [], skipped
         try:
-            self.store.confirm_sent(to_send)
+            self.store.confirm_sent(claim)
         except Exception:
             log.exception("cron: published, but could not confirm %d sends", len(to_send))
         return [Fired(r.task.id, r.tenant, r.window) for r in to_send], skipped

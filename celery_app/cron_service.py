@@ -149,7 +149,8 @@ class CronService:
         now = self.clock()
         req = FireRequest(task, tenant_name, window_start(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
-        code = self.store.claim([req], now=now, owner=owner, manual=True)[0]
+        claim = self.store.claim([req], now=now, owner=owner, manual=True)
+        code = claim[0]
         if code == IN_FLIGHT:
             return RunNowResult(
                 False,
@@ -172,9 +173,9 @@ class CronService:
         try:
             (celery_id,) = publisher.publish([req], manual=True)
         except Exception as exc:
-            self.store.record_send_failure([req], f"publish failed: {exc}", now)
+            self.store.record_send_failure([req], f"publish failed: {exc}", now, claim)
             raise
-        self.store.confirm_sent([req])
+        self.store.confirm_sent(claim)
         return RunNowResult(
             True,
             task.id,
@@ -277,7 +278,7 @@ class CronService:
     def _pending_findings(self, now: datetime) -> list[str]:
         cutoff = now - WINDOW - self.settings.cron_grace
         findings = []
-        for member in self.store.pending_before(cutoff):
+        for member in self.store.lost_claims(cutoff):
             task_id, tenant, wid = split_member(member)
             where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
             findings.append(
