@@ -27,6 +27,7 @@ from scheduling_core._time import require_aware
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
+_UNSET = object()
 
 
 class Sender(Protocol):
@@ -130,6 +131,7 @@ class CronEngine:
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
+        next_fires: dict[tuple[str, str, float], object] = {}
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
@@ -150,9 +152,14 @@ class CronEngine:
                     due[latest].remove(task)
                 due_at[index] = ts
                 due.setdefault(ts, []).append(task)
-            when = task.next_fire(_utc(resume))
-            if when is not None:
-                heapq.heappush(heap, (when.timestamp(), index))
+            # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
+            memo = (task.spec, task.timezone, resume)
+            next_ts = next_fires.get(memo, _UNSET)
+            if next_ts is _UNSET:
+                when = task.next_fire(_utc(resume))
+                next_ts = next_fires[memo] = None if when is None else when.timestamp()
+            if next_ts is not None:
+                heapq.heappush(heap, (next_ts, index))
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:

@@ -216,19 +216,17 @@ class CronStore:
         that a task's window was handled even with no tenant to fire for.
         """
         entries: list[tuple[str, str, str, datetime]] = []
+        left_ms: dict[datetime, float] = {}  # per window: ms until its grace ends
         for req in requests:
             kind = "S" if req.task.singleton else "N"
+            window = req.window
+            base = left_ms.get(window)
+            if base is None:
+                base = (window_deadline(window, self.grace) - now).total_seconds() * 1000
+                left_ms[window] = base
             # A message may wait until the deadline, then run up to the hard limit.
-            inflight_ms = int(
-                (
-                    (window_deadline(req.window, self.grace) - now).total_seconds()
-                    + req.task.hard_time_limit
-                )
-                * 1000
-            )
-            entries.append(
-                (req.task.id, req.tenant, f"{kind}:{max(1000, inflight_ms)}", req.window)
-            )
+            inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
+            entries.append((req.task.id, req.tenant, f"{kind}:{inflight_ms}", window))
         for task, window in marks:
             entries.append((task.id, GLOBAL_TENANT, "M:0", window))
         by_window: dict[datetime, list[int]] = {}
