@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import Scheduler
@@ -117,6 +117,10 @@ class CronScheduler(Scheduler):
             owner=f"beat:{self.beat_id}",
             clock=self.clock,
         )
+        try:
+            store.prune_heartbeats(self.clock() - timedelta(days=1))
+        except Exception as exc:
+            log.warning("cron: could not prune old beat heartbeats: %s", exc)
         now = time.monotonic()
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)

@@ -333,6 +333,11 @@ class CronStore:
     def heartbeat(self, beat_id: str, now: datetime) -> None:
         self.client.hset(self.keys.beat_heartbeat(), beat_id, now.timestamp())
 
+    def prune_heartbeats(self, older_than: datetime) -> int:
+        """Forget beats gone for long (each start has a new id, so the hash would only grow)."""
+        stale = [b for b, ts in self.heartbeats().items() if ts < older_than.timestamp()]
+        return self.client.hdel(self.keys.beat_heartbeat(), *stale) if stale else 0
+
     # --- worker ---------------------------------------------------------------------------
     def run_started(
         self, task_id: str, tenant: str, window: str, manual: bool, now: datetime
