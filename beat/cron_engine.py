@@ -171,7 +171,12 @@ class CronEngine:
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""
-        gaps = [(self._missed_tasks[m.task_id], m.window, m.window + WINDOW) for m in missed]
+        gaps = [
+            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
+            for m in missed
+            # Without a provider a per-tenant task never fires; diagnose says that instead.
+            if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
+        ]
         self._missed_tasks.clear()
         try:
             self.store.record_gaps(gaps, at, self.owner)

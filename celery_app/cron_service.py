@@ -105,7 +105,9 @@ class CronService:
                     scope=task.scope,
                     singleton=task.singleton,
                     timeout_s=task.timeout.total_seconds(),
-                    next_fire=nxt.isoformat(timespec="minutes") if nxt else None,
+                    next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
+                    if nxt
+                    else None,
                     last_window=_iso(s.get("last_window")),
                     last_start=_iso(s.get("last_start")),
                     last_end=_iso(s.get("last_end")),
