@@ -127,7 +127,6 @@ class CronEngine:
             self._announce(at)
         saved = list(heap)
         grace_s = self.grace.total_seconds()
-        due: dict[float, list[CronTask]] = {}
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
@@ -149,9 +148,7 @@ class CronEngine:
                     # Two windows of one task due in one tick (a stall): run the newer only,
                     # or the older's in-flight key would make the newer one skip.
                     superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
-                    due[latest].remove(task)
                 due_at[index] = ts
-                due.setdefault(ts, []).append(task)
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
             memo = (task.spec, task.timezone, resume)
             next_ts = next_fires.get(memo, _UNSET)
@@ -160,6 +157,9 @@ class CronEngine:
                 next_ts = next_fires[memo] = None if when is None else when.timestamp()
             if next_ts is not None:
                 heapq.heappush(heap, (next_ts, index))
+        due: dict[float, list[CronTask]] = {}
+        for index, ts in due_at.items():
+            due.setdefault(ts, []).append(self.tasks[index])
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
