@@ -340,7 +340,13 @@ class CronStore:
 
     # --- worker ---------------------------------------------------------------------------
     def run_started(
-        self, task_id: str, tenant: str, window: str, manual: bool, now: datetime
+        self,
+        task_id: str,
+        tenant: str,
+        window: str,
+        manual: bool,
+        now: datetime,
+        celery_id: str = "",
     ) -> None:
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(
@@ -350,6 +356,7 @@ class CronStore:
                 "last_start": now.timestamp(),
                 "last_run_window": window,
                 "manual": "1" if manual else "0",
+                "celery_id": celery_id or "",
             },
         )
         pipe.hset(self.keys.cron_stats(task_id), "last_start", now.timestamp())
