@@ -179,7 +179,7 @@ class CronEngine:
         ]
         self._missed_tasks.clear()
         try:
-            self.store.record_gaps(gaps, at, self.owner)
+            self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
 
@@ -197,7 +197,7 @@ class CronEngine:
                 gaps.append((task, expected, begin))
         self.store.note_first_seen(self.tasks, self._first_window)
         if gaps:
-            recorded = self.store.record_gaps(gaps, at, self.owner)
+            recorded = self.store.record_gaps(gaps, at, f"no beat ran them; found by {self.owner}")
             log.warning("cron: %d tasks have windows nobody fired before this beat", recorded)
         self._announced = True
 

@@ -296,10 +296,11 @@ class CronService:
                 continue
             start = datetime.fromtimestamp(gap["from"], UTC)
             end = datetime.fromtimestamp(gap["to"], UTC)
+            tenant = gap.get("tenant")
+            where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             findings.append(
-                f"task {gap['task']!r}: windows from {window_id(start)} to before "
-                f"{window_id(end)} were not fired (no beat ran them; detected by "
-                f"{gap['detector']})"
+                f"task {gap['task']!r}{where}: windows from {window_id(start)} to before "
+                f"{window_id(end)} were not fired ({gap['detector']})"
             )
         return findings
 

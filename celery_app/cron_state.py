@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 from uuid import uuid4
@@ -393,20 +393,66 @@ class CronStore:
         return self.client.get(self.keys.cron_window(task_id, tenant, wid))
 
     def lost_claims(self, cutoff: datetime) -> list[str]:
-        """Members (``task|tenant|window``) claimed before ``cutoff`` whose publish was never
-        confirmed, and whose window key still names the claimant (so they were not sent)."""
+        """Members (``task|tenant|window``) claimed before ``cutoff`` and never confirmed
+        published: the claim fired them (their state's ``last_sent_at`` is the claim's time)
+        and no run of that window ever started."""
         stale = []
         for raw in self.client.hvals(self.keys.cron_pending()):
             record = json.loads(raw)
             if float(record["at"]) < cutoff.timestamp():
-                stale.extend((record["owner"], member) for member in record["members"])
+                stale.extend((float(record["at"]), member) for member in record["members"])
         if not stale:
             return []
+        pairs = [split_member(member)[:2] for _, member in stale]
         pipe = self.client.pipeline(transaction=False)
-        for _, member in stale:
-            pipe.get(self.keys.cron_window(*split_member(member)))
-        owners = pipe.execute()
-        return [m for (owner, m), held in zip(stale, owners, strict=True) if held == owner]
+        for task_id, tenant in pairs:
+            pipe.hmget(self.keys.cron_state(task_id, tenant), "last_sent_at", "last_run_window")
+        lost = []
+        for (at, member), (sent_at, run_window) in zip(stale, pipe.execute(), strict=True):
+            if sent_at and float(sent_at) == at and run_window != split_member(member)[2]:
+                lost.append(member)
+        return lost
+
+    def sweep_lost_claims(self, cutoff: datetime, now: datetime) -> list[str]:
+        """Turn claims unconfirmed since before ``cutoff`` into gap records (kept for diagnose
+        like any gap) and drop them from the pending index; return the lost members."""
+        records = self.client.hgetall(self.keys.cron_pending())
+        stale = [
+            b for b, raw in records.items() if float(json.loads(raw)["at"]) < cutoff.timestamp()
+        ]
+        if not stale:
+            return []
+        lost = self.lost_claims(cutoff)
+        owners = {}
+        for batch in stale:
+            record = json.loads(records[batch])
+            owners.update(dict.fromkeys(record["members"], record["owner"]))
+        pipe = self.client.pipeline(transaction=False)
+        for member in lost:
+            task_id, tenant, wid = split_member(member)
+            start = datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
+            gap = {
+                "task": task_id,
+                "tenant": tenant,
+                "from": start.timestamp(),
+                "to": (start + WINDOW).timestamp(),
+                "detected_at": now.timestamp(),
+                "detector": f"claimed by {owners.get(member, '?')}, never published",
+            }
+            pipe.lpush(self.keys.cron_gaps(), json.dumps(gap))
+        pipe.ltrim(self.keys.cron_gaps(), 0, 999)
+        pipe.hdel(self.keys.cron_pending(), *stale)
+        pipe.execute()
+        return lost
+
+    def prune_pending(self, older_than: datetime) -> int:
+        """Drop unconfirmed claims older than ``older_than`` (diagnose has reported them)."""
+        old = [
+            batch
+            for batch, raw in self.client.hgetall(self.keys.cron_pending()).items()
+            if float(json.loads(raw)["at"]) < older_than.timestamp()
+        ]
+        return self.client.hdel(self.keys.cron_pending(), *old) if old else 0
 
     def failing(self) -> dict[str, str]:
         return self.client.hgetall(self.keys.cron_failing())

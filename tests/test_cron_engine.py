@@ -211,3 +211,12 @@ def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app,
     assert sends(broker_url) == {}
     findings = CronService(cron_app, clock=lambda: T0 + 3 * MIN).diagnose()
     assert any("half-done" in f and "never confirmed" in f for f in findings), findings
+    # A live beat's sweep turns the lost claim into a gap record, which outlives later windows.
+    assert store.sweep_lost_claims(T0 + MIN, T0 + 3 * MIN) == [f"half-done|-|{window_id(T0)}"]
+    end_runs(r)
+    assert [f.task_id for f in survivor.tick(T0 + 4 * MIN).fired] == ["half-done"]
+    findings = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
+    assert not any("never confirmed" in f for f in findings)
+    assert any(
+        "half-done" in f and "claimed by beat:dead, never published" in f for f in findings
+    ), findings
