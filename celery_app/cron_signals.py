@@ -130,8 +130,8 @@ def _on_hard_time_limit(
     **_: Any,
 ) -> None:
     """A hard time limit or a lost pool child ends the run without a postrun of its own: the
-    pool parent reports it here, without the message headers. The run is found by its Celery id in the state the child's
-    prerun wrote."""
+    pool parent reports it here, without the message headers. The run is found by its Celery
+    id in the state the child's prerun wrote."""
     declared = getattr(sender, "cron_task", None)
     lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
     if not lost or not isinstance(declared, CronTask):
