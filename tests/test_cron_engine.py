@@ -240,3 +240,11 @@ def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r
     assert len(overdue) == 2, late
     assert "'five-min' is overdue: window 2030-01-01T00:05Z" in overdue[0]
     assert "never fired" in overdue[1]
+
+
+def test_declared_queue_is_where_the_message_goes(cron_app, broker_url):
+    _declare(cron_app, "routed", queue="reports")
+    _declare(cron_app, "default-queue")
+    make_engine(cron_app).tick(T0 + timedelta(seconds=1))
+    assert set(sends(broker_url, queues=("reports",))) == {("routed", GLOBAL_TENANT, window_id(T0))}
+    assert set(sends(broker_url)) == {("default-queue", GLOBAL_TENANT, window_id(T0))}
