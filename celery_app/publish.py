@@ -183,7 +183,7 @@ def fast_path_supported(app: Celery) -> bool:
         url.split("://", 1)[0] in ("redis", "rediss")
         and not options.get("global_keyprefix")
         and not options.get("priority_steps")
-        and not options.get("queue_order_strategy") == "priority"
+        and options.get("queue_order_strategy") != "priority"
     )
 
 

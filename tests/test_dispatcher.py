@@ -183,7 +183,7 @@ def test_published_message_carries_the_claim_and_time_limits(
     raw = json.loads(broker.lpop(check_queue("eu", "fast")))
     assert raw["headers"]["task"] == RUN_CHECK_TASK
     assert raw["headers"]["timelimit"] == [17.0, 15.0]
-    args, kwargs, _ = json.loads(base64.b64decode(raw["body"]))
+    _args, kwargs, _ = json.loads(base64.b64decode(raw["body"]))
     msg = RunCheck.from_kwargs(kwargs)
     assert msg.job_id == "c000@eu" and msg.lease_token == claim.lease_token
     assert msg.scheduled_at == pytest.approx(T0) and msg.timeout_s == 15.0
