@@ -151,7 +151,7 @@ class Dispatcher:
         for region in self.regions:
             first = True
             while True:
-                total, slow, in_fast, in_slow, skipped, flat = run_script(
+                total, slow, in_fast, in_slow, skipped, lines = run_script(
                     self.redis,
                     "claim",
                     keys=[
@@ -176,19 +176,21 @@ class Dispatcher:
                     slots[region] = RegionSlots(total, slow, in_fast, in_slow)
                     first = False
                 limited += skipped
-                got = len(flat) // 6
-                for k in range(0, len(flat), 6):
+                got = 0
+                for line in lines.splitlines() if lines else ():
+                    job, token, sched, effective, cost, lane = line.split(" ")
                     claims.append(
                         Claim(
-                            job_id=flat[k],
+                            job_id=job,
                             region=region,
-                            lane=int(flat[k + 5]),
-                            lease_token=flat[k + 1],
-                            scheduled_at=float(flat[k + 2]),
-                            effective_scheduled_at=float(flat[k + 3]),
-                            cost_ewma_ms=float(flat[k + 4]),
+                            lane=int(lane),
+                            lease_token=token,
+                            scheduled_at=float(sched),
+                            effective_scheduled_at=float(effective),
+                            cost_ewma_ms=float(cost),
                         )
                     )
+                    got += 1
                 if got < CLAIM_BATCH:
                     break
         return claims, slots, limited
