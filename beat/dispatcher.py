@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
-RATE_LIMITED_SCAN = 1000
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs stepped over per region per tick
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import Celery, shared_task
+
 from scheduling_core.cron import CronError, Schedule, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)

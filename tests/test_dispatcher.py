@@ -249,3 +249,13 @@ def test_deleted_check_is_never_claimed(r, keys, store, dispatcher_app, broker):
     d.promote(T0 + 1)
     store.delete("c000")
     assert claimed_ids(d.tick(T0 + 1)) == ["c001@eu"]
+
+
+def test_beat_runs_the_dispatcher_as_a_driver(dispatcher_app, settings):
+    from beat.drivers import build_drivers
+
+    drivers = build_drivers(dispatcher_app)
+    dispatchers = [d for d in drivers if isinstance(d, Dispatcher)]
+    assert len(dispatchers) == 1
+    assert dispatchers[0].interval == settings.dispatch_interval == 0.5
+    assert dispatchers[0].regions == ("eu", "us", "ap")
