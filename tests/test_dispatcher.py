@@ -260,3 +260,24 @@ def test_beat_runs_the_dispatcher_as_a_driver(dispatcher_app, settings):
     assert len(dispatchers) == 1
     assert dispatchers[0].interval == settings.dispatch_interval == 0.5
     assert dispatchers[0].regions == ("eu", "us", "ap")
+
+
+def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, broker):
+    import redis as redis_lib
+
+    from celery_app.embedded_redis import free_port
+    from celery_app.publish import RedisBatchPublisher
+
+    make_checks(store, 3)
+    for i in range(3):
+        learned(r, keys, store.params, f"c{i:03d}@eu", scheduled_at=T0)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=3)
+    dead_broker = RedisBatchPublisher(f"redis://127.0.0.1:{free_port()}/0")
+    d = Dispatcher(dispatcher_app, client=r, publisher=dead_broker)
+    with pytest.raises(redis_lib.ConnectionError):
+        d.tick(T0 + 1)
+    # nothing is leased, nothing was penalized: the jobs wait in order for the next tick
+    assert r.zcard(keys.leases("eu", 0)) == 0
+    assert r.zrange(keys.ready("eu", 0), 0, -1) == ["c000@eu", "c001@eu", "c002@eu"]
+    assert all(read_job(r, keys, f"c{i:03d}@eu").lease_token is None for i in range(3))
+    assert len(Dispatcher(dispatcher_app, client=r).tick(T0 + 2).claims) == 3
