@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from checks_fixtures import at
+from checks_helpers import at
 
 from celery_app.checks import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError

@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from checks_fixtures import at, learned, register_fake_worker
+from checks_helpers import at, learned, register_fake_worker
 
 from beat.dispatcher import Dispatcher
 from celery_app.checks import CheckStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from checks_fixtures import at, register_fake_worker
+from checks_helpers import at, register_fake_worker
 
 from beat.dispatcher import Dispatcher
 from celery_app.errors import CheckFieldError
