@@ -281,3 +281,31 @@ def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, b
     assert r.zrange(keys.ready("eu", 0), 0, -1) == ["c000@eu", "c001@eu", "c002@eu"]
     assert all(read_job(r, keys, f"c{i:03d}@eu").lease_token is None for i in range(3))
     assert len(Dispatcher(dispatcher_app, client=r).tick(T0 + 2).claims) == 3
+
+
+def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
+    r, keys, store, dispatcher_app, broker
+):
+    from celery_app.dispatch import refill_after_run
+    from celery_app.jobs import finish_run
+
+    make_checks(store, 3)
+    for i in range(3):
+        learned(r, keys, store.params, f"c{i:03d}@eu", scheduled_at=T0 + i * 0.01)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
+    (first,) = Dispatcher(dispatcher_app, client=r).tick(T0 + 1).claims
+    assert refill_after_run(dispatcher_app, "eu", T0 + 1.01) == 0  # the slot is still busy
+    assert finish_run(
+        r,
+        keys,
+        store.params,
+        first.job_id,
+        first.lease_token,
+        duration_ms=40.0,
+        timed_out=False,
+        exec_start=at(T0 + 1),
+        now=at(T0 + 1.04),
+    )
+    assert refill_after_run(dispatcher_app, "eu", T0 + 1.04) == 1
+    assert r.zrange(keys.leases("eu", 0), 0, -1) == ["c001@eu"]
+    assert broker.llen(check_queue("eu", "fast")) == 2
