@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
 RATE_LIMITED_SCAN = 5000  # rate-limited jobs stepped over per region per tick
+# A refill runs after every finished run: it steps over fewer, the next tick does the rest.
+REFILL_RATE_LIMITED_SCAN = 200
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,9 @@ class Dispatcher:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
         now_s = _as_unix(now)
         self.promote(now_s)
-        claims, _, _ = self.claim(now_s, regions=(region,))
+        claims, _, _ = self.claim(
+            now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
+        )
         self.publish(claims)
         return tuple(claims)
 
@@ -159,7 +163,11 @@ class Dispatcher:
                 return total
 
     def claim(
-        self, now_s: float, regions: Sequence[str] | None = None
+        self,
+        now_s: float,
+        regions: Sequence[str] | None = None,
+        *,
+        rate_limited_scan: int = RATE_LIMITED_SCAN,
     ) -> tuple[list[Claim], dict[str, RegionSlots], int]:
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
@@ -186,7 +194,7 @@ class Dispatcher:
                         self.keys.job_prefix(),
                         self.keys.rate_limit_prefix(),
                         CLAIM_BATCH,
-                        RATE_LIMITED_SCAN,
+                        rate_limited_scan,
                     ],
                 )
                 if first:
