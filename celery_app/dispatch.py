@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
-RATE_LIMITED_SCAN = 5000  # rate-limited jobs stepped over per region per tick
-# A refill runs after every finished run: it steps over fewer, the next tick does the rest.
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per call
+# A refill runs after every finished run: it moves fewer, the next tick does the rest.
 REFILL_RATE_LIMITED_SCAN = 200
 
 
@@ -186,6 +186,7 @@ class Dispatcher:
                         self.keys.leases(region, LANE_SLOW),
                         self.keys.region_workers(region),
                         self.keys.lease_seq(),
+                        self.keys.held_tenants(region),
                     ],
                     args=[
                         repr(now_s),
@@ -195,6 +196,7 @@ class Dispatcher:
                         self.keys.rate_limit_prefix(),
                         CLAIM_BATCH,
                         rate_limited_scan,
+                        self.keys.held_prefix(region),
                     ],
                 )
                 if first:
