@@ -2,8 +2,10 @@
 
 ``parse(spec)`` returns an immutable :class:`Schedule`; ``Schedule.matches(t)`` says whether it
 fires in the minute of ``t`` and ``Schedule.next(t)`` returns the earliest minute start ``>= t``
-at which it fires, both read in ``t``'s own timezone. Bad specs raise :class:`CronError`, a
-``ValueError`` whose message names the field, the token and what is allowed.
+at which it fires, both read in ``t``'s own timezone; ``Schedule.next_after(t)`` is the first
+firing strictly after ``t``. Bad specs raise :class:`CronError`, a ``ValueError`` whose message
+names the field, the token and what is allowed (also as ``.field`` and ``.token``).
+``Schedule.spec``, ``describe()``, ``never`` and ``fixed_time`` are for ``schedule list``.
 
 Syntax (cronie, the cron of most Linux machines)
 -------------------------------------------------
@@ -43,32 +45,44 @@ A job is *fixed-time* unless its minute or its hour field starts with ``*``. Acr
   ``30 1 * * *`` on the New York fall-back day is 01:30 EST of the *next* day. A wildcard job fires
   in both passes (``fold=0`` and then ``fold=1``).
 
+Like cronie, this applies to gaps shorter than three hours and overlaps of up to three hours; a
+bigger jump (Samoa skipping 2011-12-30 to cross the date line) is not DST, and every job then
+follows the wall clock.
+
 ``matches`` and ``next`` implement the same set of instants: ``matches(t)`` is true exactly when
-``next`` of the start of ``t``'s minute returns that minute. Calling ``next(prev + 1 minute)``
-repeatedly therefore walks the firing instants in order, across transitions. Assumptions: UTC
-offsets are whole minutes and a zone changes offset at most once a day (true of every modern
-tzdata rule); offsets before 1900 (local mean time) are not supported.
+``next`` of the start of ``t``'s minute returns that minute. Walking the firing instants is
+``next_after(prev)`` (the first firing strictly after ``prev``), or ``next`` of one *real*
+minute later. Beware that ``prev + timedelta(minutes=1)`` on a zoneinfo datetime is wall-clock
+arithmetic and drops ``fold``: from 01:59 EDT it gives 02:00 EST, skipping the repeated hour, and
+from 01:30 EST (fold=1) it gives 01:31 EDT, back in time. Fixed-time jobs are immune (they never
+fire in the repeated pass); wildcard jobs are not, so use ``next_after`` or add in UTC.
+Assumptions: UTC offsets are whole minutes and a zone does not change offset twice within a few
+hours (true of every tzdata rule since 1900); local mean time before 1900 is not supported.
 
 Equality
 --------
-Schedules compare (and hash) by meaning, not by text: ``@weekly``, ``0 0 * * 0``,
-``0 0 * * 7`` and ``0 0 * * sun`` are equal; ``0 0 * * *`` and ``0 0 */1 * *`` are equal. The
-fixed-time/wildcard distinction is part of the meaning (``0 0 * * *`` differs from
-``*/60 0 * * *``, because they behave differently across DST), and every spec that can never
-fire is equal to every other. ``repr`` and ``spec`` keep the original text.
+Schedules compare (and hash) by their parsed meaning, not by text: the expanded value sets, the
+day rule and the fixed-time flag. ``@weekly``, ``0 0 * * 0``, ``0 0 * * 7`` and
+``0 0 * * sun`` are equal; so are ``0 0 * * *``, ``0 0 */1 * *`` and ``0 0 1-31 * 0-6`` (every
+day either way). The fixed-time/wildcard distinction is part of the meaning (``0 0 * * *``
+differs from ``*/60 0 * * *``: they behave differently across DST), and every spec that can
+never fire equals every other. It is not a full equivalence decision: values that can never
+matter still count (``0 0 29-31 2 *`` differs from ``0 0 29 2 *``). ``repr`` and ``spec`` keep
+the original text; ``Schedule(spec)`` is ``parse(spec)``, and pickling re-parses the text.
 
 Speed
 -----
 Each field is a bitmask; the days of a month are one mask per (weekday of the 1st, month length),
 precomputed at parse. ``next`` jumps to the next matching month, day, hour and minute with bit
-tricks and never walks minute by minute, so the answer is exact however far away it is (``0 0 29 2
-*`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances and the tz database's
-fixed-offset zones (``UTC``, ``Etc/GMT+5``...) take a fast path; any other tzinfo takes the
-DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
+tricks and never walks minute by minute, so the answer is exact however far away it is
+(``0 0 29 2 *`` from 2096-03-01 is 2104-02-29). ``datetime.timezone`` instances and the tz
+database's fixed-offset zones (``UTC``, ``Etc/GMT+5``...) take a fast path; any other tzinfo
+takes the DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pytz``).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any, NoReturn
 
@@ -77,6 +91,10 @@ from scheduling_core._time import require_aware
 __all__ = ["CronError", "Schedule", "parse"]
 
 _UTC = UTC
+# cron.c classifies the wall-clock jump it wakes up to: more than 180 minutes either way is a
+# "large" jump, not DST. A gap of d minutes is a jump of d + 1, an overlap of d a jump of -(d - 1):
+# gaps shorter than 3 hours and overlaps up to 3 hours get the DST treatment.
+_DST_LIMIT = timedelta(hours=3)
 _MINUTE = timedelta(minutes=1)
 _MAX_YEAR = 9999
 
@@ -118,6 +136,13 @@ _FIXED_ZONES = frozenset(
     ]
 )
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_LONG_MONTHS = sum(1 << m for m in range(1, 13) if _DAYS_IN_MONTH[m] == 31)
+_SHORT_MONTHS = sum(1 << m for m in range(1, 13) if _DAYS_IN_MONTH[m] == 30)
+_FEBRUARY = 1 << 2
+# '*' per field; day-of-week keeps Sunday as 0 only
+_FULL = tuple(
+    (1 << (hi + 1)) - (1 << lo) for lo, hi in ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+)
 _ALL_DAYS = (1 << 32) - 2  # bits 1..31
 _MONTH_DAYS = {length: (1 << (length + 1)) - 2 for length in (28, 29, 30, 31)}
 _FIVE_WEEKS = sum(1 << (7 * week) for week in range(5))  # multiplier that repeats 7 bits 5 times
@@ -173,6 +198,10 @@ def _value(text: str, index: int, item: str) -> int:
 def _parse_field(text: str, index: int) -> int:
     """The bitmask (bit n set = value n matches) of one field's text."""
     lo, hi = _BOUNDS[index]
+    if text == "*":
+        return _FULL[index]
+    if text.isascii() and text.isdigit() and lo <= int(text) <= hi and index != _DOW:
+        return 1 << int(text)
     mask = 0
     for item in text.split(","):
         if item == "":
@@ -219,10 +248,6 @@ def _low(mask: int) -> int:
     return (mask & -mask).bit_length() - 1
 
 
-def _bits(mask: int) -> tuple[int, ...]:
-    return tuple(i for i in range(mask.bit_length()) if mask >> i & 1)
-
-
 def _split(spec: str) -> tuple[str, list[str]]:
     if not isinstance(spec, str):
         raise TypeError(f"cron spec must be a str, got {type(spec).__name__}")
@@ -245,6 +270,12 @@ def _split(spec: str) -> tuple[str, list[str]]:
             )
         raise CronError(f"unknown macro {text!r}; allowed macros: {macros}", token=text)
     fields = text.split()
+    if len(fields) != 5 and re.search(r",\s|\s,", text):
+        raise CronError(
+            f"{text!r} has a space next to a comma; a list is one field with no spaces in it "
+            "(write 1,15 not 1, 15)",
+            token=text,
+        )
     if len(fields) in (6, 7):
         raise CronError(
             f"{text!r} has {len(fields)} fields, but a cron spec has five ({_FIELD_LIST}): "
@@ -289,14 +320,12 @@ def _day_masks(dom: int, dow: int, day_or: bool) -> tuple[int, ...]:
 class Schedule:
     """A parsed cron spec. Immutable and hashable; equal when the meaning is equal.
 
-    ``spec`` is the text as given. Build one with :func:`parse`.
+    ``spec`` is the text as given. Build one with :func:`parse` (or ``Schedule(spec)``, the
+    same thing).
     """
 
     __slots__ = (
-        "_day_or",
         "_daytab",
-        "_dom",
-        "_dow",
         "_first_hour",
         "_first_minute",
         "_first_month",
@@ -312,10 +341,7 @@ class Schedule:
     spec: str
     _minutes: int
     _hours: int
-    _dom: int
     _months: int
-    _dow: int
-    _day_or: bool
     _wildcard: bool
     _daytab: tuple[int, ...]
     _first_minute: int
@@ -324,8 +350,9 @@ class Schedule:
     _never: bool
     _key: tuple[Any, ...]
 
-    def __init__(self) -> None:
-        raise TypeError("use scheduling_core.cron.parse(spec) to build a Schedule")
+    def __new__(cls, spec: str) -> Schedule:
+        """``Schedule(spec)`` is ``parse(spec)``."""
+        return parse(spec)
 
     @classmethod
     def _build(cls, spec: str, masks: list[int], *, day_or: bool, wildcard: bool) -> Schedule:
@@ -334,10 +361,13 @@ class Schedule:
         daytab = _day_masks(dom, dow, day_or)
         # Every month shape occurs (the 400-year cycle has each weekday of the 1st for every
         # month, leap Februaries included), so the spec fires iff some shape has a day.
-        never = not any(
-            daytab[weekday * 4 + (29 if month == 2 else _DAYS_IN_MONTH[month]) - 28]
-            for month in _bits(months)
-            for weekday in range(7)
+        fits = [0, 0, 0, 0]  # by month length - 28: days that match with some weekday of the 1st
+        for i, days in enumerate(daytab):
+            fits[i & 3] |= days
+        never = not (
+            (months & _LONG_MONTHS and fits[3])
+            or (months & _SHORT_MONTHS and fits[2])
+            or (months & _FEBRUARY and fits[1])
         )
         if never:
             key: tuple[Any, ...] = ("never",)
@@ -349,10 +379,7 @@ class Schedule:
             "spec": spec,
             "_minutes": minutes,
             "_hours": hours,
-            "_dom": dom,
             "_months": months,
-            "_dow": dow,
-            "_day_or": day_or,
             "_wildcard": wildcard,
             "_daytab": daytab,
             "_first_minute": _low(minutes),
@@ -475,7 +502,10 @@ class Schedule:
             return self._wall_matches(t.year, t.month, t.day, t.hour, t.minute)
         local = t.astimezone(_UTC).astimezone(tz)
         if self._wall_matches(local.year, local.month, local.day, local.hour, local.minute):
-            return not (local.fold and not self._wildcard)
+            if local.fold and not self._wildcard:  # the repeated pass of an overlap
+                back = local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]
+                return back > _DST_LIMIT  # not DST: cronie follows the wall clock
+            return True
         if self._wildcard:
             return False
         local = local.replace(second=0, microsecond=0)
@@ -489,7 +519,7 @@ class Schedule:
         before = (local.astimezone(_UTC) - _MINUTE).astimezone(local.tzinfo)
         offset, previous = local.utcoffset(), before.utcoffset()
         assert offset is not None and previous is not None
-        if previous >= offset:
+        if previous >= offset or offset - previous >= _DST_LIMIT:
             return False
         wall = local.replace(tzinfo=None)
         gap_start = wall - (offset - previous)
@@ -514,10 +544,26 @@ class Schedule:
         minute = t.minute
         if t.second or t.microsecond:
             minute += 1  # may be 60: _next_wall carries it
+        elif self._wall_matches(t.year, t.month, t.day, t.hour, minute):
+            return t
         found = self._next_wall(t.year, t.month, t.day, t.hour, minute)
         if found is None:
             return None
-        return datetime(*found, tzinfo=tz)
+        year, month, day, hour, minute = found
+        return datetime(year, month, day, hour, minute, 0, 0, tz)  # positional: 2x faster
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first firing strictly after ``t``, in ``t``'s timezone: ``next`` of the minute
+        that starts one real (not wall-clock) minute after the start of ``t``'s minute.
+
+        This is how to walk the firings: ``fire = schedule.next_after(fire)``.
+        """
+        require_aware(t, "t")
+        tz = t.tzinfo
+        if type(tz) is timezone or getattr(tz, "key", None) in _FIXED_ZONES:
+            return self.next(t.replace(second=0, microsecond=0) + _MINUTE)
+        instant = t.astimezone(_UTC).replace(second=0, microsecond=0) + _MINUTE
+        return self.next(instant.astimezone(tz))
 
     def _next_zoned(self, t: datetime, tz: tzinfo) -> datetime | None:
         """``next`` for a zone with transitions: search wall-clock time, then map to instants."""
@@ -541,7 +587,8 @@ class Schedule:
                 )
                 if found is None:
                     return None
-                result = datetime(*found, tzinfo=tz)
+                year, month, day, hour, minute = found
+                result = datetime(year, month, day, hour, minute, 0, 0, tz)
                 if result.utcoffset() == result.replace(fold=1).utcoffset():
                     return result
         return self._next_zoned_slow(local, tz)
@@ -561,7 +608,7 @@ class Schedule:
                 found = self._next_wall_dt(wall)
                 if found is not None and found < end:
                     return found.replace(tzinfo=tz)
-            if not fixed:  # wildcard jobs fire in the repeated pass too
+            if not fixed or off0 - off1 > _DST_LIMIT:  # wildcard jobs fire in both passes
                 found = self._next_wall_dt(wall if local.fold else start)
                 if found is not None and found < end:
                     return found.replace(tzinfo=tz, fold=1)
@@ -574,7 +621,7 @@ class Schedule:
             if off0 >= off1:  # exists (first pass if repeated)
                 return found.replace(tzinfo=tz)
             transition, gap_end = _transition(found, tz, off0, off1)
-            if fixed:  # cronie: a skipped fixed-time job runs at the first minute after the gap
+            if fixed and off1 - off0 < _DST_LIMIT:  # run a skipped fixed-time job after the gap
                 return transition.astimezone(tz)
             wall = gap_end
 

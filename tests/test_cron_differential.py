@@ -13,10 +13,18 @@ its start. Known, documented divergences, kept out of the generated specs or che
 4. Syntax cronsim accepts and we refuse (Quartz ``L``, ``W``, ``#``, six fields with seconds) and
    macros (we accept ``@daily`` etc.; cronsim does not): not generated here (see the error and
    vector tests).
-5. Time zones: compared in UTC only; DST behaviour is pinned by tests/test_cron_dst.py.
+5. Time zones: the main comparison is in UTC; a second one runs around the 2026 transitions of
+   Europe/Berlin and America/New_York, where cronsim follows the same cronie DST rules. There,
+   a fixed-time spec asked from the repeated pass of an overlap (fold=1) is left out: cronsim
+   drops the fold and answers with the first pass, an instant *before* its start
+   (test_cronsim_answers_before_its_start_in_the_repeated_pass pins this). DST behaviour itself
+   is pinned by tests/test_cron_dst.py.
 6. A one-value range with a step (``5-5/10``): cronie sets just 5; cronsim (2.8) sees a single
    value before the slash and reads it as ``5/10``, i.e. ``5-59/10``. Not generated here (the
    vector table pins ``3-3``; see test_single_value_range_with_step below).
+7. Clock changes of three hours or more (Antarctica/Casey's 3-hour gaps, Samoa's skipped day):
+   cronsim catches up skipped fixed-time jobs after any gap; cronie, and we, only after gaps
+   shorter than three hours (test_cronsim_catches_up_after_a_three_hour_gap pins this).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import cronsim
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from scheduling_core.cron import parse
@@ -142,6 +150,59 @@ def test_sparse_specs_agree_with_cronsim(spec: str, start: datetime) -> None:
         assert ours == theirs
 
 
+TRANSITIONS = [
+    (ZoneInfo("Europe/Berlin"), datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
+    (ZoneInfo("Europe/Berlin"), datetime(2026, 10, 25, 1, 0, tzinfo=UTC)),
+    (ZoneInfo("America/New_York"), datetime(2026, 3, 8, 7, 0, tzinfo=UTC)),
+    (ZoneInfo("America/New_York"), datetime(2026, 11, 1, 6, 0, tzinfo=UTC)),
+]
+night_hours = st.sampled_from(["1", "2", "3", "1-3", "0-4/2", "2,3", "*/2", "*", "1/3"])
+dst_specs = st.tuples(field(0), field(1) | night_hours, field(2), st.just("*"), field(4)).map(
+    " ".join
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=dst_specs,
+    transition=st.sampled_from(TRANSITIONS),
+    minutes=st.integers(-300, 300),
+)
+def test_next_agrees_with_cronsim_around_dst_transitions(
+    spec: str, transition: tuple[ZoneInfo, datetime], minutes: int
+) -> None:
+    tz, moment = transition
+    start = (moment + timedelta(minutes=minutes)).astimezone(tz)
+    schedule = parse(spec)
+    assume(not (start.fold and schedule.fixed_time))  # divergence 5
+    ours = schedule.next((start.astimezone(UTC) + MINUTE).astimezone(tz))
+    theirs = cronsim_next(spec, start)
+    assert isinstance(theirs, datetime)
+    assert ours is not None
+    assert ours.astimezone(UTC) == theirs.astimezone(UTC)
+    assert ours.utcoffset() == theirs.utcoffset()
+
+
+def test_cronsim_answers_before_its_start_in_the_repeated_pass() -> None:
+    """Divergence 5, pinned: from 01:03 EST (the repeated hour), ``30 1 * * *`` next fires the
+    following day; cronsim answers 01:30 EDT, half an hour before its own start."""
+    new_york = ZoneInfo("America/New_York")
+    start = datetime(2026, 11, 1, 1, 3, tzinfo=new_york, fold=1)
+    theirs = cronsim_next("30 1 * * *", start)
+    assert isinstance(theirs, datetime)
+    assert theirs.astimezone(UTC) < start.astimezone(UTC)
+    ours = parse("30 1 * * *").next_after(start)
+    assert ours == datetime(2026, 11, 2, 1, 30, tzinfo=new_york)
+
+
+def test_cronsim_catches_up_after_a_three_hour_gap() -> None:
+    """Divergence 7, pinned: Casey jumped from 04:00 +08 to 07:00 +11 on 2018-10-07."""
+    casey = ZoneInfo("Antarctica/Casey")
+    start = datetime(2018, 10, 7, 0, 0, tzinfo=casey)
+    assert cronsim_next("30 5 * * *", start) == datetime(2018, 10, 7, 7, 0, tzinfo=casey)
+    assert parse("30 5 * * *").next_after(start) == datetime(2018, 10, 8, 5, 30, tzinfo=casey)
+
+
 def test_differential_catches_an_and_or_mixup() -> None:
     """The comparison above is not vacuous: the day rule is where libraries differ most."""
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -183,7 +244,7 @@ def test_next_is_the_first_matching_minute(spec: str, start: datetime, tz: objec
     assert fired is not None
     assert fired.tzinfo is t.tzinfo
     assert (fired.second, fired.microsecond) == (0, 0)
-    assert fired >= t
+    assert fired.astimezone(UTC) >= t.astimezone(UTC)  # same-zone comparisons ignore fold
     assert schedule.matches(fired)
     u = t.astimezone(UTC)
     if u.second or u.microsecond:
@@ -229,5 +290,6 @@ def test_bench_smoke_runs_and_the_three_libraries_agree() -> None:
     assert [row.spec for row in rows] == bench.SPECS
     disagreements = [row.spec for row in rows if not row.agree]
     assert not disagreements, disagreements
-    assert any(line.startswith("geometric-mean speed-up") for line in lines)
+    assert sum(line.startswith("geometric-mean speed-up") for line in lines) == 2
+    assert sum(" NO " in line for line in lines) == 0  # the Europe/Berlin table agrees too
     assert sum("-> None" in line for line in lines) == len(bench.NEVER)

@@ -31,20 +31,53 @@ def local(tz: ZoneInfo, y: int, mo: int, d: int, h: int, mi: int, fold: int = 0)
 
 
 def walk(spec: str, start: datetime, count: int) -> list[str]:
-    """The first ``count`` firings from ``start``, by calling next(previous + 1 minute) as beat
-    does, rendered with their UTC offset so the two passes of an overlap differ."""
+    """The first ``count`` firings from ``start``, by calling next(previous + 1 real minute),
+    rendered with their UTC offset so the two passes of an overlap differ. ``next_after`` must
+    walk the same sequence."""
     schedule = parse(spec)
     tz = start.tzinfo
     out = []
     t = start
+    previous = None
     for _ in range(count):
         fired = schedule.next(t)
         assert fired is not None
         assert fired.tzinfo is tz
         assert schedule.matches(fired)
+        if previous is not None:
+            assert schedule.next_after(previous) == fired
+            assert schedule.next_after(previous).utcoffset() == fired.utcoffset()  # type: ignore[union-attr]
         out.append(fired.strftime("%m-%d %H:%M%z"))
         t = (fired.astimezone(UTC) + MINUTE).astimezone(tz)  # one real minute later
+        previous = fired
     return out
+
+
+def test_wall_clock_plus_one_minute_is_the_documented_pitfall() -> None:
+    """Aware zoneinfo arithmetic is wall-clock arithmetic and drops fold; next_after is not."""
+    every_minute = parse("* * * * *")
+    last_edt = local(NEW_YORK, 2026, 11, 1, 1, 59)  # the last minute of the first pass
+    after = every_minute.next_after(last_edt)
+    assert after is not None and after.fold == 1 and after.strftime("%H:%M%z") == "01:00-0500"
+    naive_step = every_minute.next(last_edt + MINUTE)  # wall clock: 02:00 EST, an hour later
+    assert naive_step is not None and naive_step.strftime("%H:%M%z") == "02:00-0500"
+    # a fixed-time job is immune: it never fires in the repeated pass
+    fixed = parse("30 1 * * *")
+    first = local(NEW_YORK, 2026, 11, 1, 1, 30)
+    assert (
+        fixed.next(first + MINUTE) == fixed.next_after(first) == local(NEW_YORK, 2026, 11, 2, 1, 30)
+    )
+
+
+def test_next_after_is_strictly_after_and_rounds() -> None:
+    schedule = parse("*/15 * * * *")
+    t = local(BERLIN, 2026, 6, 1, 10, 15)
+    assert schedule.next_after(t) == local(BERLIN, 2026, 6, 1, 10, 30)
+    assert schedule.next_after(t + timedelta(seconds=30)) == local(BERLIN, 2026, 6, 1, 10, 30)
+    assert schedule.next_after(t - timedelta(seconds=1)) == t
+    utc = datetime(2026, 6, 1, 10, 15, tzinfo=UTC)
+    assert schedule.next_after(utc) == datetime(2026, 6, 1, 10, 30, tzinfo=UTC)
+    assert schedule.next_after(utc - timedelta(microseconds=1)) == utc
 
 
 # -- spring forward ----------------------------------------------------------------------------
@@ -204,6 +237,62 @@ def test_a_nonexistent_input_time_is_read_as_zoneinfo_reads_it() -> None:
     assert parse("* * * * *").next(imaginary) == local(BERLIN, 2026, 3, 29, 3, 30)
 
 
+# -- transitions at midnight and odd sizes ----------------------------------------------------
+
+SAO_PAULO = ZoneInfo("America/Sao_Paulo")  # 2018-11-04 00:00 -> 01:00; 2019-02-17 00:00 -> 23:00
+APIA = ZoneInfo("Pacific/Apia")  # 2011-12-29 23:59 -10:00 -> 2011-12-31 00:00 +14:00
+
+
+def test_sao_paulo_midnight_gap() -> None:
+    start = local(SAO_PAULO, 2018, 11, 3, 12, 0)
+    assert walk("0 0 * * *", start, 2) == ["11-04 01:00-0200", "11-05 00:00-0200"]
+    assert walk("*/30 0 * * *", start, 2) == ["11-05 00:00-0200", "11-05 00:30-0200"]
+
+
+def test_sao_paulo_fall_back_across_midnight() -> None:
+    start = local(SAO_PAULO, 2019, 2, 16, 22, 0)
+    assert walk("30 23 * * *", start, 2) == ["02-16 23:30-0200", "02-17 23:30-0300"]
+    assert walk("*/30 23 * * *", start, 5) == [
+        "02-16 23:00-0200",
+        "02-16 23:30-0200",
+        "02-16 23:00-0300",
+        "02-16 23:30-0300",
+        "02-17 23:00-0300",
+    ]
+    assert walk("0 0 * * *", start, 2) == ["02-17 00:00-0300", "02-18 00:00-0300"]
+
+
+def test_apia_skipped_a_whole_day_which_is_not_dst() -> None:
+    # Samoa skipped 2011-12-30 (a 24-hour jump). cronie's DST handling covers changes of less
+    # than three hours only, so no catch-up: every job follows the wall clock.
+    start = local(APIA, 2011, 12, 29, 12, 0)
+    assert walk("0 12 * * *", start, 2) == ["12-29 12:00-1000", "12-31 12:00+1400"]
+    assert walk("0 12 30 * *", start, 1) == ["01-30 12:00+1400"]
+    assert walk("0 * 30 * *", start, 1) == ["01-30 00:00+1400"]
+    assert not parse("0 12 30 * *").matches(local(APIA, 2011, 12, 31, 0, 0))
+
+
+CASEY = ZoneInfo("Antarctica/Casey")  # 2018-03-11 04:00 +11 -> 01:00 +08; 10-07 04:00 -> 07:00
+
+
+def test_casey_three_hour_changes_follow_cronies_limits() -> None:
+    # A 3-hour overlap is still DST for cronie (a jump of -179 minutes): fixed-time jobs once.
+    start = local(CASEY, 2018, 3, 11, 0, 0)
+    assert walk("30 2 * * *", start, 2) == ["03-11 02:30+1100", "03-12 02:30+0800"]
+    assert walk("30 */1 * * *", start, 6) == [  # wildcard: both passes
+        "03-11 00:30+1100",
+        "03-11 01:30+1100",
+        "03-11 02:30+1100",
+        "03-11 03:30+1100",
+        "03-11 01:30+0800",
+        "03-11 02:30+0800",
+    ]
+    # A 3-hour gap is not (a jump of 181 minutes): no catch-up, the skipped time is just lost.
+    start = local(CASEY, 2018, 10, 7, 0, 0)
+    assert walk("30 5 * * *", start, 2) == ["10-08 05:30+1100", "10-09 05:30+1100"]
+    assert not parse("30 5 * * *").matches(local(CASEY, 2018, 10, 7, 7, 0))
+
+
 # -- matches and next describe the same instants, minute by minute, around every transition ---
 
 TRANSITIONS = [
@@ -213,6 +302,11 @@ TRANSITIONS = [
     (NEW_YORK, datetime(2026, 11, 1, 4, 0, tzinfo=UTC)),
     (LORD_HOWE, datetime(2026, 10, 3, 14, 0, tzinfo=UTC)),
     (LORD_HOWE, datetime(2026, 4, 4, 13, 0, tzinfo=UTC)),
+    (SAO_PAULO, datetime(2018, 11, 4, 0, 0, tzinfo=UTC)),
+    (SAO_PAULO, datetime(2019, 2, 16, 23, 0, tzinfo=UTC)),
+    (APIA, datetime(2011, 12, 30, 7, 0, tzinfo=UTC)),
+    (CASEY, datetime(2018, 3, 10, 14, 0, tzinfo=UTC)),
+    (CASEY, datetime(2018, 10, 6, 17, 0, tzinfo=UTC)),
 ]
 SPECS = [
     "* * * * *",
@@ -227,6 +321,9 @@ SPECS = [
     "0 3 * * *",
     "0 2 * * *",
     "@hourly",
+    "30 23 * * *",
+    "*/30 23,0 * * *",
+    "0 0 * * *",
 ]
 
 

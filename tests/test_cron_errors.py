@@ -119,6 +119,12 @@ def test_empty_spec(spec: str) -> None:
         parse(spec)
 
 
+@pytest.mark.parametrize("spec", ["0 0 1, 15 * *", "0 0 1 ,15 * *", "0 0 1 , 15 * *"])
+def test_spaces_in_a_list_are_explained_rather_than_counted_as_fields(spec: str) -> None:
+    with pytest.raises(CronError, match="space next to a comma"):
+        parse(spec)
+
+
 def test_reboot_is_refused_with_a_reason() -> None:
     with pytest.raises(CronError, match="@reboot is not supported: it means") as caught:
         parse("@reboot")

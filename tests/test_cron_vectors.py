@@ -169,11 +169,14 @@ def test_value_semantics() -> None:
     assert weekly.spec == "@weekly"
     assert parse(" 0  9 * * 1-5 ").describe() == "0 9 * * 1-5"
     assert parse("0 9 * * 1-5").describe("Europe/Berlin") == "0 9 * * 1-5 (Europe/Berlin)"
+    assert parse("@daily").describe(ZoneInfo("Europe/Berlin")) == "@daily (Europe/Berlin)"
+    assert parse("@daily").describe(UTC) == "@daily (UTC)"
+    assert parse("*/5 * * * *").fixed_time is False and parse("0 9 * * *").fixed_time is True
+    assert parse("@hourly").fixed_time is False and parse("@daily").fixed_time is True
     assert len({weekly, parse("0 0 * * 0"), parse("@daily")}) == 2
     with pytest.raises(AttributeError):
         weekly.spec = "x"  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        Schedule()
+    assert Schedule("@weekly") == weekly and Schedule("@weekly").spec == "@weekly"
 
 
 def test_pickle_round_trip() -> None:
