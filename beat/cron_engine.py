@@ -27,6 +27,7 @@ from scheduling_core._time import require_aware
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
+_UNSET = object()
 
 
 class Sender(Protocol):
@@ -126,10 +127,10 @@ class CronEngine:
             self._announce(at)
         saved = list(heap)
         grace_s = self.grace.total_seconds()
-        due: dict[float, list[CronTask]] = {}
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
+        next_fires: dict[tuple[str, str, float], object] = {}
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
@@ -147,12 +148,18 @@ class CronEngine:
                     # Two windows of one task due in one tick (a stall): run the newer only,
                     # or the older's in-flight key would make the newer one skip.
                     superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
-                    due[latest].remove(task)
                 due_at[index] = ts
-                due.setdefault(ts, []).append(task)
-            when = task.next_fire(_utc(resume))
-            if when is not None:
-                heapq.heappush(heap, (when.timestamp(), index))
+            # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
+            memo = (task.spec, task.timezone, resume)
+            next_ts = next_fires.get(memo, _UNSET)
+            if next_ts is _UNSET:
+                when = task.next_fire(_utc(resume))
+                next_ts = next_fires[memo] = None if when is None else when.timestamp()
+            if next_ts is not None:
+                heapq.heappush(heap, (next_ts, index))
+        due: dict[float, list[CronTask]] = {}
+        for index, ts in due_at.items():
+            due.setdefault(ts, []).append(self.tasks[index])
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
@@ -164,10 +171,15 @@ class CronEngine:
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""
-        gaps = [(self._missed_tasks[m.task_id], m.window, m.window + WINDOW) for m in missed]
+        gaps = [
+            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
+            for m in missed
+            # Without a provider a per-tenant task never fires; diagnose says that instead.
+            if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
+        ]
         self._missed_tasks.clear()
         try:
-            self.store.record_gaps(gaps, at, self.owner)
+            self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
 
@@ -185,7 +197,7 @@ class CronEngine:
                 gaps.append((task, expected, begin))
         self.store.note_first_seen(self.tasks, self._first_window)
         if gaps:
-            recorded = self.store.record_gaps(gaps, at, self.owner)
+            recorded = self.store.record_gaps(gaps, at, f"no beat ran them; found by {self.owner}")
             log.warning("cron: %d tasks have windows nobody fired before this beat", recorded)
         self._announced = True
 
@@ -221,7 +233,8 @@ class CronEngine:
                 requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
         if not requests and not marks:
             return [], skipped
-        codes = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
+        claim = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
+        codes = claim.codes
         to_send: list[FireRequest] = []
         for req, code in zip(requests, codes, strict=True):
             if code == FIRE:
@@ -239,13 +252,13 @@ class CronEngine:
             error = f"publish failed: {type(exc).__name__}: {exc}"
             log.error("cron: %d messages not published: %s", len(to_send), error)
             try:
-                self.store.record_send_failure(to_send, error, at)
+                self.store.record_send_failure(to_send, error, at, claim)
             except Exception:
                 log.exception("cron: could not record the failed publish (left as pending)")
             skipped.extend(Skipped(r.task.id, r.tenant, r.window, "send-failed") for r in to_send)
             return [], skipped
         try:
-            self.store.confirm_sent(to_send)
+            self.store.confirm_sent(claim)
         except Exception:
             log.exception("cron: published, but could not confirm %d sends", len(to_send))
         return [Fired(r.task.id, r.tenant, r.window) for r in to_send], skipped

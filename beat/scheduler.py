@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.beat import Scheduler
@@ -29,7 +29,7 @@ from beat.cron_engine import CronEngine
 from beat.drivers import Driver, build_drivers
 from celery_app.app import settings_of
 from celery_app.clock import clock_from_env
-from celery_app.cron import cron_tasks
+from celery_app.cron import WINDOW, cron_tasks
 from celery_app.cron_publish import CronPublisher
 from celery_app.cron_state import CronStore
 from celery_app.keys import Keys
@@ -93,6 +93,7 @@ class CronScheduler(Scheduler):
         self.drivers: list[_DriverSlot] = []
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._backoff = 0.0
+        self._last_sweep: datetime | None = None
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, **kwargs)
 
@@ -117,6 +118,11 @@ class CronScheduler(Scheduler):
             owner=f"beat:{self.beat_id}",
             clock=self.clock,
         )
+        try:
+            store.prune_heartbeats(self.clock() - timedelta(days=1))
+            store.prune_pending(self.clock() - timedelta(days=1))
+        except Exception as exc:
+            log.warning("cron: could not prune old heartbeats and claims: %s", exc)
         now = time.monotonic()
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
@@ -156,6 +162,7 @@ class CronScheduler(Scheduler):
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
             return self._backoff
         self._backoff = 0.0
+        self._sweep(now)
         if report.fired or report.skipped:
             log.info(
                 "cron: fired %d, skipped %d at %s", len(report.fired), len(report.skipped), now
@@ -171,6 +178,19 @@ class CronScheduler(Scheduler):
                     )
                 slot.due = time.monotonic() + slot.driver.interval
         return self._sleep_for(self.clock())
+
+    def _sweep(self, now: datetime) -> None:
+        """Once a minute: claims a dead beat never published become gap records."""
+        if self._last_sweep is not None and now - self._last_sweep < timedelta(minutes=1):
+            return
+        self._last_sweep = now
+        try:
+            cutoff = now - WINDOW - self.store.grace
+            lost = self.store.sweep_lost_claims(cutoff, now)
+            if lost:
+                log.error("cron: %d claimed windows were never published: %s", len(lost), lost[:5])
+        except Exception as exc:
+            log.warning("cron: could not sweep unconfirmed claims: %s", exc)
 
     def _sleep_for(self, now: datetime) -> float:
         waits = [float(self.max_interval), self.heartbeat_every]

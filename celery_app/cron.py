@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -78,6 +79,7 @@ def window_start(at: datetime) -> datetime:
     return at.astimezone(UTC).replace(second=0, microsecond=0)
 
 
+@lru_cache(maxsize=256)
 def window_id(start: datetime) -> str:
     """The window's name in keys and messages: its UTC ISO minute, e.g. ``2026-11-29T18:30Z``."""
     return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")

@@ -130,27 +130,33 @@ class CronPublisher:
     ) -> list[str]:
         channel = producer.channel
         serializer = self.app.conf.task_serializer
-        # Celery's headers differ between our messages only in the fields overridden below, so
-        # app.amqp builds them once per window and each message copies and patches them.
-        templates: dict[str, tuple[dict[str, Any], dict[str, Any], Any]] = {}
-        declared: set[str] = set()
+        # Celery's headers and kombu's envelope differ between our messages only in the fields
+        # patched below, so app.amqp and the channel build them once per window and queue (the
+        # format stays theirs) and each message copies and patches its own.
+        templates: dict[tuple[str, str], tuple[Any, ...]] = {}
         per_key: dict[str, list[str]] = {}
         ids: list[str] = []
         for req in requests:
             task = req.task
-            celery_id = str(uuid4())
-            template = templates.get(req.window_id)
-            if template is None:
-                headers, properties, body, _ = self._message(req, celery_id)
-                properties = {k: v for k, v in properties.items() if v is not None}
-                templates[req.window_id] = template = (headers, properties, body[2])
             qname = self._direct_queue(task)
             if qname is None:
                 return self._publish_kombu(producer, requests, manual)
-            if qname not in declared:
+            celery_id = str(uuid4())
+            template = templates.get((req.window_id, qname))
+            if template is None:
                 maybe_declare(self.app.amqp.queues[qname], channel)
-                declared.add(qname)
-            base_headers, base_properties, embed = template
+                headers, properties, body, _ = self._message(req, celery_id)
+                properties = {k: v for k, v in properties.items() if v is not None}
+                properties["delivery_mode"] = 2
+                content_type, encoding, payload = dumps(body, serializer=serializer)
+                envelope = channel.prepare_message(
+                    payload, 0, content_type, encoding, headers, properties
+                )
+                channel._inplace_augment_message(envelope, "", qname)
+                batch = per_key.setdefault(channel._q_for_pri(qname, 0), [])
+                template = (envelope, headers, body[2], batch)
+                templates[(req.window_id, qname)] = template
+            envelope, base_headers, embed, batch = template
             kwargs = {"tenant": req.tenant} if task.per_tenant else {}
             headers = {
                 **base_headers,
@@ -164,14 +170,23 @@ class CronPublisher:
                 HEADER_WINDOW: req.window_id,
                 HEADER_MANUAL: manual,
             }
-            content_type, encoding, payload = dumps(((), kwargs, embed), serializer=serializer)
-            properties = {**base_properties, "correlation_id": celery_id, "delivery_mode": 2}
-            message = channel.prepare_message(
-                payload, 0, content_type, encoding, headers, properties
-            )
-            channel._inplace_augment_message(message, "", qname)
-            key = channel._q_for_pri(qname, 0)
-            per_key.setdefault(key, []).append(json_dumps(message))
+            if serializer == "json":  # what kombu's json serializer does, minus its registry
+                payload = json_dumps(((), kwargs, embed))
+            else:
+                _, _, payload = dumps(((), kwargs, embed), serializer=serializer)
+            props = envelope["properties"]
+            message = {
+                **envelope,
+                "body": channel.encode_body(payload, props.get("body_encoding"))[0],
+                "headers": headers,
+                "properties": {
+                    **props,
+                    "correlation_id": celery_id,
+                    # Unique per message, as kombu's own uuid is; the task id already is one.
+                    "delivery_tag": celery_id,
+                },
+            }
+            batch.append(json_dumps(message))
             ids.append(celery_id)
         with channel.conn_or_acquire() as client:
             pipe = client.pipeline(transaction=False)

@@ -105,7 +105,9 @@ class CronService:
                     scope=task.scope,
                     singleton=task.singleton,
                     timeout_s=task.timeout.total_seconds(),
-                    next_fire=nxt.isoformat(timespec="minutes") if nxt else None,
+                    next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
+                    if nxt
+                    else None,
                     last_window=_iso(s.get("last_window")),
                     last_start=_iso(s.get("last_start")),
                     last_end=_iso(s.get("last_end")),
@@ -149,7 +151,8 @@ class CronService:
         now = self.clock()
         req = FireRequest(task, tenant_name, window_start(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
-        code = self.store.claim([req], now=now, owner=owner, manual=True)[0]
+        claim = self.store.claim([req], now=now, owner=owner, manual=True)
+        code = claim[0]
         if code == IN_FLIGHT:
             return RunNowResult(
                 False,
@@ -172,9 +175,9 @@ class CronService:
         try:
             (celery_id,) = publisher.publish([req], manual=True)
         except Exception as exc:
-            self.store.record_send_failure([req], f"publish failed: {exc}", now)
+            self.store.record_send_failure([req], f"publish failed: {exc}", now, claim)
             raise
-        self.store.confirm_sent([req])
+        self.store.confirm_sent(claim)
         return RunNowResult(
             True,
             task.id,
@@ -277,7 +280,7 @@ class CronService:
     def _pending_findings(self, now: datetime) -> list[str]:
         cutoff = now - WINDOW - self.settings.cron_grace
         findings = []
-        for member in self.store.pending_before(cutoff):
+        for member in self.store.lost_claims(cutoff):
             task_id, tenant, wid = split_member(member)
             where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
             findings.append(
@@ -293,10 +296,11 @@ class CronService:
                 continue
             start = datetime.fromtimestamp(gap["from"], UTC)
             end = datetime.fromtimestamp(gap["to"], UTC)
+            tenant = gap.get("tenant")
+            where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             findings.append(
-                f"task {gap['task']!r}: windows from {window_id(start)} to before "
-                f"{window_id(end)} were not fired (no beat ran them; detected by "
-                f"{gap['detector']})"
+                f"task {gap['task']!r}{where}: windows from {window_id(start)} to before "
+                f"{window_id(end)} were not fired ({gap['detector']})"
             )
         return findings
 

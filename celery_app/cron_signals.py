@@ -14,9 +14,11 @@ from functools import lru_cache
 from typing import Any
 
 from celery import Celery, states
-from celery.signals import task_postrun, task_prerun, task_revoked
+from celery.exceptions import TimeLimitExceeded
+from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
 from celery_app.app import settings_of
+from celery_app.cron import GLOBAL_TENANT, CronTask
 from celery_app.cron_publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
 from celery_app.cron_state import CronStore
 from celery_app.keys import Keys
@@ -58,7 +60,9 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
         return
     task_id, tenant, window, manual = cron
     try:
-        store_for(task.app).run_started(task_id, tenant, window, manual, datetime.now(UTC))
+        store_for(task.app).run_started(
+            task_id, tenant, window, manual, datetime.now(UTC), celery_id=task.request.id
+        )
     except Exception:
         log.exception("cron: could not record the start of %s (%s, %s)", task_id, tenant, window)
 
@@ -111,3 +115,36 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
         )
     except Exception:
         log.exception("cron: could not record %s of %s (%s, %s)", outcome, task_id, tenant, window)
+
+
+@task_failure.connect
+def _on_hard_time_limit(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    """A hard time limit kills the child, so no postrun: the pool parent reports it here,
+    without the message headers. The run is found by its Celery id in the state the child's
+    prerun wrote."""
+    declared = getattr(sender, "cron_task", None)
+    if not isinstance(exception, TimeLimitExceeded) or not isinstance(declared, CronTask):
+        return
+    tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
+    try:
+        store = store_for(sender.app)
+        key = (declared.id, str(tenant))
+        state = store.states([key])[key]
+        if state.get("celery_id") != task_id or state.get("outcome") != "running":
+            return
+        store.run_finished(
+            declared.id,
+            str(tenant),
+            state.get("last_run_window", ""),
+            "failure",
+            _error_text(exception),
+            datetime.now(UTC),
+        )
+    except Exception:
+        log.exception("cron: could not record the hard time limit of %s", declared.id)

@@ -15,60 +15,66 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
+from uuid import uuid4
 
 import redis
 
-from celery_app.cron import WINDOW, CronTask, window_id
+from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, window_id
 from celery_app.keys import Keys
 
 CHUNK = 500  # entries per Lua call; one pipeline carries all chunks
 
 FIRE, TAKEN, IN_FLIGHT, MARKED = 1, 0, 2, 3
 
-# KEYS[1] = pending zset; then 4 keys per entry: window, in-flight, state, stats.
-# ARGV[1..5] = window ts, window id, now, owner, manual; then 4 per entry:
-#   kind (S singleton, N non-singleton, M mark the task's window only), window key ttl ms,
-#   in-flight ttl ms, pending member.
+# The keys of each entry are built here from the pieces of Keys' templates (see
+# _key_pieces), so a window of 10,000 entries ships 3 short arguments per entry, not 8.
+# ARGV[1..7] = window ts, window id, now, owner, manual, window key
+# ttl ms, then the pieces of the window, in-flight, state and stats key templates (as one
+# string separated by \n); then 3 per entry: task id, tenant, kind and in-flight ttl ms
+# (kind S singleton, N non-singleton, M mark the task's window only; e.g. "S:305000").
 _CLAIM_LUA = """
-local wts, wid, now, owner, manual = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local pending = KEYS[1]
+local wts, wid, now, owner, manual, winttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local p = {}
+for piece in string.gmatch(ARGV[7] .. '\\n', '([^\\n]*)\\n') do p[#p+1] = piece end
 local out = {}
-local n = (#KEYS - 1) / 4
+local n = (#ARGV - 7) / 3
 for i = 0, n - 1 do
-  local win, infl, state, stats = KEYS[2+4*i], KEYS[3+4*i], KEYS[4+4*i], KEYS[5+4*i]
-  local kind, winttl, inflttl, member = ARGV[6+4*i], ARGV[7+4*i], ARGV[8+4*i], ARGV[9+4*i]
+  local task, tenant, spec = ARGV[8+3*i], ARGV[9+3*i], ARGV[10+3*i]
+  local kind = string.sub(spec, 1, 1)
+  local stats = p[11] .. task .. p[12]
   local code = 1
   if kind == 'M' then
     code = 3
-  elseif kind == 'S' then
-    if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
-      if redis.call('EXISTS', infl) == 1 then
-        code = 2
+  else
+    local state = p[8] .. task .. p[9] .. tenant .. p[10]
+    if kind == 'S' then
+      local win = p[1] .. task .. p[2] .. tenant .. p[3] .. wid .. p[4]
+      if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
+        local infl = p[5] .. task .. p[6] .. tenant .. p[7]
+        if not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
+          code = 2
+          redis.call('SET', win, 'skipped:' .. owner, 'PX', winttl)
+        end
       else
-        redis.call('SET', infl, wid, 'PX', inflttl)
+        code = 0
       end
-    else
-      code = 0
+    end
+    if code == 1 then
+      redis.call('HSET', state, 'last_window', wts, 'last_sent_at', now, 'manual', manual)
+      redis.call('HINCRBY', state, 'fired', 1)
+      redis.call('HINCRBY', stats, 'fired', 1)
+    elseif code == 2 then
+      redis.call('HSET', state, 'last_window', wts, 'last_skip_window', wts,
+                 'last_skip_reason', 'in-flight')
+      redis.call('HINCRBY', state, 'skipped', 1)
+      redis.call('HINCRBY', stats, 'skipped', 1)
     end
   end
-  if code ~= 0 then
-    local cur = tonumber(redis.call('HGET', stats, 'last_window') or '0')
-    if tonumber(wts) > cur then redis.call('HSET', stats, 'last_window', wts) end
-  end
-  if code == 1 then
-    redis.call('HSET', state, 'last_window', wts, 'last_sent_at', now, 'manual', manual)
-    redis.call('HINCRBY', state, 'fired', 1)
-    redis.call('HINCRBY', stats, 'fired', 1)
-    redis.call('ZADD', pending, now, member)
-  elseif code == 2 then
-    redis.call('HSET', state, 'last_window', wts, 'last_skip_window', wts,
-               'last_skip_reason', 'in-flight')
-    redis.call('HINCRBY', state, 'skipped', 1)
-    redis.call('HINCRBY', stats, 'skipped', 1)
-  end
+  -- Windows of one task are claimed in order, so this only moves forward.
+  if code ~= 0 then redis.call('HSET', stats, 'last_window', wts) end
   out[i+1] = code
 end
 return out
@@ -111,6 +117,23 @@ return recorded
 
 
 @dataclass(frozen=True)
+class Claim:
+    """The outcome of one claim round trip: a code per request, and its pending record."""
+
+    codes: list[int]
+    batch: str
+
+    def __getitem__(self, index: int) -> int:
+        return self.codes[index]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.codes)
+
+
+@dataclass(frozen=True)
 class FireRequest:
     """One (task, tenant, window) to fire; ``tenant`` is GLOBAL_TENANT for global tasks."""
 
@@ -137,6 +160,29 @@ def window_deadline(window: datetime, grace: timedelta) -> datetime:
     return window + WINDOW + grace
 
 
+def _key_pieces(keys: Keys) -> list[str]:
+    """Split Keys' cron templates around their variable parts, for the claim script.
+
+    Rendering each template with markers keeps Keys the single definition of the layout.
+    """
+    t, n, w = "\x01", "\x02", "\x03"
+    pieces: list[str] = []
+    for rendered, markers in (
+        (keys.cron_window(t, n, w), (t, n, w)),
+        (keys.cron_inflight(t, n), (t, n)),
+        (keys.cron_state(t, n), (t, n)),
+        (keys.cron_stats(t), (t,)),
+    ):
+        rest = rendered
+        for marker in markers:
+            before, found, rest = rest.partition(marker)
+            if not found:
+                raise ValueError(f"key template {rendered!r} lacks its parts in the usual order")
+            pieces.append(before)
+        pieces.append(rest)
+    return pieces
+
+
 class CronStore:
     """Reads and writes cron state for one key prefix."""
 
@@ -145,6 +191,9 @@ class CronStore:
         self.keys = keys
         self.grace = grace
         self._claim = client.register_script(_CLAIM_LUA)
+        self._pieces = "\n".join(_key_pieces(keys))
+        # The script builds its keys from the templates; KEYS names one of them for routing.
+        self._lua_key = keys.cron_pending()
         self._finish = client.register_script(_FINISH_LUA)
         self._gaps = client.register_script(_GAPS_LUA)
 
@@ -157,77 +206,81 @@ class CronStore:
         owner: str,
         manual: bool = False,
         marks: Iterable[tuple[CronTask, datetime]] = (),
-    ) -> list[int]:
+    ) -> Claim:
         """Take the window keys of ``requests`` (one round trip) and return a code for each.
 
-        FIRE: this caller must send it (its in-flight key is set, it is listed as pending).
+        FIRE: this caller must send it (its in-flight key is set; the claim is listed as
+        pending until :meth:`confirm_sent` or :meth:`record_send_failure`).
         TAKEN: another replica or a manual run already has this window. IN_FLIGHT: the previous
         run has not finished; the window is consumed and recorded as skipped. ``marks`` record
         that a task's window was handled even with no tenant to fire for.
         """
-        entries: list[tuple[list[str], list[Any], datetime]] = []
+        entries: list[tuple[str, str, str, datetime]] = []
+        left_ms: dict[datetime, float] = {}  # per window: ms until its grace ends
         for req in requests:
-            entries.append(self._entry(req, now))
+            kind = "S" if req.task.singleton else "N"
+            window = req.window
+            base = left_ms.get(window)
+            if base is None:
+                base = (window_deadline(window, self.grace) - now).total_seconds() * 1000
+                left_ms[window] = base
+            # A message may wait until the deadline, then run up to the hard limit.
+            inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
+            entries.append((req.task.id, req.tenant, f"{kind}:{inflight_ms}", window))
         for task, window in marks:
-            stats = self.keys.cron_stats(task.id)
-            entries.append(([stats] * 4, ["M", 1, 1, ""], window))
+            entries.append((task.id, GLOBAL_TENANT, "M:0", window))
         by_window: dict[datetime, list[int]] = {}
-        for index, (_, _, window) in enumerate(entries):
-            by_window.setdefault(window, []).append(index)
+        for index, entry in enumerate(entries):
+            by_window.setdefault(entry[3], []).append(index)
         pipe = self.client.pipeline(transaction=False)
+        batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
+        if requests:
+            # Written before the keys are taken, in the same round trip: if this process dies
+            # before publishing, diagnose finds the claim here instead of a silent loss.
+            record = {
+                "owner": owner,
+                "at": now.timestamp(),
+                "members": [req.member for req in requests],
+            }
+            pipe.hset(self.keys.cron_pending(), batch, json.dumps(record))
         calls: list[list[int]] = []
         for window, indexes in by_window.items():
+            # The window key must outlive every replica's chance to fire the window.
+            win_ms = int(((window_deadline(window, self.grace) - now).total_seconds() + 120) * 1000)
+            header: list[Any] = [
+                int(window.timestamp()),
+                window_id(window),
+                now.timestamp(),
+                owner,
+                "1" if manual else "0",
+                max(1000, win_ms),
+                self._pieces,
+            ]
             for start in range(0, len(indexes), CHUNK):
                 chunk = indexes[start : start + CHUNK]
-                keys = [self.keys.cron_pending()]
-                args: list[Any] = [
-                    int(window.timestamp()),
-                    window_id(window),
-                    now.timestamp(),
-                    owner,
-                    "1" if manual else "0",
-                ]
+                args = list(header)
                 for index in chunk:
-                    keys.extend(entries[index][0])
-                    args.extend(entries[index][1])
-                self._claim(keys=keys, args=args, client=pipe)
+                    args.extend(entries[index][:3])
+                self._claim(keys=[self._lua_key], args=args, client=pipe)
                 calls.append(chunk)
+        results = pipe.execute()
+        if requests:
+            results = results[1:]
         codes = [TAKEN] * len(entries)
-        for chunk, result in zip(calls, pipe.execute(), strict=True):
+        for chunk, result in zip(calls, results, strict=True):
             for index, code in zip(chunk, result, strict=True):
                 codes[index] = int(code)
-        return codes[: len(requests)]
+        codes = codes[: len(requests)]
+        if requests and FIRE not in codes:
+            self.client.hdel(self.keys.cron_pending(), batch)
+        return Claim(codes, batch)
 
-    def _entry(self, req: FireRequest, now: datetime) -> tuple[list[str], list[Any], datetime]:
-        task, tenant = req.task, req.tenant
-        deadline = window_deadline(req.window, self.grace)
-        # The window key must outlive every replica's chance to fire the window.
-        win_ttl = max(1000, int(((deadline - now).total_seconds() + 120) * 1000))
-        # A message may wait until the deadline, then run up to the hard limit.
-        inflight_ttl = max(
-            1000, int(((deadline - now).total_seconds() + task.hard_time_limit) * 1000)
-        )
-        keys = [
-            self.keys.cron_window(task.id, tenant, req.window_id),
-            self.keys.cron_inflight(task.id, tenant),
-            self.keys.cron_state(task.id, tenant),
-            self.keys.cron_stats(task.id),
-        ]
-        kind = "S" if task.singleton else "N"
-        return keys, [kind, win_ttl, inflight_ttl, req.member], req.window
-
-    def confirm_sent(self, requests: Sequence[FireRequest]) -> None:
-        """The messages are on the broker: drop them from the pending index."""
-        if not requests:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        members = [req.member for req in requests]
-        for start in range(0, len(members), 5000):
-            pipe.zrem(self.keys.cron_pending(), *members[start : start + 5000])
-        pipe.execute()
+    def confirm_sent(self, claim: Claim) -> None:
+        """The messages are on the broker: the claim is no longer pending."""
+        self.client.hdel(self.keys.cron_pending(), claim.batch)
 
     def record_send_failure(
-        self, requests: Sequence[FireRequest], error: str, now: datetime
+        self, requests: Sequence[FireRequest], error: str, now: datetime, claim: Claim
     ) -> None:
         """Publishing failed after the window keys were taken: the window is not retried
         (that could fire twice), it is recorded so list and diagnose show it."""
@@ -251,7 +304,7 @@ class CronStore:
             pipe.hset(self.keys.cron_failing(), f"{req.task.id}|{req.tenant}", error)
             if req.task.singleton:
                 pipe.delete(self.keys.cron_inflight(req.task.id, req.tenant))
-        pipe.zrem(self.keys.cron_pending(), *[req.member for req in requests])
+        pipe.hdel(self.keys.cron_pending(), claim.batch)
         pipe.execute()
 
     def note_first_seen(self, tasks: Iterable[CronTask], window: datetime) -> None:
@@ -280,9 +333,20 @@ class CronStore:
     def heartbeat(self, beat_id: str, now: datetime) -> None:
         self.client.hset(self.keys.beat_heartbeat(), beat_id, now.timestamp())
 
+    def prune_heartbeats(self, older_than: datetime) -> int:
+        """Forget beats gone for long (each start has a new id, so the hash would only grow)."""
+        stale = [b for b, ts in self.heartbeats().items() if ts < older_than.timestamp()]
+        return self.client.hdel(self.keys.beat_heartbeat(), *stale) if stale else 0
+
     # --- worker ---------------------------------------------------------------------------
     def run_started(
-        self, task_id: str, tenant: str, window: str, manual: bool, now: datetime
+        self,
+        task_id: str,
+        tenant: str,
+        window: str,
+        manual: bool,
+        now: datetime,
+        celery_id: str = "",
     ) -> None:
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(
@@ -292,6 +356,7 @@ class CronStore:
                 "last_start": now.timestamp(),
                 "last_run_window": window,
                 "manual": "1" if manual else "0",
+                "celery_id": celery_id or "",
             },
         )
         pipe.hset(self.keys.cron_stats(task_id), "last_start", now.timestamp())
@@ -327,8 +392,67 @@ class CronStore:
     def window_owner(self, task_id: str, tenant: str, wid: str) -> str | None:
         return self.client.get(self.keys.cron_window(task_id, tenant, wid))
 
-    def pending_before(self, cutoff: datetime) -> list[str]:
-        return self.client.zrangebyscore(self.keys.cron_pending(), "-inf", cutoff.timestamp())
+    def lost_claims(self, cutoff: datetime) -> list[str]:
+        """Members (``task|tenant|window``) claimed before ``cutoff`` and never confirmed
+        published: the claim fired them (their state's ``last_sent_at`` is the claim's time)
+        and no run of that window ever started."""
+        stale = []
+        for raw in self.client.hvals(self.keys.cron_pending()):
+            record = json.loads(raw)
+            if float(record["at"]) < cutoff.timestamp():
+                stale.extend((float(record["at"]), member) for member in record["members"])
+        if not stale:
+            return []
+        pairs = [split_member(member)[:2] for _, member in stale]
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, tenant in pairs:
+            pipe.hmget(self.keys.cron_state(task_id, tenant), "last_sent_at", "last_run_window")
+        lost = []
+        for (at, member), (sent_at, run_window) in zip(stale, pipe.execute(), strict=True):
+            if sent_at and float(sent_at) == at and run_window != split_member(member)[2]:
+                lost.append(member)
+        return lost
+
+    def sweep_lost_claims(self, cutoff: datetime, now: datetime) -> list[str]:
+        """Turn claims unconfirmed since before ``cutoff`` into gap records (kept for diagnose
+        like any gap) and drop them from the pending index; return the lost members."""
+        records = self.client.hgetall(self.keys.cron_pending())
+        stale = [
+            b for b, raw in records.items() if float(json.loads(raw)["at"]) < cutoff.timestamp()
+        ]
+        if not stale:
+            return []
+        lost = self.lost_claims(cutoff)
+        owners = {}
+        for batch in stale:
+            record = json.loads(records[batch])
+            owners.update(dict.fromkeys(record["members"], record["owner"]))
+        pipe = self.client.pipeline(transaction=False)
+        for member in lost:
+            task_id, tenant, wid = split_member(member)
+            start = datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
+            gap = {
+                "task": task_id,
+                "tenant": tenant,
+                "from": start.timestamp(),
+                "to": (start + WINDOW).timestamp(),
+                "detected_at": now.timestamp(),
+                "detector": f"claimed by {owners.get(member, '?')}, never published",
+            }
+            pipe.lpush(self.keys.cron_gaps(), json.dumps(gap))
+        pipe.ltrim(self.keys.cron_gaps(), 0, 999)
+        pipe.hdel(self.keys.cron_pending(), *stale)
+        pipe.execute()
+        return lost
+
+    def prune_pending(self, older_than: datetime) -> int:
+        """Drop unconfirmed claims older than ``older_than`` (diagnose has reported them)."""
+        old = [
+            batch
+            for batch, raw in self.client.hgetall(self.keys.cron_pending()).items()
+            if float(json.loads(raw)["at"]) < older_than.timestamp()
+        ]
+        return self.client.hdel(self.keys.cron_pending(), *old) if old else 0
 
     def failing(self) -> dict[str, str]:
         return self.client.hgetall(self.keys.cron_failing())

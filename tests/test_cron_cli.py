@@ -72,6 +72,7 @@ def test_bad_spec_in_a_user_module_fails_the_command_naming_the_task(user_module
     output = result.stdout + result.stderr
     assert "nightly-report" in output
     assert "0 25 * * *" in output
+    assert "bad token '25'" in output
 
 
 def test_tenants_and_schedule_list(user_modules, r):

@@ -194,3 +194,29 @@ def test_registered_provider_is_used(cron_app, broker_url):
     _declare(cron_app, "fan", per_tenant=True)
     report = make_engine(cron_app).tick(T0 + timedelta(seconds=1))
     assert sorted(f.tenant for f in report.fired) == ["a1", "b2"]
+
+
+def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app, broker_url, r):
+    from celery_app.cron_service import CronService
+    from celery_app.cron_state import FireRequest
+
+    task = _declare(cron_app, "half-done").cron_task
+    store = store_of(cron_app)
+    # A beat took the window key, then died before publishing.
+    store.claim([FireRequest(task, GLOBAL_TENANT, T0)], now=T0, owner="beat:dead")
+    survivor = make_engine(cron_app, owner="engine-2")
+    report = survivor.tick(T0 + timedelta(seconds=10))
+    assert report.fired == ()
+    assert [s.reason for s in real_skips(report)] == ["taken"]
+    assert sends(broker_url) == {}
+    findings = CronService(cron_app, clock=lambda: T0 + 3 * MIN).diagnose()
+    assert any("half-done" in f and "never confirmed" in f for f in findings), findings
+    # A live beat's sweep turns the lost claim into a gap record, which outlives later windows.
+    assert store.sweep_lost_claims(T0 + MIN, T0 + 3 * MIN) == [f"half-done|-|{window_id(T0)}"]
+    end_runs(r)
+    assert [f.task_id for f in survivor.tick(T0 + 4 * MIN).fired] == ["half-done"]
+    findings = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
+    assert not any("never confirmed" in f for f in findings)
+    assert any(
+        "half-done" in f and "claimed by beat:dead, never published" in f for f in findings
+    ), findings

@@ -144,3 +144,68 @@ def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diag
     assert last_before is not None
     findings = CronService(cron_app, clock=clock.now).diagnose()
     assert any("'tick'" in f and "were not fired" in f for f in findings), findings
+
+
+def _noop() -> None: ...
+
+
+HARD_LIMIT_TASK = """
+import time
+from datetime import timedelta
+from celery.exceptions import SoftTimeLimitExceeded
+from celery_app import cron
+
+@cron("0 3 * * *", id="stuck", name="hard.stuck", timeout=timedelta(seconds=1))
+def stuck():
+    try:
+        time.sleep(60)
+    except SoftTimeLimitExceeded:
+        time.sleep(60)  # ignores the soft limit: the hard limit kills it
+"""
+
+
+@pytest.mark.slow
+def test_hard_time_limit_on_a_prefork_worker_is_recorded_as_a_failure(
+    tmp_path, cron_app, broker_url, r
+):
+    (tmp_path / "hard_tasks.py").write_text(textwrap.dedent(HARD_LIMIT_TASK))
+    cron("0 3 * * *", app=cron_app, id="stuck", name="hard.stuck", timeout=timedelta(seconds=1))(
+        _noop
+    )
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "celery_app",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "1",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=tmp_path,
+        env=_env(tmp_path, "hard_tasks"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        result = CronService(cron_app).run_now("stuck")
+        assert result.sent
+        state_key = KEYS.cron_state("stuck", GLOBAL_TENANT)
+        wait_for(
+            lambda: r.hget(state_key, "outcome") == "failure",
+            timeout=40,
+            what="the hard time limit to be recorded",
+        )
+        state = r.hgetall(state_key)
+        assert "TimeLimitExceeded" in state["last_error"]
+        assert not r.exists(KEYS.cron_inflight("stuck", GLOBAL_TENANT))  # released
+    finally:
+        worker.terminate()
+        worker.wait(20)

@@ -53,7 +53,7 @@ def test_options_and_queue_routed_through_task_routes(cron_app):
 
 @pytest.mark.parametrize(
     ("spec", "token"),
-    [("61 * * * *", "61"), ("* * * *", "5"), ("* * 1-x * *", "x")],
+    [("61 * * * *", "'61'"), ("* * * *", "4 fields"), ("* * 1-x * *", "'1-x'")],
 )
 def test_bad_spec_fails_at_decoration_naming_task_and_spec(cron_app, spec, token):
     with pytest.raises(CronSpecError) as caught:
@@ -64,6 +64,7 @@ def test_bad_spec_fails_at_decoration_naming_task_and_spec(cron_app, spec, token
     message = str(caught.value)
     assert "broken-task" in message
     assert spec in message
+    assert token in message
 
 
 def test_bad_declarations_name_the_field(cron_app):
