@@ -86,6 +86,10 @@ class TickReport:
     published: int = 0
 
 
+def _iso(seconds: float) -> str:
+    return from_unix(seconds).isoformat()
+
+
 def _as_unix(now: float | datetime | None) -> float:
     if now is None:
         return time.time()
@@ -292,11 +296,18 @@ class Dispatcher:
                     next_scheduled_at=next_at,
                 )
             )
+            # Same shape as the workers' history records, so reports read one format.
             result: dict[str, Any] = {
                 "status": "lost",
-                "reason": "lease expired: no completion within the hard time limit",
-                "scheduled_at": job.scheduled_at,
-                "at": now_s,
+                "latency_ms": None,
+                "error_class": "lease_expired",
+                "error": "no completion within the hard time limit; the claim was reaped",
+                "region": job.region,
+                "scheduled_at": _iso(job.scheduled_at),
+                "started_at": None,
+                "finished_at": _iso(now_s),
+                "worker": None,
+                "timed_out": True,
                 "lane": LANE_NAMES[job.lane],
             }
             runs.append(CompletedRun(job_id, job.lease_token, state, next_at, result))
