@@ -111,6 +111,39 @@ class Keys:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
 
+    def held(self, region: str, lane: int, tenant: str) -> str:
+        """ZSET job -> effective_scheduled_at: due jobs of a (region, lane) that the tenant's
+        token bucket turned away; released into the ready index as tokens come back."""
+        return f"{self.prefix}:held:{region}:{LANE_NAMES[lane]}:{tenant}"
+
+    def held_tenants(self, region: str) -> str:
+        """Set of tenants with held jobs in a region."""
+        return f"{self.prefix}:heldtenants:{region}"
+
+    def held_prefix(self, region: str) -> str:
+        """``held(r, lane, t) == held_prefix(r) + f"{LANE_NAMES[lane]}:{t}"`` (for Lua)."""
+        return f"{self.prefix}:held:{region}:"
+
+    def lease_seq(self) -> str:
+        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
+        return f"{self.prefix}:leaseseq"
+
+    def job_prefix(self) -> str:
+        """``job(x) == job_prefix() + x``: Lua scripts build job keys from ids with it."""
+        return f"{self.prefix}:job:"
+
+    def ready_prefix(self) -> str:
+        """``ready(r, lane) == ready_prefix() + f"{r}:{LANE_NAMES[lane]}"`` (for Lua)."""
+        return f"{self.prefix}:ready:"
+
+    def worker_prefix(self) -> str:
+        """``worker(h) == worker_prefix() + h`` (for Lua)."""
+        return f"{self.prefix}:worker:"
+
+    def rate_limit_prefix(self) -> str:
+        """``rate_limit(t) == rate_limit_prefix() + t`` (for Lua)."""
+        return f"{self.prefix}:ratelimit:"
+
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
         return f"{self.prefix}:results:{uid}"
