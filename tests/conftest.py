@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
-from celery_app.embedded_redis import RedisServer
+if TYPE_CHECKING:
+    # Importing any celery_app module builds the app from the environment, so the real import
+    # waits until pytest_configure has pointed the environment at the test server.
+    from celery_app.embedded_redis import RedisServer
 
 _server: RedisServer | None = None
 _tmp: str | None = None
@@ -31,10 +36,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if _server is not None:
         return
     _tmp = tempfile.mkdtemp(prefix="checkbeat-test-redis-")
-    _server = RedisServer(Path(_tmp)).start()
-    os.environ["CHECKBEAT_REDIS_URL"] = _server.url(STATE_DB)
-    os.environ["CHECKBEAT_BROKER_URL"] = _server.url(BROKER_DB)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ["CHECKBEAT_REDIS_URL"] = f"redis://127.0.0.1:{port}/{STATE_DB}"
+    os.environ["CHECKBEAT_BROKER_URL"] = f"redis://127.0.0.1:{port}/{BROKER_DB}"
     os.environ.setdefault("CHECKBEAT_KEY_PREFIX", "cbtest")
+    from celery_app.embedded_redis import RedisServer
+
+    _server = RedisServer(Path(_tmp), port=port).start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

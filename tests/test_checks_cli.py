@@ -143,12 +143,6 @@ def test_diagnose_reports_regions_without_workers(cli):
 
 def test_reachable_as_a_celery_subcommand(r, test_kind, settings, monkeypatch):
     """As ``celery -A celery_app checks``: the entry point when installed, else added here."""
-    import celery_app
-    from celery_app.app import create_app
-
-    # celery_app.app was built when conftest imported the package, before the test Redis
-    # existed; give ``-A celery_app`` an app on the test Redis.
-    monkeypatch.setattr(celery_app, "app", create_app(settings))
     if "checks" not in celery_main.commands:
         celery_main.add_command(checks)
     runner = CliRunner()

@@ -119,3 +119,11 @@ def test_params_from_settings_carries_every_scheduling_knob(monkeypatch):
     )
     assert params.tier_credit(5) == timedelta(seconds=6)
     assert params.effective_check_timeout() == timedelta(seconds=20)
+
+
+def test_the_package_app_uses_the_test_redis():
+    """conftest sets the environment before anything imports celery_app."""
+    import celery_app
+
+    assert celery_app.app.conf.broker_url == os.environ["CHECKBEAT_BROKER_URL"]
+    assert celery_app.settings_of(celery_app.app).redis_url == os.environ["CHECKBEAT_REDIS_URL"]
