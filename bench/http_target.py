@@ -75,7 +75,9 @@ class DelayServer:
 
     def __init__(self) -> None:
         self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._delays: dict[str, float] = {}
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()

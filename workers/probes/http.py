@@ -9,6 +9,7 @@ Proxies from the environment are ignored for the same reason (a proxy would conn
 
 from __future__ import annotations
 
+import functools
 import ssl
 import time
 import typing
@@ -151,6 +152,12 @@ class VettingNetworkBackend(httpcore.SyncBackend):
         raise last_error
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: loading the CA bundle costs ~20 ms a probe."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class VettingTransport(httpx.HTTPTransport):
     """httpx transport whose every connection goes through :class:`VettingNetworkBackend`."""
 
@@ -159,7 +166,7 @@ class VettingTransport(httpx.HTTPTransport):
         self.backend = VettingNetworkBackend(policy)
         # httpx has no public knob for the network backend, so the pool is rebuilt with one.
         self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl.create_default_context(cafile=certifi.where()),
+            ssl_context=_tls_context(),
             max_connections=4,
             max_keepalive_connections=0,
             retries=0,
