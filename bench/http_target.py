@@ -29,6 +29,10 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.target = target
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A probe that gave up (timeout) closes its end: not worth a traceback."""
+        return
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server

@@ -1,4 +1,8 @@
-"""Turning a pydantic validation failure into one error that names the field and what is allowed."""
+"""Turning a pydantic validation failure into a CheckFieldError that names the field.
+
+Why: the check store shows a creation error to the user as it is (``config.method: ...``), and
+nothing is written when one is raised.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +11,29 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from celery_app.errors import CheckFieldError
+
 Model = TypeVar("Model", bound=BaseModel)
 
 
-class ProbeConfigError(ValueError):
-    """A check's config is invalid for its kind; the message names each bad field."""
-
-
 def parse_config(kind: str, model: type[Model], config: Mapping[str, Any]) -> Model:
-    """Validate ``config`` for ``kind`` or raise ProbeConfigError naming every bad field."""
+    """Validate ``config`` for ``kind`` or raise CheckFieldError naming the (first) bad field.
+
+    Every problem is listed in the message; ``field`` is the first one's ``config.<name>``.
+    """
     if not isinstance(config, Mapping):
-        raise ProbeConfigError(
-            f"{kind} check config must be an object, got {type(config).__name__}"
-        )
+        raise CheckFieldError("config", f"must be an object, got {type(config).__name__}")
     try:
         return model.model_validate(dict(config))
     except ValidationError as exc:
-        problems = []
+        fields: list[str] = []
+        problems: list[str] = []
         for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "(config)"
+            where = ".".join(["config", *(str(part) for part in error["loc"])])
             message = error["msg"].removeprefix("Value error, ")
             if error["type"] == "extra_forbidden":
-                allowed = ", ".join(sorted(model.model_fields))
-                message = f"unknown field (allowed: {allowed})"
-            problems.append(f"{where}: {message}")
-        raise ProbeConfigError(f"invalid {kind} check config: " + "; ".join(problems)) from None
+                allowed = ", ".join(sorted(model.model_fields)) or "none"
+                message = f"unknown field of a {kind} check (allowed: {allowed})"
+            fields.append(where)
+            problems.append(message if not problems else f"{where}: {message}")
+        raise CheckFieldError(fields[0], "; ".join(problems)) from None

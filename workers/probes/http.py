@@ -22,7 +22,8 @@ import httpcore
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from workers.probes.config import ProbeConfigError, parse_config
+from celery_app.errors import CheckFieldError
+from workers.probes.config import parse_config
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
     AddressPolicy,
@@ -42,11 +43,10 @@ Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class HttpConfig(BaseModel):
-    """An ``http`` check: what to request and what counts as up."""
+    """An ``http`` check's config (the URL is the check's target): what counts as up."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(description="http:// or https:// URL with a host")
     method: Method = "GET"
     expected_status: tuple[int, ...] = Field(
         default=tuple(range(200, 400)), description="status codes that count as up"
@@ -59,20 +59,6 @@ class HttpConfig(BaseModel):
     @classmethod
     def _upper(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"must start with http:// or https://, got {value!r}")
-        if not parts.hostname:
-            raise ValueError(f"must name a host, got {value!r}")
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise ValueError(f"has an invalid port: {value!r}") from None
-        return value
 
     @field_validator("expected_status", mode="before")
     @classmethod
@@ -101,23 +87,42 @@ class HttpConfig(BaseModel):
         return tuple(sorted(set(value)))
 
 
-def validate_http_config(
-    config: Mapping[str, Any], policy: AddressPolicy | None = None
-) -> dict[str, Any]:
-    """Validate an ``http`` check config at creation; return it normalised (JSON-ready).
+def check_url(target: str) -> str:
+    """The target of an ``http`` check: an http(s) URL with a host (CheckFieldError if not)."""
+    if not isinstance(target, str):
+        raise CheckFieldError("target", f"must be a URL string, got {type(target).__name__}")
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https"):
+        raise CheckFieldError(
+            "target", f"must be a URL starting with http:// or https://, got {target!r}"
+        )
+    if not parts.hostname:
+        raise CheckFieldError("target", f"must be a URL with a host, got {target!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise CheckFieldError("target", f"has an invalid port: {target!r}") from None
+    return target
 
-    A literal private address (``http://10.0.0.1``) is refused here already; a name is only
-    judged at run time, after resolution, because its answer may change.
+
+def validate_http_config(
+    target: str, config: Mapping[str, Any], policy: AddressPolicy | None = None
+) -> dict[str, Any]:
+    """Validate an ``http`` check at creation; return its config normalised (JSON-ready).
+
+    A literal private address (``http://10.0.0.1``) is refused here already when a policy is
+    given; a name is only judged at run time, after resolution, because its answer may change.
     """
+    check_url(target)
     parsed = parse_config("http", HttpConfig, config)
     if policy is not None:
-        host = urlsplit(parsed.url).hostname or ""
+        host = urlsplit(target).hostname or ""
         literal = literal_address(host)
         if literal is not None:
             try:
                 vet_address(literal, host, policy)
             except TargetRefused as exc:
-                raise ProbeConfigError(f"invalid http check config: url: {exc}") from None
+                raise CheckFieldError("target", str(exc)) from None
     return parsed.model_dump(mode="json")
 
 
@@ -192,14 +197,15 @@ def classify_http_error(exc: BaseException) -> str:
     return "connect"
 
 
-def http_probe(config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
-    """Run one ``http`` check; never raises (every failure is a result with its error class)."""
+def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
+    """Request ``target`` once; never raises (every failure is a result with its error class)."""
     started = time.perf_counter()
 
     def elapsed_ms() -> float:
         return (time.perf_counter() - started) * 1000.0
 
     try:
+        url = check_url(target)
         spec = HttpConfig.model_validate(dict(config))
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
@@ -215,7 +221,7 @@ def http_probe(config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
                 max_redirects=MAX_REDIRECTS,
                 trust_env=False,
             ) as client,
-            client.stream(spec.method, spec.url, headers=headers) as response,
+            client.stream(spec.method, url, headers=headers) as response,
         ):
             body = bytearray()
             for chunk in response.iter_bytes():
