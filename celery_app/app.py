@@ -13,7 +13,7 @@ from celery_app.settings import Settings, get_settings
 from celery_app.worker_options import install_worker_options
 
 #: Modules of checkbeat itself whose tasks every worker must know.
-BUILTIN_TASK_MODULES: tuple[str, ...] = ()
+BUILTIN_TASK_MODULES: tuple[str, ...] = ("workers.probes", "workers.tasks")
 
 
 def create_app(settings: Settings | None = None) -> Celery:

@@ -82,3 +82,102 @@ def target() -> Iterator[DelayServer]:
     """A real HTTP server on 127.0.0.1 that answers after a chosen delay."""
     with DelayServer() as server:
         yield server
+
+
+# --- in-process workers on a per-test app ---------------------------------------------------
+
+
+@pytest.fixture
+def make_app(broker_url: str, redis_url: str) -> Iterator:
+    """Factory: make_app(**settings) -> a checkbeat Celery app with those settings.
+
+    The broker db is emptied first so no message of an earlier test is consumed.
+    """
+    import redis as redis_lib
+
+    from celery_app.app import create_app
+    from celery_app.settings import load_settings
+
+    broker = redis_lib.Redis.from_url(broker_url)
+    broker.flushdb()
+    broker.close()
+
+    def make(**overrides: object):
+        settings = load_settings(
+            redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", **overrides
+        )
+        return create_app(settings)
+
+    yield make
+
+
+@pytest.fixture
+def run_worker() -> Iterator:
+    """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker."""
+    from contextlib import ExitStack
+
+    from celery.contrib.testing.worker import start_worker
+
+    import workers.tasks  # noqa: F401 - the run task and its signal handlers
+
+    with ExitStack() as stack:
+
+        def run(app, queues: list[str], concurrency: int = 2, hostname: str | None = None):
+            return stack.enter_context(
+                start_worker(
+                    app,
+                    pool="threads",
+                    concurrency=concurrency,
+                    perform_ping_check=False,
+                    shutdown_timeout=30,
+                    queues=queues,
+                    loglevel="INFO",
+                    **({"hostname": hostname} if hostname else {}),
+                )
+            )
+
+        yield run
+
+
+@pytest.fixture
+def allow_private(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """CHECKBEAT_ALLOW_PRIVATE_TARGETS=1 for this process (checks on 127.0.0.1 may be created)."""
+    from celery_app.settings import get_settings
+
+    monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "1")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) -> dict:
+    """Take a job's lease as the dispatcher's claim does (test data for single-run tests):
+    returns the run_check kwargs for it."""
+    import time
+
+    from celery_app.jobs import read_job
+    from celery_app.keys import split_job_id
+
+    job = read_job(client, keys, job_id)
+    assert job is not None, job_id
+    _uid, region = split_job_id(job_id)
+    expiry = time.time() + lease_s
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.job(job_id), mapping={"lt": token, "lx": f"{expiry:.3f}"})
+    pipe.zadd(keys.leases(region, job.lane), {job_id: expiry})
+    pipe.zrem(keys.due(), job_id)
+    pipe.zrem(keys.ready(region, job.lane), job_id)
+    pipe.execute()
+    return {
+        "job_id": job_id,
+        "lease_token": token,
+        "scheduled_at": job.scheduled_at,
+        "effective_scheduled_at": job.effective_scheduled_at,
+        "timeout_s": 5.0,
+    }
+
+
+@pytest.fixture
+def claim():
+    """:func:`claim_by_hand` as a fixture (so test modules need not import this plugin)."""
+    return claim_by_hand

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import certifi
 import httpcore
 import httpx
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from celery_app.errors import CheckFieldError
@@ -235,6 +236,8 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
                 if len(body) < MAX_BODY_BYTES:
                     body.extend(chunk[: MAX_BODY_BYTES - len(body)])
             latency = elapsed_ms()
+    except SoftTimeLimitExceeded:
+        raise  # the runner records the soft limit (prefork and gevent pools raise it here)
     except Exception as exc:  # a probe never raises: every failure is a result
         error_class = classify_http_error(exc)
         return ProbeResult.down(error_class, f"{type(exc).__name__}: {exc}", elapsed_ms())
