@@ -84,3 +84,45 @@ def register_fake_worker(
         pipe.expire(keys.worker(hostname), ttl)
     pipe.sadd(keys.region_workers(region), hostname)
     pipe.execute()
+
+
+def learned(
+    client: redis.Redis,
+    keys: Keys,
+    params,
+    job_id: str,
+    *,
+    scheduled_at: float,
+    cost_ms: float = 0.0,
+    lane: int = 0,
+    plan_weight: int = 0,
+) -> None:
+    """Put a job at ``scheduled_at`` with a learned cost and lane, through the real write path
+    (a lease, then ``complete_run``), as if its previous run had just finished."""
+    from celery_app.jobs import complete_run
+    from scheduling_core import PostExecState
+
+    client.hset(keys.job(job_id), "lt", "setup")
+    client.zrem(keys.due(), job_id)
+    ea = params.effective_scheduled_at(at(scheduled_at), cost_ms, plan_weight)
+    state = PostExecState(
+        cost_ewma_ms=cost_ms, delay_ewma_ms=0.0, effective_scheduled_at=ea, lane=lane
+    )
+    assert complete_run(client, keys, job_id, "setup", state, at(scheduled_at))
+
+
+@pytest.fixture
+def dispatcher_app(settings: Settings):
+    """A Celery app built from the test settings (broker db 0, state db 1)."""
+    from celery_app.app import create_app
+
+    return create_app(settings)
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[redis.Redis]:
+    """The broker db, emptied before the test (queued messages are test state too)."""
+    client = redis.Redis.from_url(broker_url, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.close()

@@ -1,0 +1,141 @@
+"""End to end with a real Celery worker: what the dispatcher publishes is consumed and run."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from checks_fixtures import register_fake_worker
+from conftest import wait_for
+
+from beat.dispatcher import Dispatcher
+from celery_app.app import create_app
+from celery_app.jobs import finish_run, from_unix, lease_is_current, read_job
+from celery_app.keys import Keys, check_queue
+from celery_app.messages import RUN_CHECK_TASK, RunCheck
+from celery_app.publish import KombuBatchPublisher, RedisBatchPublisher, TaskMessage
+from celery_app.redis_client import get_redis
+from scheduling_core import Params
+
+pytest_plugins = ["checks_fixtures"]
+
+QUEUES = [check_queue("eu", "fast"), check_queue("eu", "slow")]
+
+
+def build_app(settings):
+    """A Celery app with a stand-in for the workers' run_check task (same name, same contract).
+
+    ``shared=False``: a shared task would be added to every app created later in this process,
+    shadowing the real ``checkbeat.run_check`` in other tests.
+    """
+    app = create_app(settings)
+    seen: list[str] = []
+
+    @app.task(name=RUN_CHECK_TASK, shared=False)
+    def run_check(**kwargs) -> None:
+        msg = RunCheck.from_kwargs(kwargs)
+        client = get_redis(settings.redis_url)
+        keys = Keys(settings.key_prefix)
+        if not lease_is_current(client, keys, msg.job_id, msg.lease_token):
+            return
+        started = time.time()
+        finish_run(
+            client,
+            keys,
+            Params.from_settings(settings),
+            msg.job_id,
+            msg.lease_token,
+            duration_ms=(time.time() - started) * 1000,
+            timed_out=False,
+            exec_start=from_unix(started),
+            now=from_unix(time.time()),
+            scheduled_at=msg.scheduled_at,
+            result={"ok": True},
+        )
+
+    @app.task(name="cbtest.echo", shared=False)
+    def echo(value: str) -> None:
+        seen.append(value)
+
+    return app, seen
+
+
+@pytest.mark.timeout(60)
+def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, settings, store, broker):
+    app, _ = build_app(settings)
+    now = time.time()
+    for i in range(12):
+        store.create(
+            uid=f"w{i}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+            now=from_unix(now - 70),
+        )
+    # every job is due: dispatch at a clock 70 s ahead of their creation
+    register_fake_worker(r, keys, "real-worker", region="eu", role="shared", concurrency=4)
+    d = Dispatcher(app, client=r)
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=QUEUES,
+        shutdown_timeout=20,
+    ):
+        deadline = time.monotonic() + 40
+        total = 0
+        while total < 12 and time.monotonic() < deadline:
+            report = d.tick(now)
+            total += len(report.claims)
+            # capacity: never more claimed and unfinished than the 4 registered slots
+            assert r.zcard(keys.leases("eu", 0)) + r.zcard(keys.leases("eu", 1)) <= 4
+            time.sleep(0.05)
+        assert total == 12
+        wait_for(
+            lambda: all(read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)),
+            timeout=20,
+            what="every job completed by the worker",
+        )
+    for i in range(12):
+        job = read_job(r, keys, f"w{i}@eu")
+        assert job.lease_token is None
+        assert r.zscore(keys.due(), job.job_id) == pytest.approx(job.scheduled_at)
+        assert r.hget(keys.last_result(f"w{i}"), "eu") == '{"ok":true}'
+    assert broker.llen(QUEUES[0]) == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["redis-pipeline", "kombu-batch"])
+def test_both_batch_publishers_are_consumed_by_a_real_worker(settings, broker, path):
+    app, seen = build_app(settings)
+    publisher = (
+        RedisBatchPublisher(settings.effective_broker_url)
+        if path == "redis-pipeline"
+        else KombuBatchPublisher(app)
+    )
+    messages = [
+        TaskMessage(
+            name="cbtest.echo",
+            queue=QUEUES[i % 2],
+            args=(f"m{i}",),
+            time_limit=10,
+            soft_time_limit=8,
+        )
+        for i in range(50)
+    ]
+    ids = publisher.publish(messages)
+    assert len(set(ids)) == 50
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=2,
+        perform_ping_check=False,
+        queues=QUEUES,
+        shutdown_timeout=20,
+    ):
+        wait_for(lambda: len(seen) == 50, timeout=30, what="50 echo tasks")
+    assert sorted(seen) == sorted(f"m{i}" for i in range(50))
