@@ -104,9 +104,6 @@ class Settings(BaseSettings):
     allow_private_targets: bool = Field(
         False, description="Let probes reach loopback, private and link-local addresses."
     )
-    results_history: int = Field(
-        100, description="Results kept per check (the capped results stream), all regions."
-    )
 
     @field_validator("imports", "regions", mode="before")
     @classmethod
@@ -209,13 +206,6 @@ class Settings(BaseSettings):
     def _pool(cls, value: int) -> int:
         if value < 1:
             raise ValueError(f"must be >= 1, got {value}")
-        return value
-
-    @field_validator("results_history")
-    @classmethod
-    def _history(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be >= 1 (results kept per check), got {value}")
         return value
 
     @field_validator("fast_lane_reserved")
