@@ -106,7 +106,9 @@ def make_app(broker_url: str, redis_url: str) -> Iterator:
         settings = load_settings(
             redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", **overrides
         )
-        return create_app(settings)
+        app = create_app(settings)
+        app.loader.import_default_modules()  # the kinds, as the CLI and the workers load them
+        return app
 
     yield make
 
@@ -181,3 +183,64 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
 def claim():
     """:func:`claim_by_hand` as a fixture (so test modules need not import this plugin)."""
     return claim_by_hand
+
+
+class Ticker:
+    """Runs ``Dispatcher.tick()`` every ``interval`` seconds in a thread (beat's job), with
+    pause/resume so a test can make starts late. Errors surface at stop()."""
+
+    def __init__(self, dispatcher, interval: float = 0.1) -> None:
+        import threading
+
+        self.dispatcher = dispatcher
+        self.interval = interval
+        self.ticks = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._thread = threading.Thread(target=self._run, name="test-dispatcher", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self._running.is_set():
+                continue
+            try:
+                self.dispatcher.tick()
+                self.ticks += 1
+            except BaseException as exc:  # report at stop
+                self.error = exc
+                return
+
+    def start(self) -> Ticker:
+        self._thread.start()
+        return self
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def dispatching() -> Iterator:
+    """Factory: dispatching(app, interval=0.1) -> a started Ticker, stopped after the test."""
+    from beat.dispatcher import Dispatcher
+
+    tickers: list[Ticker] = []
+
+    def start(app, interval: float = 0.1) -> Ticker:
+        ticker = Ticker(Dispatcher(app), interval).start()
+        tickers.append(ticker)
+        return ticker
+
+    yield start
+    for ticker in tickers:
+        ticker.stop()

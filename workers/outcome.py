@@ -91,6 +91,8 @@ class RunOutcome:
     started_at: float | None
     finished_at: float
     worker: str
+    timeout_s: float = 0.0
+    queue: str = ""
     detail: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -103,6 +105,7 @@ class RunOutcome:
         started_at: float,
         finished_at: float,
         worker: str,
+        queue: str = "",
     ) -> RunOutcome:
         return cls(
             job_id=request.job_id,
@@ -117,6 +120,8 @@ class RunOutcome:
             started_at=started_at,
             finished_at=finished_at,
             worker=worker,
+            timeout_s=request.timeout_s,
+            queue=queue,
             detail=dict(result.detail),
         )
 
@@ -139,6 +144,7 @@ class RunOutcome:
             started_at=None,
             finished_at=now,
             worker=worker,
+            timeout_s=request.timeout_s,
         )
 
     def as_message(self) -> dict[str, Any]:
@@ -164,5 +170,8 @@ class RunOutcome:
             "started_at": iso(self.started_at),
             "finished_at": iso(self.finished_at),
             "worker": self.worker,
+            "queue": self.queue,
+            "timeout_s": self.timeout_s,
+            "duration_ms": self.duration_ms,
             "detail": dict(self.detail),
         }

@@ -91,5 +91,6 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         started_at=started_at,
         finished_at=time.time(),
         worker=self.request.hostname or "",
+        queue=(self.request.delivery_info or {}).get("routing_key") or "",
     )
     return outcome.as_message()
