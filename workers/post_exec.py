@@ -6,9 +6,9 @@ Signals:
 - ``task_failure`` with ``TimeLimitExceeded`` or ``WorkerLostError`` (main process): the hard
   limit killed the run, or its process died; recorded as a timeout of unknown start.
 
-Celery 5.7 sends ``task_failure`` twice for one hard time limit (``Request.on_timeout`` fires it
-since celery/celery#10226,
-then the pool's ``on_failure`` for the same ``TimeLimitExceeded``). The write is
+Celery 5.7 sends ``task_failure`` twice for one hard time limit: ``Request.on_timeout`` fires it
+(since celery/celery#10226), then the pool's ``on_failure`` for the same ``TimeLimitExceeded``
+(seen in tests/test_worker_kills.py). The write is
 :func:`celery_app.jobs.finish_run`, whose Lua checks the lease token and removes it, so the second
 call (and a reaper that got there first) writes nothing: idempotent per lease token.
 """
