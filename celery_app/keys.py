@@ -91,6 +91,11 @@ class Keys:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
 
+    def slots_freed(self, region: str) -> str:
+        """List: a worker pushes after each completed run; the dispatcher BLPOPs it to claim
+        the freed slot at once instead of at its next tick (see celery_app.wakeup)."""
+        return f"{self.prefix}:freed:{region}"
+
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
         return f"{self.prefix}:leaseseq"
