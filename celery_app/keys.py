@@ -50,6 +50,26 @@ class Keys:
         """Hash: last window, last run start/end, outcome, error, counters."""
         return f"{self.prefix}:cron:state:{task_id}:{tenant}"
 
+    def cron_stats(self, task_id: str) -> str:
+        """Hash per task (all tenants): last window handled, first window seen, counters."""
+        return f"{self.prefix}:cron:stats:{task_id}"
+
+    def cron_pending(self) -> str:
+        """ZSET ``task|tenant|window`` -> claim time: claimed but not yet confirmed published.
+
+        A beat killed between taking a window key and publishing leaves its entries here, so
+        diagnose can say the window was lost instead of the loss being silent.
+        """
+        return f"{self.prefix}:cron:pending"
+
+    def cron_failing(self) -> str:
+        """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
+        return f"{self.prefix}:cron:failing"
+
+    def cron_gaps(self) -> str:
+        """List (newest first, capped) of JSON gap records: windows nobody fired."""
+        return f"{self.prefix}:cron:gaps"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self.prefix}:tenants"
@@ -95,6 +115,19 @@ class Keys:
         """List: a worker pushes after each completed run; the dispatcher BLPOPs it to claim
         the freed slot at once instead of at its next tick (see celery_app.wakeup)."""
         return f"{self.prefix}:freed:{region}"
+
+    def held(self, region: str, lane: int, tenant: str) -> str:
+        """ZSET job -> effective_scheduled_at: due jobs of a (region, lane) that the tenant's
+        token bucket turned away; released into the ready index as tokens come back."""
+        return f"{self.prefix}:held:{region}:{LANE_NAMES[lane]}:{tenant}"
+
+    def held_tenants(self, region: str) -> str:
+        """Set of tenants with held jobs in a region."""
+        return f"{self.prefix}:heldtenants:{region}"
+
+    def held_prefix(self, region: str) -> str:
+        """``held(r, lane, t) == held_prefix(r) + f"{LANE_NAMES[lane]}:{t}"`` (for Lua)."""
+        return f"{self.prefix}:held:{region}:"
 
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""

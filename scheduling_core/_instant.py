@@ -16,7 +16,13 @@ _ONE_MS = timedelta(milliseconds=1)
 
 
 def add(t: datetime, d: timedelta) -> datetime:
-    """``t + d`` as elapsed time, expressed in ``t``'s timezone."""
+    """``t + d`` as elapsed time, expressed in ``t``'s timezone.
+
+    A zero ``d`` returns ``t`` itself: routing a nonexistent wall time (inside a DST gap)
+    through UTC would rewrite it, and "no offset" must mean "the very same value".
+    """
+    if not d:
+        return t
     return (t.astimezone(UTC) + d).astimezone(t.tzinfo)
 
 

@@ -82,6 +82,11 @@ def utc(t: datetime) -> datetime:
     return t.astimezone(UTC)
 
 
+def shift(t: datetime, d: timedelta) -> datetime:
+    """``t + d`` in elapsed time, kept in t's zone (plain ``+`` moves the wall clock)."""
+    return (utc(t) + d).astimezone(t.tzinfo)
+
+
 def unix_second(t: datetime) -> int:
     return (utc(t) - EPOCH) // S
 
@@ -111,7 +116,7 @@ def test_job_more_than_30s_overdue_beats_any_on_time_job_without_tier_credit(
     w_on_time: int,
 ) -> None:
     late = p.effective_scheduled_at(utc(now) - overdue, cost_late, w_late)
-    on_time = p.effective_scheduled_at(now + ahead, cost_on_time, w_on_time)
+    on_time = p.effective_scheduled_at(shift(now, ahead), cost_on_time, w_on_time)
     assert utc(late) < utc(on_time)
 
 
@@ -150,7 +155,7 @@ def test_with_tier_credit_the_bound_grows_by_the_competitors_credit(
     that means 30 s + M suffices for every pair, and same-weight jobs keep the plain 30 s."""
     bound = MAX_DEPRIORITIZE_OFFSET + p.tier_credit(w_on_time) - p.tier_credit(w_late)
     late = p.effective_scheduled_at(utc(now) - bound - slack, cost_late, w_late)
-    on_time = p.effective_scheduled_at(now + ahead, cost_on_time, w_on_time)
+    on_time = p.effective_scheduled_at(shift(now, ahead), cost_on_time, w_on_time)
     assert utc(late) < utc(on_time)
     if p.tier_credit_max > ZERO:
         capped = p.effective_scheduled_at(
@@ -185,7 +190,8 @@ def test_zero_value_params_give_no_tier_credit(w: int, credit_max: timedelta, p:
 @PROP
 @given(p=params_any, at=instants, w=weights)
 def test_fresh_job_sorts_at_its_real_scheduled_at(p: Params, at: datetime, w: int) -> None:
-    assert p.effective_scheduled_at(at, 0.0, 0) == at
+    # Identity, not just the same instant: also for nonexistent wall times in a DST gap.
+    assert p.effective_scheduled_at(at, 0.0, 0) is at
     assert utc(p.effective_scheduled_at(at, 0.0, w)) == utc(at) - p.tier_credit(w)
     assert Params().effective_scheduled_at(at, 0.0, w) == at
 
@@ -265,7 +271,7 @@ def test_post_exec_is_deterministic_and_delay_only_changes_delay(
             duration_ms=duration,
             timed_out=timed_out,
             exec_start=exec_start,
-            next_scheduled_at=at + 60 * S,
+            next_scheduled_at=shift(at, 60 * S),
         )
 
     start = None if late is None else utc(at) + late
