@@ -296,12 +296,7 @@ def run_checkbeat(
     logs: Path,
     tick_s: float = 0.25,
 ) -> SystemReport:
-    from beat.dispatcher import Dispatcher
-    from celery_app.app import create_app
-    from celery_app.checks import CheckStore, validate_definition
-    from celery_app.keys import Keys, check_queue
-    from celery_app.settings import get_settings, load_settings
-    from celery_app.wakeup import wait_for_ring
+    from celery_app.settings import get_settings
 
     broker_url, state_url = redis_server.url(0), redis_server.url(1)
     redis.Redis.from_url(broker_url).flushdb()
@@ -317,8 +312,33 @@ def run_checkbeat(
         "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",
         "CHECKBEAT_RESULTS_HISTORY": "10000",
     }
+    saved_env = dict(os.environ)
     os.environ.update(knobs)  # this process creates the checks and runs the dispatcher
     get_settings.cache_clear()
+    try:
+        return _run_checkbeat(workload, server, logs, tick_s, knobs, broker_url, state)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        get_settings.cache_clear()
+
+
+def _run_checkbeat(
+    workload: Workload,
+    server: DelayServer,
+    logs: Path,
+    tick_s: float,
+    knobs: dict[str, str],
+    broker_url: str,
+    state: redis.Redis,
+) -> SystemReport:
+    from beat.dispatcher import Dispatcher
+    from celery_app.app import create_app
+    from celery_app.checks import CheckStore, validate_definition
+    from celery_app.keys import Keys, check_queue
+    from celery_app.settings import load_settings
+    from celery_app.wakeup import wait_for_ring
+
     settings = load_settings()
     app = create_app(settings)
     app.loader.import_default_modules()
