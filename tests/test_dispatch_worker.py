@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from celery.contrib.testing.worker import start_worker
-from checks_fixtures import register_fake_worker
 from conftest import wait_for
 
 from beat.dispatcher import Dispatcher
 from celery_app.app import create_app
-from celery_app.jobs import finish_run, from_unix, lease_is_current, read_job
-from celery_app.keys import Keys, check_queue
-from celery_app.messages import RUN_CHECK_TASK, RunCheck
+from celery_app.jobs import from_unix, read_job
+from celery_app.keys import check_queue
 from celery_app.publish import KombuBatchPublisher, RedisBatchPublisher, TaskMessage
-from celery_app.redis_client import get_redis
-from scheduling_core import Params
 
 pytest_plugins = ["checks_fixtures"]
 
@@ -24,35 +21,10 @@ QUEUES = [check_queue("eu", "fast"), check_queue("eu", "slow")]
 
 
 def build_app(settings):
-    """A Celery app with a stand-in for the workers' run_check task (same name, same contract).
-
-    ``shared=False``: a shared task would be added to every app created later in this process,
-    shadowing the real ``checkbeat.run_check`` in other tests.
-    """
+    """A Celery app whose workers run the real ``checkbeat.run_check`` (workers.tasks, a built-in
+    task module), plus an echo task for the publisher tests."""
     app = create_app(settings)
     seen: list[str] = []
-
-    @app.task(name=RUN_CHECK_TASK, shared=False)
-    def run_check(**kwargs) -> None:
-        msg = RunCheck.from_kwargs(kwargs)
-        client = get_redis(settings.redis_url)
-        keys = Keys(settings.key_prefix)
-        if not lease_is_current(client, keys, msg.job_id, msg.lease_token):
-            return
-        started = time.time()
-        finish_run(
-            client,
-            keys,
-            Params.from_settings(settings),
-            msg.job_id,
-            msg.lease_token,
-            duration_ms=(time.time() - started) * 1000,
-            timed_out=False,
-            exec_start=from_unix(started),
-            now=from_unix(time.time()),
-            scheduled_at=msg.scheduled_at,
-            result={"ok": True},
-        )
 
     @app.task(name="cbtest.echo", shared=False)
     def echo(value: str) -> None:
@@ -76,7 +48,6 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
             now=from_unix(now - 70),
         )
     # every job is due: dispatch at a clock 70 s ahead of their creation
-    register_fake_worker(r, keys, "real-worker", region="eu", role="shared", concurrency=4)
     d = Dispatcher(app, client=r)
     with start_worker(
         app,
@@ -86,6 +57,8 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
         queues=QUEUES,
         shutdown_timeout=20,
     ):
+        # The real worker registers its 4 slots itself (workers.worker_step).
+        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
         deadline = time.monotonic() + 40
         total = 0
         while total < 12 and time.monotonic() < deadline:
@@ -104,7 +77,8 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
         job = read_job(r, keys, f"w{i}@eu")
         assert job.lease_token is None
         assert r.zscore(keys.due(), job.job_id) == pytest.approx(job.scheduled_at)
-        assert r.hget(keys.last_result(f"w{i}"), "eu") == '{"ok":true}'
+        last = json.loads(r.hget(keys.last_result(f"w{i}"), "eu"))
+        assert (last["status"], last["region"]) == ("up", "eu")
     assert broker.llen(QUEUES[0]) == 0
 
 

@@ -17,7 +17,7 @@ if redis.call('HEXISTS', KEYS[1], 'off') == 0 then
   redis.call('ZADD', KEYS[2], ARGV[6], ARGV[10])
 end
 if ARGV[7] ~= '' then
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[9], '*', 'region', ARGV[8], 'result', ARGV[7])
+  redis.call('XADD', KEYS[5], 'MAXLEN', ARGV[9], '*', 'region', ARGV[8], 'result', ARGV[7])
   redis.call('HSET', KEYS[6], ARGV[8], ARGV[7])
 end
 return 1
