@@ -93,3 +93,29 @@ def test_celery_app_is_json_only_and_resolvable():
         check=True,
     )
     assert result.stdout.split() == ["['json']", "json", "beat:CronScheduler"]
+
+
+def test_params_from_settings_carries_every_scheduling_knob(monkeypatch):
+    from scheduling_core import Params
+
+    monkeypatch.setenv("CHECKBEAT_SLOW_THRESHOLD_MS", "120")
+    monkeypatch.setenv("CHECKBEAT_TIER_CREDIT_PER_WEIGHT", "2")
+    monkeypatch.setenv("CHECKBEAT_TIER_CREDIT_MAX", "6")
+    monkeypatch.setenv("CHECKBEAT_CHECK_TIMEOUT", "20")
+    monkeypatch.setenv("CHECKBEAT_COST_TIMEOUT_FACTOR", "3")
+    monkeypatch.setenv("CHECKBEAT_COST_TIMEOUT_FLOOR", "0.5")
+    monkeypatch.setenv("CHECKBEAT_LANE_SLOW_THRESHOLD_MS", "900")
+    monkeypatch.setenv("CHECKBEAT_LANE_FAST_THRESHOLD_MS", "400")
+    params = Params.from_settings(load_settings())
+    assert params == Params(
+        slow_threshold_ms=120.0,
+        tier_credit_per_weight=timedelta(seconds=2),
+        tier_credit_max=timedelta(seconds=6),
+        check_timeout=timedelta(seconds=20),
+        cost_timeout_factor=3.0,
+        cost_timeout_floor=timedelta(milliseconds=500),
+        lane_slow_threshold_ms=900.0,
+        lane_fast_threshold_ms=400.0,
+    )
+    assert params.tier_credit(5) == timedelta(seconds=6)
+    assert params.effective_check_timeout() == timedelta(seconds=20)

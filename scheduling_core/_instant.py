@@ -1,0 +1,36 @@
+"""Exact instant arithmetic on aware datetimes.
+
+Python adds a timedelta to an aware datetime, and subtracts two datetimes sharing one tzinfo,
+on the *wall clock*; across a DST change that is off by the change. The seed's Go
+``time.Time`` arithmetic is absolute, so every sum and difference here goes through UTC and
+results are returned in the caller's zone.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_SECOND = timedelta(seconds=1)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def add(t: datetime, d: timedelta) -> datetime:
+    """``t + d`` as elapsed time, expressed in ``t``'s timezone.
+
+    A zero ``d`` returns ``t`` itself: routing a nonexistent wall time (inside a DST gap)
+    through UTC would rewrite it, and "no offset" must mean "the very same value".
+    """
+    if not d:
+        return t
+    return (t.astimezone(UTC) + d).astimezone(t.tzinfo)
+
+
+def elapsed_ms(later: datetime, earlier: datetime) -> float:
+    """``later - earlier`` in milliseconds of elapsed time (negative when reversed)."""
+    return (later.astimezone(UTC) - earlier.astimezone(UTC)) / _ONE_MS
+
+
+def unix_second(t: datetime) -> int:
+    """The Unix second containing ``t`` (floor, also before 1970), computed with integers."""
+    return (t.astimezone(UTC) - _EPOCH) // _ONE_SECOND
