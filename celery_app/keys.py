@@ -91,6 +91,26 @@ class Keys:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
 
+    def lease_seq(self) -> str:
+        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
+        return f"{self.prefix}:leaseseq"
+
+    def job_prefix(self) -> str:
+        """``job(x) == job_prefix() + x``: Lua scripts build job keys from ids with it."""
+        return f"{self.prefix}:job:"
+
+    def ready_prefix(self) -> str:
+        """``ready(r, lane) == ready_prefix() + f"{r}:{LANE_NAMES[lane]}"`` (for Lua)."""
+        return f"{self.prefix}:ready:"
+
+    def worker_prefix(self) -> str:
+        """``worker(h) == worker_prefix() + h`` (for Lua)."""
+        return f"{self.prefix}:worker:"
+
+    def rate_limit_prefix(self) -> str:
+        """``rate_limit(t) == rate_limit_prefix() + t`` (for Lua)."""
+        return f"{self.prefix}:ratelimit:"
+
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
         return f"{self.prefix}:results:{uid}"

@@ -88,6 +88,18 @@ class Settings(BaseSettings):
         500.0, description="Cost EWMA below which a slow check returns to the fast lane."
     )
 
+    # --- check dispatch ------------------------------------------------------------------
+    dispatch_interval: float = Field(
+        0.5, description="Seconds between dispatcher ticks in beat (claim, publish, reap)."
+    )
+    lease_margin: float = Field(
+        5.0,
+        description="Seconds a claim outlives the hard time limit before it is reaped as lost.",
+    )
+    results_history: int = Field(
+        100, description="Results kept per check in its capped results stream."
+    )
+
     # --- probes --------------------------------------------------------------------------
     allow_private_targets: bool = Field(
         False, description="Let probes reach loopback, private and link-local addresses."
@@ -166,6 +178,27 @@ class Settings(BaseSettings):
     def _non_negative_number(cls, value: float) -> float:
         if value < 0:
             raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("dispatch_interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        if not 0 < value <= 60:
+            raise ValueError(f"must be > 0 and <= 60 seconds, got {value}")
+        return value
+
+    @field_validator("lease_margin")
+    @classmethod
+    def _lease_margin(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 seconds, got {value}")
+        return value
+
+    @field_validator("results_history")
+    @classmethod
+    def _history(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
         return value
 
     @field_validator("pool_size")

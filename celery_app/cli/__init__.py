@@ -1,0 +1,1 @@
+"""Click commands that plug into ``celery`` (entry point group ``celery.commands``)."""
