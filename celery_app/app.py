@@ -41,6 +41,8 @@ def create_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         beat_scheduler="beat:CronScheduler",
+        # A cron task's declared queue is applied by a router, not the deprecated attribute.
+        task_routes=["celery_app.cron.route_cron_task"],
         imports=[*BUILTIN_TASK_MODULES, *settings.imports],
         checkbeat_settings=settings,
     )

@@ -50,6 +50,26 @@ class Keys:
         """Hash: last window, last run start/end, outcome, error, counters."""
         return f"{self.prefix}:cron:state:{task_id}:{tenant}"
 
+    def cron_stats(self, task_id: str) -> str:
+        """Hash per task (all tenants): last window handled, first window seen, counters."""
+        return f"{self.prefix}:cron:stats:{task_id}"
+
+    def cron_pending(self) -> str:
+        """ZSET ``task|tenant|window`` -> claim time: claimed but not yet confirmed published.
+
+        A beat killed between taking a window key and publishing leaves its entries here, so
+        diagnose can say the window was lost instead of the loss being silent.
+        """
+        return f"{self.prefix}:cron:pending"
+
+    def cron_failing(self) -> str:
+        """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
+        return f"{self.prefix}:cron:failing"
+
+    def cron_gaps(self) -> str:
+        """List (newest first, capped) of JSON gap records: windows nobody fired."""
+        return f"{self.prefix}:cron:gaps"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self.prefix}:tenants"

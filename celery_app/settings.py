@@ -58,6 +58,28 @@ class Settings(BaseSettings):
         description="User modules to import at start-up (cron tasks, check kinds, providers).",
     )
 
+    # --- cron tasks ----------------------------------------------------------------------
+    cron_grace: timedelta = Field(
+        timedelta(seconds=60),
+        description=(
+            "How long after a cron window ends its messages may still be sent and run: a beat "
+            "that was briefly stalled fires a missed window within it, a message expires at it."
+        ),
+    )
+    tenants_provider: str = Field(
+        "auto",
+        description=(
+            "Where per-tenant cron tasks get their tenants: 'auto' (the @tenants_provider "
+            "function if one is registered, else the Redis set managed by `celery tenants`), "
+            "'redis' (that set), 'none' (per-tenant tasks do not fire; diagnose reports it) or "
+            "a dotted path 'package.module:function' returning an iterable of tenant names."
+        ),
+    )
+    beat_heartbeat_stale: timedelta = Field(
+        timedelta(seconds=120),
+        description="A beat whose last heartbeat is older than this counts as not running.",
+    )
+
     # --- topology ----------------------------------------------------------------------
     regions: CommaList = Field(
         default_factory=lambda: ["local"],
@@ -147,6 +169,8 @@ class Settings(BaseSettings):
         "tier_credit_max",
         "check_timeout",
         "cost_timeout_floor",
+        "cron_grace",
+        "beat_heartbeat_stale",
         mode="before",
     )
     @classmethod
@@ -166,6 +190,29 @@ class Settings(BaseSettings):
     def _non_negative_duration(cls, value: timedelta) -> timedelta:
         if value < timedelta(0):
             raise ValueError(f"must be a duration >= 0 seconds, got {value.total_seconds()} s")
+        return value
+
+    @field_validator("cron_grace", "beat_heartbeat_stale")
+    @classmethod
+    def _positive_duration(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"must be a duration > 0 seconds, got {value.total_seconds()} s")
+        return value
+
+    @field_validator("tenants_provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("auto", "redis", "none"):
+            return value
+        module, sep, attr = value.partition(":")
+        if not sep:
+            module, _, attr = value.rpartition(".")
+        if not module or not attr or not all(p.isidentifier() for p in [*module.split("."), attr]):
+            raise ValueError(
+                "must be 'auto', 'redis', 'none' or a dotted path such as "
+                f"'mypkg.tenants:active', got {value!r}"
+            )
         return value
 
     @field_validator(
