@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 from celery import Celery
 
+from beat.dispatcher import Dispatcher
+
 
 @runtime_checkable
 class Driver(Protocol):
@@ -22,5 +24,5 @@ class Driver(Protocol):
 
 
 def build_drivers(app: Celery) -> list[Driver]:
-    """Every driver beat runs for ``app`` (the check dispatcher is added here)."""
-    return []
+    """Every driver beat runs for ``app``: the check dispatcher."""
+    return [Dispatcher(app)]

@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
-from celery_app.jobs import JobState, format_ts, read_jobs, to_unix
+from celery_app.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
 from celery_app.keys import Keys, job_id
 from celery_app.kinds import validate_check_config
 from celery_app.scripts import run_script
@@ -257,8 +257,11 @@ def plan_change(
 
     ``jobs`` maps the old definition's job ids to their stored state (for the EWMAs).
     """
-    uid = (new or (old.definition if old else None)).uid  # type: ignore[union-attr]
     old_def = old.definition if old else None
+    subject = new or old_def
+    if subject is None:
+        raise ValueError("plan_change needs an old or a new definition")
+    uid = subject.uid
     old_ids = set(old_def.job_ids()) if old_def else set()
     change: dict[str, Any] = {
         "uid": uid,
@@ -352,8 +355,6 @@ class CheckStore:
         return run_script(self.redis, "store", args=[self.keys.prefix, payload])
 
     def _now(self, now: datetime | None) -> datetime:
-        from celery_app.jobs import from_unix
-
         return now or from_unix(time.time())
 
     def create(self, now: datetime | None = None, **raw: Any) -> CheckDefinition:

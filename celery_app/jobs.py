@@ -40,6 +40,8 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
    appends ``result`` to the capped results stream and the last-result hash, and returns True.
    Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
    never recorded twice. :func:`finish_run` does all three steps.
+4. ``celery_app.dispatch.refill_after_run(app, region)`` when it returned True: claims and
+   publishes work for the slot just freed, instead of leaving it idle until beat's next tick.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Contract (task defined in ``workers``, published by name from ``beat``):
 
 The worker should check ``jobs.lease_is_current(job_id, lease_token)`` before probing (the
 check may have been deleted, or the lease reaped, while the message waited) and finish with
-``jobs.finish_run`` / ``jobs.complete_run`` using the same token.
+``jobs.finish_run`` / ``jobs.complete_run`` using the same token, then
+``dispatch.refill_after_run(app, region)`` to refill the slot it freed.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import json
 import pytest
 from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_main
-from checks_fixtures import at, learned
+from checks_helpers import at, learned
 from click.testing import CliRunner
 
 from celery_app.cli.checks import checks

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from checks_fixtures import at
+from checks_helpers import at
 
 from celery_app.checks import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError
@@ -210,3 +210,23 @@ def test_next_tick_of_a_job_matches_its_definition(store, r, keys):
         later = at(NOW.timestamp() + 1000.5)
         assert job.next_scheduled_at(later) == defn.next_tick(job.region, later)
         assert job.spread() == timedelta(seconds=7)
+
+
+def test_reconcile_leaves_a_running_job_to_its_completion(store, r, keys):
+    add(store, regions=["eu"])
+    r.zrem(keys.due(), "c1@eu")
+    r.hset(keys.job("c1@eu"), mapping={"lt": "run-1", "lx": str(NOW.timestamp() + 20)})
+    r.zadd(keys.leases("eu", 0), {"c1@eu": NOW.timestamp() + 20})
+    store.update("c1", now=NOW, period=30, regions=["eu", "us"])
+    # the running job keeps its lease and is not placed twice; the new region's job is placed
+    assert r.zscore(keys.due(), "c1@eu") is None
+    assert r.zscore(keys.due(), "c1@us") is not None
+    job = read_job(r, keys, "c1@eu")
+    assert job.lease_token == "run-1" and job.period_s == 30 and job.regions == ("eu", "us")
+    # its completion places it on the new phase (the worker computes it from the job's fields)
+    now = at(NOW.timestamp() + 3)
+    nxt = job.next_scheduled_at(now)
+    state = PostExecState(5.0, 0.0, nxt, 0)
+    assert complete_runs(r, keys, [CompletedRun("c1@eu", "run-1", state, nxt)]) == [True]
+    us = read_job(r, keys, "c1@us")
+    assert (int(us.scheduled_at) - int(nxt.timestamp())) % 30 == 15  # spread = 30 / 2

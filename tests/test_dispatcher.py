@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from checks_fixtures import at, learned, register_fake_worker
+from checks_helpers import at, learned, register_fake_worker
 
 from beat.dispatcher import Dispatcher
 from celery_app.checks import CheckStore
@@ -202,8 +202,8 @@ def test_two_dispatchers_claim_disjoint_sets(r, keys, store, dispatcher_app, bro
     barrier = threading.Barrier(2)
 
     def run(k: int) -> None:
-        barrier.wait()
         for step in range(20):
+            barrier.wait(timeout=30)  # both tick the same instant, racing for the same jobs
             results[k].extend(claimed_ids(dispatchers[k].tick(T0 + step * 0.1)))
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(2)]
@@ -213,7 +213,8 @@ def test_two_dispatchers_claim_disjoint_sets(r, keys, store, dispatcher_app, bro
         t.join(timeout=60)
     both = results[0] + results[1]
     assert len(both) == len(set(both)) == 150  # disjoint, and never past the free slots
-    assert results[0] and results[1]
+    assert r.zcard(keys.leases("eu", 0)) == 150
+    assert r.zcard(keys.ready("eu", 0)) == 50
 
 
 def test_expired_lease_is_reaped_once_as_a_lost_timed_out_run(
@@ -249,3 +250,62 @@ def test_deleted_check_is_never_claimed(r, keys, store, dispatcher_app, broker):
     d.promote(T0 + 1)
     store.delete("c000")
     assert claimed_ids(d.tick(T0 + 1)) == ["c001@eu"]
+
+
+def test_beat_runs_the_dispatcher_as_a_driver(dispatcher_app, settings):
+    from beat.drivers import build_drivers
+
+    drivers = build_drivers(dispatcher_app)
+    dispatchers = [d for d in drivers if isinstance(d, Dispatcher)]
+    assert len(dispatchers) == 1
+    assert dispatchers[0].interval == settings.dispatch_interval == 0.5
+    assert dispatchers[0].regions == ("eu", "us", "ap")
+
+
+def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, broker):
+    import redis as redis_lib
+
+    from celery_app.embedded_redis import free_port
+    from celery_app.publish import RedisBatchPublisher
+
+    make_checks(store, 3)
+    for i in range(3):
+        learned(r, keys, store.params, f"c{i:03d}@eu", scheduled_at=T0)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=3)
+    dead_broker = RedisBatchPublisher(f"redis://127.0.0.1:{free_port()}/0")
+    d = Dispatcher(dispatcher_app, client=r, publisher=dead_broker)
+    with pytest.raises(redis_lib.ConnectionError):
+        d.tick(T0 + 1)
+    # nothing is leased, nothing was penalized: the jobs wait in order for the next tick
+    assert r.zcard(keys.leases("eu", 0)) == 0
+    assert r.zrange(keys.ready("eu", 0), 0, -1) == ["c000@eu", "c001@eu", "c002@eu"]
+    assert all(read_job(r, keys, f"c{i:03d}@eu").lease_token is None for i in range(3))
+    assert len(Dispatcher(dispatcher_app, client=r).tick(T0 + 2).claims) == 3
+
+
+def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
+    r, keys, store, dispatcher_app, broker
+):
+    from celery_app.dispatch import refill_after_run
+    from celery_app.jobs import finish_run
+
+    make_checks(store, 3)
+    for i in range(3):
+        learned(r, keys, store.params, f"c{i:03d}@eu", scheduled_at=T0 + i * 0.01)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
+    (first,) = Dispatcher(dispatcher_app, client=r).tick(T0 + 1).claims
+    assert refill_after_run(dispatcher_app, "eu", T0 + 1.01) == 0  # the slot is still busy
+    assert finish_run(
+        r,
+        keys,
+        store.params,
+        first.job_id,
+        first.lease_token,
+        duration_ms=40.0,
+        timed_out=False,
+        exec_start=at(T0 + 1),
+        now=at(T0 + 1.04),
+    )
+    assert refill_after_run(dispatcher_app, "eu", T0 + 1.04) == 1
+    assert r.zrange(keys.leases("eu", 0), 0, -1) == ["c001@eu"]
+    assert broker.llen(check_queue("eu", "fast")) == 2

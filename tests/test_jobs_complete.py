@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from checks_fixtures import at
+from checks_helpers import at
 
 from celery_app.jobs import complete_run, finish_run, lease_is_current, read_job
 from scheduling_core import Params, PostExecState

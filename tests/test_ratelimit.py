@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from checks_fixtures import at, register_fake_worker
+from checks_helpers import at, learned, register_fake_worker
 
 from beat.dispatcher import Dispatcher
 from celery_app.errors import CheckFieldError
@@ -144,3 +144,39 @@ def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatc
     # the winner is due again too, with a newer deadline: the next token goes to the loser
     assert r.zscore(keys.ready("eu", 0), first.job_id) > second.effective_scheduled_at
     assert [c.job_id for c in d.tick(start + 151).claims] == [second.job_id]
+
+
+def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
+    r, keys, store, dispatcher_app, broker
+):
+    for i in range(100):
+        store.create(
+            now=at(T0),
+            uid=f"a{i:03d}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    for i in range(5):
+        store.create(
+            now=at(T0),
+            uid=f"b{i}",
+            tenant="globex",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    for i in range(100):  # acme's jobs are all older than globex's
+        learned(r, keys, store.params, f"a{i:03d}@eu", scheduled_at=T0 + i * 0.01)
+    for i in range(5):
+        learned(r, keys, store.params, f"b{i}@eu", scheduled_at=T0 + 10)
+    set_rate_limit(r, keys, "acme", per_minute=2, burst=2)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=7, ttl=None)
+    report = Dispatcher(dispatcher_app, client=r).tick(T0 + 11)
+    claimed = sorted(c.job_id for c in report.claims)
+    # acme's burst (2, its oldest) and then globex's 5, found past 98 limited acme jobs
+    assert claimed == ["a000@eu", "a001@eu"] + [f"b{i}@eu" for i in range(5)]
+    assert report.rate_limited == 98

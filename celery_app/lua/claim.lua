@@ -6,8 +6,9 @@
 --       6 lease sequence counter
 -- ARGV: 1 now, 2 lease expiry, 3 worker key prefix, 4 job key prefix, 5 rate-limit key prefix,
 --       6 max claims in this call, 7 max rate-limited jobs to step over
--- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited,
---          {job, token, scheduled_at, effective, cost, lane, ...}}
+-- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited, claims}
+-- where claims is ONE string, a line per claim: "job token scheduled_at effective cost lane"
+-- (job ids hold no whitespace; one bulk reply parses far faster than six per claim).
 local now = tonumber(ARGV[1])
 
 -- Capacity: live workers (their heartbeat key exists) of this region.
@@ -30,16 +31,32 @@ local max_claims = tonumber(ARGV[6])
 if free > max_claims then free = max_claims end
 local claims = {}
 if free <= 0 then
-  return {total, slowcap, in_fast, in_slow, 0, claims}
+  return {total, slowcap, in_fast, in_slow, 0, ''}
 end
 
 local skip_limit = tonumber(ARGV[7])
-local window = free + skip_limit
-local F = redis.call('ZRANGE', KEYS[1], 0, window - 1, 'WITHSCORES')
-local S = {}
-if free_slow > 0 then
-  S = redis.call('ZRANGE', KEYS[2], 0, window - 1, 'WITHSCORES')
+
+-- Read each ready index lazily, a page at a time: usually one page of `free` entries is all it
+-- takes. Claimed entries leave the index as we go, rate-limited ones stay, so the next page
+-- starts after the entries stepped over (`kept`).
+local function pager(key, enabled)
+  return {key = key, buf = {}, pos = 1, kept = 0, done = not enabled}
 end
+local function peek(p)
+  if p.done then return nil end
+  if p.buf[p.pos] == nil then
+    local size = math.max(free, 32)
+    p.buf = redis.call('ZRANGE', p.key, p.kept, p.kept + size - 1, 'WITHSCORES')
+    p.pos = 1
+    if p.buf[1] == nil then
+      p.done = true
+      return nil
+    end
+  end
+  return p.buf[p.pos], p.buf[p.pos + 1]
+end
+local F = pager(KEYS[1], true)
+local S = pager(KEYS[2], free_slow > 0)
 
 -- Token buckets, read once per tenant per call and written back at the end.
 local buckets = {}
@@ -65,30 +82,29 @@ local function bucket(tenant)
 end
 
 local seq = nil
-local i, j = 1, 1
 local skipped = 0
 local n = 0
 while free > 0 do
+  local fjob, fea = peek(F)
+  local sjob, sea = nil, nil
+  if free_slow > 0 then sjob, sea = peek(S) end
   local take_slow
-  local have_fast = F[i] ~= nil
-  local have_slow = (free_slow > 0) and (S[j] ~= nil)
-  if have_fast and have_slow then
-    take_slow = tonumber(S[j + 1]) < tonumber(F[i + 1])
-  elseif have_fast then
+  if fjob and sjob then
+    take_slow = tonumber(sea) < tonumber(fea)
+  elseif fjob then
     take_slow = false
-  elseif have_slow then
+  elseif sjob then
     take_slow = true
   else
     break
   end
-  local job, ea, lane, ready_key, lease_key
+  local job, ea, lane, ready_key, lease_key, page
   if take_slow then
-    job, ea, lane, ready_key, lease_key = S[j], S[j + 1], 1, KEYS[2], KEYS[4]
-    j = j + 2
+    job, ea, lane, ready_key, lease_key, page = sjob, sea, 1, KEYS[2], KEYS[4], S
   else
-    job, ea, lane, ready_key, lease_key = F[i], F[i + 1], 0, KEYS[1], KEYS[3]
-    i = i + 2
+    job, ea, lane, ready_key, lease_key, page = fjob, fea, 0, KEYS[1], KEYS[3], F
   end
+  page.pos = page.pos + 2
   local key = ARGV[4] .. job
   local v = redis.call('HMGET', key, 't', 'sa', 'c', 'p')
   if not v[1] then
@@ -100,6 +116,7 @@ while free > 0 do
       -- and wins the next token before any job due later. Each tick it misses is a skipped
       -- run: scheduled_at moves on to the latest tick, the effective deadline does not.
       skipped = skipped + 1
+      page.kept = page.kept + 1
       local sa, period = tonumber(v[2]), tonumber(v[4])
       if sa and period and period > 0 and now >= sa + period then
         local missed = math.floor((now - sa) / period)
@@ -115,12 +132,8 @@ while free > 0 do
       redis.call('HSET', key, 'lt', token, 'lx', ARGV[2])
       redis.call('ZREM', ready_key, job)
       redis.call('ZADD', lease_key, ARGV[2], job)
-      claims[#claims + 1] = job
-      claims[#claims + 1] = token
-      claims[#claims + 1] = v[2]
-      claims[#claims + 1] = ea
-      claims[#claims + 1] = v[3] or '0'
-      claims[#claims + 1] = lane
+      claims[#claims + 1] = job .. ' ' .. token .. ' ' .. v[2] .. ' ' .. ea .. ' ' ..
+        (v[3] or '0') .. ' ' .. lane
       free = free - 1
       if take_slow then free_slow = free_slow - 1 end
     end
@@ -133,4 +146,4 @@ for tenant, b in pairs(buckets) do
       string.format('%.3f', b.ts))
   end
 end
-return {total, slowcap, in_fast, in_slow, skipped, claims}
+return {total, slowcap, in_fast, in_slow, skipped, table.concat(claims, '\n')}
