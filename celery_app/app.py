@@ -10,9 +10,10 @@ from __future__ import annotations
 from celery import Celery
 
 from celery_app.settings import Settings, get_settings
+from celery_app.worker_options import install_worker_options
 
 #: Modules of checkbeat itself whose tasks every worker must know.
-BUILTIN_TASK_MODULES: tuple[str, ...] = ()
+BUILTIN_TASK_MODULES: tuple[str, ...] = ("workers.probes", "workers.tasks")
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -40,9 +41,12 @@ def create_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=True,
         task_send_sent_event=True,
         beat_scheduler="beat:CronScheduler",
+        # A cron task's declared queue is applied by a router, not the deprecated attribute.
+        task_routes=["celery_app.cron.route_cron_task"],
         imports=[*BUILTIN_TASK_MODULES, *settings.imports],
         checkbeat_settings=settings,
     )
+    install_worker_options(app)
     return app
 
 

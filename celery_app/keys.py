@@ -50,6 +50,26 @@ class Keys:
         """Hash: last window, last run start/end, outcome, error, counters."""
         return f"{self.prefix}:cron:state:{task_id}:{tenant}"
 
+    def cron_stats(self, task_id: str) -> str:
+        """Hash per task (all tenants): last window handled, first window seen, counters."""
+        return f"{self.prefix}:cron:stats:{task_id}"
+
+    def cron_pending(self) -> str:
+        """ZSET ``task|tenant|window`` -> claim time: claimed but not yet confirmed published.
+
+        A beat killed between taking a window key and publishing leaves its entries here, so
+        diagnose can say the window was lost instead of the loss being silent.
+        """
+        return f"{self.prefix}:cron:pending"
+
+    def cron_failing(self) -> str:
+        """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
+        return f"{self.prefix}:cron:failing"
+
+    def cron_gaps(self) -> str:
+        """List (newest first, capped) of JSON gap records: windows nobody fired."""
+        return f"{self.prefix}:cron:gaps"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self.prefix}:tenants"
@@ -90,6 +110,26 @@ class Keys:
     def leases(self, region: str, lane: int) -> str:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
+
+    def lease_seq(self) -> str:
+        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
+        return f"{self.prefix}:leaseseq"
+
+    def job_prefix(self) -> str:
+        """``job(x) == job_prefix() + x``: Lua scripts build job keys from ids with it."""
+        return f"{self.prefix}:job:"
+
+    def ready_prefix(self) -> str:
+        """``ready(r, lane) == ready_prefix() + f"{r}:{LANE_NAMES[lane]}"`` (for Lua)."""
+        return f"{self.prefix}:ready:"
+
+    def worker_prefix(self) -> str:
+        """``worker(h) == worker_prefix() + h`` (for Lua)."""
+        return f"{self.prefix}:worker:"
+
+    def rate_limit_prefix(self) -> str:
+        """``rate_limit(t) == rate_limit_prefix() + t`` (for Lua)."""
+        return f"{self.prefix}:ratelimit:"
 
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""

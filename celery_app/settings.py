@@ -58,6 +58,28 @@ class Settings(BaseSettings):
         description="User modules to import at start-up (cron tasks, check kinds, providers).",
     )
 
+    # --- cron tasks ----------------------------------------------------------------------
+    cron_grace: timedelta = Field(
+        timedelta(seconds=60),
+        description=(
+            "How long after a cron window ends its messages may still be sent and run: a beat "
+            "that was briefly stalled fires a missed window within it, a message expires at it."
+        ),
+    )
+    tenants_provider: str = Field(
+        "auto",
+        description=(
+            "Where per-tenant cron tasks get their tenants: 'auto' (the @tenants_provider "
+            "function if one is registered, else the Redis set managed by `celery tenants`), "
+            "'redis' (that set), 'none' (per-tenant tasks do not fire; diagnose reports it) or "
+            "a dotted path 'package.module:function' returning an iterable of tenant names."
+        ),
+    )
+    beat_heartbeat_stale: timedelta = Field(
+        timedelta(seconds=120),
+        description="A beat whose last heartbeat is older than this counts as not running.",
+    )
+
     # --- topology ----------------------------------------------------------------------
     regions: CommaList = Field(
         default_factory=lambda: ["local"],
@@ -86,6 +108,18 @@ class Settings(BaseSettings):
     )
     lane_fast_threshold_ms: float = Field(
         500.0, description="Cost EWMA below which a slow check returns to the fast lane."
+    )
+
+    # --- check dispatch ------------------------------------------------------------------
+    dispatch_interval: float = Field(
+        0.5, description="Seconds between dispatcher ticks in beat (claim, publish, reap)."
+    )
+    lease_margin: float = Field(
+        5.0,
+        description="Seconds a claim outlives the hard time limit before it is reaped as lost.",
+    )
+    results_history: int = Field(
+        100, description="Results kept per check in its capped results stream."
     )
 
     # --- probes --------------------------------------------------------------------------
@@ -135,6 +169,8 @@ class Settings(BaseSettings):
         "tier_credit_max",
         "check_timeout",
         "cost_timeout_floor",
+        "cron_grace",
+        "beat_heartbeat_stale",
         mode="before",
     )
     @classmethod
@@ -156,6 +192,29 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a duration >= 0 seconds, got {value.total_seconds()} s")
         return value
 
+    @field_validator("cron_grace", "beat_heartbeat_stale")
+    @classmethod
+    def _positive_duration(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError(f"must be a duration > 0 seconds, got {value.total_seconds()} s")
+        return value
+
+    @field_validator("tenants_provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        value = value.strip()
+        if value in ("auto", "redis", "none"):
+            return value
+        module, sep, attr = value.partition(":")
+        if not sep:
+            module, _, attr = value.rpartition(".")
+        if not module or not attr or not all(p.isidentifier() for p in [*module.split("."), attr]):
+            raise ValueError(
+                "must be 'auto', 'redis', 'none' or a dotted path such as "
+                f"'mypkg.tenants:active', got {value!r}"
+            )
+        return value
+
     @field_validator(
         "slow_threshold_ms",
         "cost_timeout_factor",
@@ -166,6 +225,27 @@ class Settings(BaseSettings):
     def _non_negative_number(cls, value: float) -> float:
         if value < 0:
             raise ValueError(f"must be >= 0, got {value}")
+        return value
+
+    @field_validator("dispatch_interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        if not 0 < value <= 60:
+            raise ValueError(f"must be > 0 and <= 60 seconds, got {value}")
+        return value
+
+    @field_validator("lease_margin")
+    @classmethod
+    def _lease_margin(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0 seconds, got {value}")
+        return value
+
+    @field_validator("results_history")
+    @classmethod
+    def _history(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be >= 1, got {value}")
         return value
 
     @field_validator("pool_size")

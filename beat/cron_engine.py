@@ -1,0 +1,267 @@
+"""The cron engine: which (task, tenant) pairs fire in a window, exactly once across replicas.
+
+Why a heap of next-fire instants: with 10,000 tasks, a tick with nothing due must cost almost
+nothing, so each task's next window is computed once (``CronTask.next_fire``) and a tick only
+looks at the heap's top. What is due goes through one claim round trip (the per-window
+``SET NX`` keys, see :mod:`celery_app.cron_state`) and one publish batch.
+
+Windows a running engine slept through are fired late while their grace lasts; older ones are
+left to ``schedule diagnose``, which reports the gap. A new engine starts at the current window:
+it never replays windows another engine may already have handled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, window_start
+from celery_app.cron_state import FIRE, IN_FLIGHT, TAKEN, CronStore, FireRequest
+from celery_app.tenants import TenantsSource, read_tenants
+from scheduling_core._time import require_aware
+
+log = logging.getLogger(__name__)
+
+ALL_TENANTS = "*"
+_UNSET = object()
+
+
+class Sender(Protocol):
+    def publish(self, requests: Sequence[FireRequest], *, manual: bool = False) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Fired:
+    task_id: str
+    tenant: str
+    window: datetime
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Not sent by this engine. ``reason``: taken (another replica or a manual run has the
+    window), in-flight (the previous run is still going; recorded), no-provider,
+    provider-failed, send-failed (recorded), missed (the window's grace passed; recorded as a
+    gap), superseded (a later window of the task was due in the same tick and ran instead)."""
+
+    task_id: str
+    tenant: str
+    window: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class TickReport:
+    at: datetime
+    fired: tuple[Fired, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class CronEngine:
+    """Fires the due cron tasks of each window through a store (the lock) and a sender."""
+
+    def __init__(
+        self,
+        tasks: Iterable[CronTask],
+        store: CronStore,
+        sender: Sender,
+        tenants: TenantsSource | None,
+        *,
+        grace: timedelta,
+        owner: str,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        start: datetime | None = None,
+    ) -> None:
+        self.tasks: tuple[CronTask, ...] = tuple(tasks)
+        self.store = store
+        self.sender = sender
+        self.tenants = tenants
+        self.grace = grace
+        self.owner = owner
+        self.clock = clock
+        start = require_aware(start or clock(), "start")
+        first = window_start(start)
+        # Singletons start at the oldest window whose grace has not passed: the window keys
+        # make re-offering a window another beat already fired harmless, and a window a killed
+        # beat claimed nothing of is fired late instead of lost. Non-singletons have no key, so
+        # they start at the current window.
+        self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
+        self._first_window = first
+        self._announced = False
+        self._missed_tasks: dict[str, CronTask] = {}
+        self._starts: list[datetime] = []
+        self._heap: list[tuple[float, int]] = []
+        for index, task in enumerate(self.tasks):
+            begin = self._singleton_first if task.singleton else first
+            self._starts.append(begin)
+            when = task.next_fire(begin)
+            if when is not None:
+                self._heap.append((when.timestamp(), index))
+        heapq.heapify(self._heap)
+
+    def next_due(self) -> datetime | None:
+        """Start of the next window in which some task fires."""
+        return _utc(self._heap[0][0]) if self._heap else None
+
+    def tick(self, at: datetime | None = None) -> TickReport:
+        """Fire everything due up to the window of ``at``; report what was fired and skipped.
+
+        On an exception (Redis unreachable before anything was claimed) the engine is left as
+        before the call, so the next tick retries the same windows while their grace lasts.
+        """
+        at = require_aware(at, "at") if at is not None else self.clock()
+        now_ts = at.timestamp()
+        current_ts = now_ts - now_ts % 60
+        heap = self._heap
+        if self._announced and (not heap or heap[0][0] > current_ts):
+            return TickReport(at)
+        if not self._announced:
+            self._announce(at)
+        saved = list(heap)
+        grace_s = self.grace.total_seconds()
+        missed: list[Skipped] = []
+        superseded: list[Skipped] = []
+        due_at: dict[int, float] = {}
+        next_fires: dict[tuple[str, str, float], object] = {}
+        while heap and heap[0][0] <= current_ts:
+            ts, index = heapq.heappop(heap)
+            task = self.tasks[index]
+            resume = ts + 60
+            if now_ts >= ts + 60 + grace_s:
+                missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), "missed"))
+                self._missed_tasks[task.id] = task
+                log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
+                # Skip straight to the oldest window whose grace has not passed.
+                edge = now_ts - 60 - grace_s
+                resume = max(resume, edge - edge % 60 + 60)
+            else:
+                latest = due_at.get(index)
+                if latest is not None:
+                    # Two windows of one task due in one tick (a stall): run the newer only,
+                    # or the older's in-flight key would make the newer one skip.
+                    superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
+                due_at[index] = ts
+            # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
+            memo = (task.spec, task.timezone, resume)
+            next_ts = next_fires.get(memo, _UNSET)
+            if next_ts is _UNSET:
+                when = task.next_fire(_utc(resume))
+                next_ts = next_fires[memo] = None if when is None else when.timestamp()
+            if next_ts is not None:
+                heapq.heappush(heap, (next_ts, index))
+        due: dict[float, list[CronTask]] = {}
+        for index, ts in due_at.items():
+            due.setdefault(ts, []).append(self.tasks[index])
+        try:
+            fired, skipped = self._fire(due, at)
+        except BaseException:
+            self._heap = saved
+            raise
+        if missed:
+            self._record_missed(missed, at)
+        return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
+
+    def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
+        """Windows this engine slept through beyond their grace: a gap unless someone fired."""
+        gaps = [
+            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
+            for m in missed
+            # Without a provider a per-tenant task never fires; diagnose says that instead.
+            if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
+        ]
+        self._missed_tasks.clear()
+        try:
+            self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
+        except Exception:
+            log.exception("cron: could not record %d missed windows", len(gaps))
+
+    def _announce(self, at: datetime) -> None:
+        """First tick: note the tasks as seen, and record windows nobody fired while no beat
+        was running (the last handled window's successor is older than where we start)."""
+        stats = self.store.stats([task.id for task in self.tasks])
+        gaps: list[tuple[CronTask, datetime, datetime]] = []
+        for task, begin in zip(self.tasks, self._starts, strict=True):
+            last = stats.get(task.id, {}).get("last_window")
+            if not last:
+                continue
+            expected = task.next_fire(_utc(float(last)) + WINDOW)
+            if expected is not None and expected < begin:
+                gaps.append((task, expected, begin))
+        self.store.note_first_seen(self.tasks, self._first_window)
+        if gaps:
+            recorded = self.store.record_gaps(gaps, at, f"no beat ran them; found by {self.owner}")
+            log.warning("cron: %d tasks have windows nobody fired before this beat", recorded)
+        self._announced = True
+
+    def _fire(
+        self, due: dict[float, list[CronTask]], at: datetime
+    ) -> tuple[list[Fired], list[Skipped]]:
+        skipped: list[Skipped] = []
+        requests: list[FireRequest] = []
+        marks: list[tuple[CronTask, datetime]] = []
+        tenants: list[str] | None = None
+        tenants_error: str | None = None
+        for ts in sorted(due):
+            window = _utc(ts)
+            for task in due[ts]:
+                if not task.per_tenant:
+                    requests.append(FireRequest(task, GLOBAL_TENANT, window))
+                    continue
+                if self.tenants is None:
+                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "no-provider"))
+                    continue
+                if tenants is None and tenants_error is None:
+                    try:
+                        tenants = read_tenants(self.tenants)
+                    except Exception as exc:
+                        tenants_error = f"{type(exc).__name__}: {exc}"
+                        log.error(
+                            "cron: tenants provider %s failed: %s", self.tenants.describe, exc
+                        )
+                if tenants_error is not None:
+                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "provider-failed"))
+                    continue
+                marks.append((task, window))
+                requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
+        if not requests and not marks:
+            return [], skipped
+        claim = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
+        codes = claim.codes
+        to_send: list[FireRequest] = []
+        for req, code in zip(requests, codes, strict=True):
+            if code == FIRE:
+                to_send.append(req)
+            elif code == IN_FLIGHT:
+                skipped.append(Skipped(req.task.id, req.tenant, req.window, "in-flight"))
+            elif code == TAKEN:
+                skipped.append(Skipped(req.task.id, req.tenant, req.window, "taken"))
+        if not to_send:
+            return [], skipped
+        try:
+            self.sender.publish(to_send)
+        except Exception as exc:
+            # The window keys stay taken: retrying could fire twice. Record instead.
+            error = f"publish failed: {type(exc).__name__}: {exc}"
+            log.error("cron: %d messages not published: %s", len(to_send), error)
+            try:
+                self.store.record_send_failure(to_send, error, at, claim)
+            except Exception:
+                log.exception("cron: could not record the failed publish (left as pending)")
+            skipped.extend(Skipped(r.task.id, r.tenant, r.window, "send-failed") for r in to_send)
+            return [], skipped
+        try:
+            self.store.confirm_sent(claim)
+        except Exception:
+            log.exception("cron: published, but could not confirm %d sends", len(to_send))
+        return [Fired(r.task.id, r.tenant, r.window) for r in to_send], skipped
+
+
+__all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

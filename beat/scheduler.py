@@ -1,0 +1,202 @@
+"""``beat.CronScheduler``: the Celery beat scheduler that runs the cron engine and the drivers.
+
+Why a Scheduler subclass: ``celery -A celery_app beat`` (and ``worker -B``) keep working, with
+Celery's Service loop calling :meth:`CronScheduler.tick` and sleeping for what it returns. Any
+number of beats may run at once: the per-window keys make each singleton fire once.
+
+A beat must not die because Redis or the broker blinked: a failed tick is logged and retried
+with a growing back-off; windows missed meanwhile are fired late within their grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery.beat import Scheduler
+
+from beat.cron_engine import CronEngine
+from beat.drivers import Driver, build_drivers
+from celery_app.app import settings_of
+from celery_app.clock import clock_from_env
+from celery_app.cron import WINDOW, cron_tasks
+from celery_app.cron_publish import CronPublisher
+from celery_app.cron_state import CronStore
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+from celery_app.tenants import resolve_tenants
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 10.0
+#: Smallest sleep: a window boundary is waited for, not spun on.
+MIN_SLEEP = 0.005
+
+
+@dataclass
+class _DriverSlot:
+    driver: Driver
+    due: float  # monotonic
+
+
+@contextmanager
+def finish_tick_before_stopping() -> Iterator[None]:
+    """Hold SIGTERM/SIGINT until the block ends, then deliver them.
+
+    A tick interrupted between taking window keys and publishing would lose the window; Celery's
+    beat raises SystemExit from its signal handler, so the tick defers it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    wanted = (signal.SIGTERM, signal.SIGINT)
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in wanted
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            handler = previous[received[0]]
+            if callable(handler):
+                handler(received[0], None)
+            else:
+                raise SystemExit(128 + received[0])
+
+
+class CronScheduler(Scheduler):
+    """Fires cron tasks every window and runs the drivers at their intervals."""
+
+    #: Upper bound of a sleep, so the heartbeat stays fresh (beat's own max_interval also applies).
+    heartbeat_every = 15.0
+
+    def __init__(
+        self, app: Any, *args: Any, clock: Callable[[], datetime] | None = None, **kwargs: Any
+    ) -> None:
+        env_clock = clock_from_env()
+        self.clock = clock or env_clock.now
+        self._rate = 1.0 if clock else env_clock.rate
+        self.engine: CronEngine | None = None
+        self.drivers: list[_DriverSlot] = []
+        self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self._backoff = 0.0
+        self._last_sweep: datetime | None = None
+        kwargs.pop("schedule_filename", None)
+        super().__init__(app, *args, **kwargs)
+
+    # --- Scheduler contract -------------------------------------------------------------
+    def setup_schedule(self) -> None:
+        app = self.app
+        app.loader.import_default_modules()
+        settings = settings_of(app)
+        tasks = list(cron_tasks(app).values())
+        store = CronStore(
+            get_redis(settings.redis_url), Keys(settings.key_prefix), settings.cron_grace
+        )
+        publisher = CronPublisher(app, settings.cron_grace)
+        publisher.prepare(tasks)
+        self.store = store
+        self.engine = CronEngine(
+            tasks,
+            store,
+            publisher,
+            resolve_tenants(app),
+            grace=settings.cron_grace,
+            owner=f"beat:{self.beat_id}",
+            clock=self.clock,
+        )
+        try:
+            store.prune_heartbeats(self.clock() - timedelta(days=1))
+            store.prune_pending(self.clock() - timedelta(days=1))
+        except Exception as exc:
+            log.warning("cron: could not prune old heartbeats and claims: %s", exc)
+        now = time.monotonic()
+        self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
+        log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Run what is due; return the seconds to sleep (Celery's Service sleeps that long)."""
+        with finish_tick_before_stopping():
+            return self._tick()
+
+    def sync(self) -> None:
+        """Nothing to persist: the state lives in Redis as it happens."""
+
+    def close(self) -> None:
+        try:
+            self.store.client.hdel(self.store.keys.beat_heartbeat(), self.beat_id)
+        except Exception:
+            log.warning("cron: could not remove the heartbeat of %s", self.beat_id)
+
+    @property
+    def info(self) -> str:
+        count = len(self.engine.tasks) if self.engine else 0
+        return f"    . cron tasks -> {count}\n    . drivers -> {len(self.drivers)}"
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        return {}
+
+    # --- the loop body ------------------------------------------------------------------
+    def _tick(self) -> float:
+        assert self.engine is not None
+        now = self.clock()
+        try:
+            report = self.engine.tick(now)
+            self.store.heartbeat(self.beat_id, now)
+        except Exception as exc:
+            self._backoff = min(MAX_BACKOFF, max(0.5, self._backoff * 2))
+            log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
+            return self._backoff
+        self._backoff = 0.0
+        self._sweep(now)
+        if report.fired or report.skipped:
+            log.info(
+                "cron: fired %d, skipped %d at %s", len(report.fired), len(report.skipped), now
+            )
+        mono = time.monotonic()
+        for slot in self.drivers:
+            if mono >= slot.due:
+                try:
+                    slot.driver.tick(now)
+                except Exception:
+                    log.exception(
+                        "beat: driver %r failed; it runs again next interval", slot.driver
+                    )
+                slot.due = time.monotonic() + slot.driver.interval
+        return self._sleep_for(self.clock())
+
+    def _sweep(self, now: datetime) -> None:
+        """Once a minute: claims a dead beat never published become gap records."""
+        if self._last_sweep is not None and now - self._last_sweep < timedelta(minutes=1):
+            return
+        self._last_sweep = now
+        try:
+            cutoff = now - WINDOW - self.store.grace
+            lost = self.store.sweep_lost_claims(cutoff, now)
+            if lost:
+                log.error("cron: %d claimed windows were never published: %s", len(lost), lost[:5])
+        except Exception as exc:
+            log.warning("cron: could not sweep unconfirmed claims: %s", exc)
+
+    def _sleep_for(self, now: datetime) -> float:
+        waits = [float(self.max_interval), self.heartbeat_every]
+        next_due = self.engine.next_due() if self.engine else None
+        if next_due is not None:
+            waits.append((next_due - now).total_seconds() / self._rate)
+        mono = time.monotonic()
+        waits.extend(slot.due - mono for slot in self.drivers)
+        return max(MIN_SLEEP, min(waits))

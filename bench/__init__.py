@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks (see each module's docstring for how to reproduce)."""

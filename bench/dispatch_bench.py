@@ -1,0 +1,198 @@
+"""Dispatch benchmark: claim + publish rate against a plain apply_async loop, and memory per job.
+
+Reproduce (from the repository root, ~1-2 minutes, needs nothing but the venv):
+
+    /work/venv/bin/python -m bench.dispatch_bench            # 100,000 checks x 3 regions
+    /work/venv/bin/python -m bench.dispatch_bench --quick    # smoke: 1,000 checks
+
+What it does, on a private redis-server (state db 1, broker db 0):
+
+1. creates N checks in 3 regions (period 60 s, phases spread over the period by the uid jitter
+   and the region spread), batched; reports the time and Redis ``used_memory`` per job;
+2. registers worker capacity large enough for everything due, advances the clock by
+   ``--window`` seconds and times one dispatcher tick: promote, claim (Lua), publish;
+3. publishes the same number of ``checkbeat.run_check`` messages with (a) a plain
+   ``send_task``/``apply_async`` loop and (b) kombu's ``Producer.batch``, and prints the rates
+   side by side with ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from celery_app.app import create_app
+from celery_app.checks import CheckStore, validate_definition
+from celery_app.embedded_redis import RedisServer
+from celery_app.keys import Keys
+from celery_app.kinds import check_kind
+from celery_app.publish import KombuBatchPublisher
+from celery_app.settings import load_settings
+
+REGIONS = ["eu", "us", "ap"]
+BENCH_KIND = "bench"
+
+
+def _register_kind() -> None:
+    check_kind(BENCH_KIND)(_bench_probe)
+
+
+def _bench_probe(target: str, config: dict) -> dict:
+    return {"ok": True}
+
+
+def _used_memory(client) -> int:  # type: ignore[no-untyped-def]
+    return int(client.info("memory")["used_memory"])
+
+
+def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
+    import redis
+
+    from beat.dispatcher import Dispatcher
+    from celery_app.jobs import from_unix
+
+    _register_kind()
+    data_dir = Path(tempfile.mkdtemp(prefix="checkbeat-bench-"))
+    server = RedisServer(data_dir).start()
+    try:
+        settings = load_settings(
+            redis_url=server.url(1), broker_url=server.url(0), key_prefix="cb", regions=REGIONS
+        )
+        app = create_app(settings)
+        state = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        broker = redis.Redis.from_url(settings.effective_broker_url)
+        keys = Keys(settings.key_prefix)
+        store = CheckStore(state, keys, settings)
+        t0 = 1_780_000_000.0
+
+        # 1. create
+        defs = [
+            validate_definition(
+                settings,
+                uid=f"chk-{i:06d}",
+                tenant=f"tenant-{i % 500:03d}",
+                kind=BENCH_KIND,
+                target=f"https://example-{i % 1000}.test/health",
+                period=60,
+                regions=REGIONS,
+            )
+            for i in range(checks)
+        ]
+        state.execute_command("MEMORY", "PURGE")
+        before = _used_memory(state)
+        started = time.perf_counter()
+        store.create_many(defs, now=from_unix(t0))
+        create_s = time.perf_counter() - started
+        jobs = checks * len(REGIONS)
+        after = _used_memory(state)
+        per_job = (after - before) / jobs
+        sample_job = state.execute_command("MEMORY", "USAGE", keys.job("chk-000001@eu"))
+        sample_check = state.execute_command("MEMORY", "USAGE", keys.check("chk-000001"))
+
+        # 2. dispatch one window
+        for region in REGIONS:
+            state.hset(
+                keys.worker(f"bench-{region}"),
+                mapping={"region": region, "role": "shared", "queues": "", "concurrency": jobs},
+            )
+            state.sadd(keys.region_workers(region), f"bench-{region}")
+        dispatcher = Dispatcher(app, client=state)
+        now = t0 + window
+        started = time.perf_counter()
+        promoted = dispatcher.promote(now)
+        promote_s = time.perf_counter() - started
+        started = time.perf_counter()
+        claims, _, _ = dispatcher.claim(now)
+        claim_s = time.perf_counter() - started
+        started = time.perf_counter()
+        dispatcher.publish(claims)
+        publish_s = time.perf_counter() - started
+        dispatched = len(claims)
+        queued = sum(broker.llen(q) for q in broker.keys("checks.*"))
+        assert queued == dispatched, (queued, dispatched)
+        dispatch_s = promote_s + claim_s + publish_s
+
+        # 3. baselines on the same messages
+        messages = dispatcher.messages(claims)
+        n_base = min(dispatched, baseline_max) if baseline_max else dispatched
+        broker.flushdb()
+        started = time.perf_counter()
+        for m in messages[:n_base]:
+            app.send_task(
+                m.name,
+                kwargs=m.kwargs,
+                queue=m.queue,
+                time_limit=m.time_limit,
+                soft_time_limit=m.soft_time_limit,
+            )
+        apply_s = time.perf_counter() - started
+        broker.flushdb()
+        started = time.perf_counter()
+        KombuBatchPublisher(app).publish(messages[:n_base])
+        kombu_s = time.perf_counter() - started
+        broker.flushdb()
+        started = time.perf_counter()
+        dispatcher.publisher.publish(messages[:n_base])
+        lean_s = time.perf_counter() - started
+        broker.flushdb()
+
+        apply_rate = n_base / apply_s
+        result = {
+            "checks": checks,
+            "jobs": jobs,
+            "create_s": create_s,
+            "bytes_per_job": per_job,
+            "job_hash_bytes": sample_job,
+            "check_hash_bytes": sample_check,
+            "dispatched": dispatched,
+            "promoted": promoted,
+            "dispatch_rate": dispatched / dispatch_s if dispatch_s else 0.0,
+            "apply_async_rate": apply_rate,
+        }
+        p = lambda *a: print(*a, file=out)  # noqa: E731
+        p(f"checkbeat dispatch bench: {checks:,} checks x {len(REGIONS)} regions = {jobs:,} jobs")
+        p(f"  create (batched Lua, 500/call): {create_s:.2f} s = {jobs / create_s:,.0f} jobs/s")
+        p(
+            f"  Redis used_memory per job: {per_job:,.0f} bytes (job hash {sample_job} B, "
+            f"check hash {sample_check} B / {len(REGIONS)} jobs, index entries; target < 512)"
+        )
+        p(f"\n  one dispatcher tick over a {window:g} s window: {dispatched:,} jobs due")
+        p(
+            f"    promote {promote_s * 1000:8.1f} ms   claim {claim_s * 1000:8.1f} ms   "
+            f"publish {publish_s * 1000:8.1f} ms"
+        )
+        p(f"\n  {'path':44} {'messages':>9} {'seconds':>8} {'msg/s':>9} {'vs apply_async':>15}")
+        rows = [
+            ("plain send_task/apply_async loop", n_base, apply_s),
+            ("kombu Producer.batch + send_task_message", n_base, kombu_s),
+            ("RedisBatchPublisher (publish only)", n_base, lean_s),
+            ("dispatcher: promote + claim + publish", dispatched, dispatch_s),
+        ]
+        for name, n, secs in rows:
+            rate = n / secs if secs else 0.0
+            p(f"  {name:44} {n:>9,} {secs:>8.2f} {rate:>9,.0f} {rate / apply_rate:>14.1f}x")
+        p("  target: dispatcher >= 5,000 jobs/s")
+        return result
+    finally:
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checks", type=int, default=100_000)
+    parser.add_argument("--window", type=float, default=10.0, help="seconds of due jobs")
+    parser.add_argument(
+        "--baseline-max", type=int, default=None, help="cap the baseline loops' messages"
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1,000 checks")
+    args = parser.parse_args(argv)
+    if args.quick:
+        return run(1000, 60.0, None)
+    return run(args.checks, args.window, args.baseline_max)
+
+
+if __name__ == "__main__":
+    main()

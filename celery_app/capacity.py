@@ -1,0 +1,77 @@
+"""Free probe slots per region, from the workers' heartbeats and the leases in flight.
+
+The workers write ``Keys.worker(hostname)`` (fields region, role "fast" | "shared", queues,
+concurrency; TTL ~15 s, refreshed ~5 s) and index it in ``Keys.region_workers(region)``. The
+claim script (``lua/claim.lua``) applies the same rule atomically; this module is the pure rule
+and the read the CLI's diagnose uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from celery_app.keys import Keys
+from scheduling_core import LANE_FAST, LANE_SLOW
+
+
+@dataclass(frozen=True)
+class RegionCapacity:
+    region: str
+    total: int
+    slow_capacity: int
+    in_flight_fast: int
+    in_flight_slow: int
+    workers: tuple[str, ...]
+
+    @property
+    def free(self) -> int:
+        """Slots a fast job may take (any slot of the region)."""
+        return max(0, self.total - self.in_flight_fast - self.in_flight_slow)
+
+    @property
+    def free_slow(self) -> int:
+        """Slots a slow job may take: never the fast-only workers' reserved slots."""
+        return max(0, min(self.slow_capacity - self.in_flight_slow, self.free))
+
+
+def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacity:
+    hosts = sorted(client.smembers(keys.region_workers(region)))
+    pipe = client.pipeline(transaction=False)
+    for host in hosts:
+        pipe.hmget(keys.worker(host), "role", "concurrency")
+    pipe.zcard(keys.leases(region, LANE_FAST))
+    pipe.zcard(keys.leases(region, LANE_SLOW))
+    *entries, in_fast, in_slow = pipe.execute()
+    total = slow = 0
+    live = []
+    for host, (role, concurrency) in zip(hosts, entries, strict=True):
+        if concurrency is None:
+            continue
+        live.append(host)
+        total += int(concurrency)
+        if role == "shared":
+            slow += int(concurrency)
+    return RegionCapacity(region, total, slow, in_fast, in_slow, tuple(live))
+
+
+def diagnose_regions(client: redis.Redis, keys: Keys, regions: list[str]) -> list[str]:
+    """Problems an operator must know: regions with due checks and no live worker."""
+    problems = []
+    for region in regions:
+        cap = read_capacity(client, keys, region)
+        waiting = client.zcard(keys.ready(region, LANE_FAST)) + client.zcard(
+            keys.ready(region, LANE_SLOW)
+        )
+        if not cap.workers:
+            problems.append(
+                f"region {region}: no live worker registered; {waiting} due job(s) wait and "
+                "nothing is claimed there until a worker for this region starts"
+            )
+        elif cap.slow_capacity == 0 and client.zcard(keys.ready(region, LANE_SLOW)):
+            problems.append(
+                f"region {region}: slow-lane jobs wait but no shared worker consumes "
+                f"checks.{region}.slow"
+            )
+    return problems

@@ -1,0 +1,447 @@
+"""The check store: definitions, validation, and reconciling them into (check, region) jobs.
+
+Every change is one Lua call (``lua/store.lua``) guarded by the check's version, so a refused
+or concurrent change writes nothing. Reconcile rules: a new job, or one whose period, regions or
+spread changed, is placed at ``next_aligned(...)`` with its region's phase; a surviving job keeps
+its cost and delay EWMAs and lane; removed regions' jobs are deleted with their index entries
+and leases (a run already started finishes and its completion is discarded: the lease is gone).
+
+Check hash fields (``Keys.check(uid)``): t tenant, k kind, tg target, cf config JSON, p period,
+g regions (comma list), s region_spread override (absent = default), w plan_weight,
+e enabled (1/0), v version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import redis
+
+from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
+from celery_app.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
+from celery_app.keys import Keys, job_id
+from celery_app.kinds import validate_check_config
+from celery_app.scripts import run_script
+from celery_app.settings import Settings
+from scheduling_core import Params, next_aligned, region_spread
+
+_FORBIDDEN = set("@:")
+_MAX_NAME = 200
+_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class CheckDefinition:
+    """One recurring check. Build it with :func:`validate_definition` to get a valid one."""
+
+    uid: str
+    tenant: str
+    kind: str
+    target: str
+    period: int
+    regions: tuple[str, ...]
+    region_spread: float | None = None
+    plan_weight: int = 0
+    config: Mapping[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "tenant": self.tenant,
+            "kind": self.kind,
+            "target": self.target,
+            "period": self.period,
+            "regions": list(self.regions),
+            "region_spread": self.region_spread,
+            "plan_weight": self.plan_weight,
+            "config": dict(self.config),
+            "enabled": self.enabled,
+        }
+
+    def job_ids(self) -> list[str]:
+        return [job_id(self.uid, region) for region in self.regions]
+
+    def spread_for(self) -> timedelta:
+        override = None if self.region_spread is None else timedelta(seconds=self.region_spread)
+        return region_spread(timedelta(seconds=self.period), len(self.regions), override)
+
+    def next_tick(self, region: str, now: datetime) -> datetime:
+        period = timedelta(seconds=self.period)
+        return next_aligned(now, period, period, self.uid, region, self.regions, self.spread_for())
+
+
+@dataclass(frozen=True)
+class StoredCheck:
+    definition: CheckDefinition
+    version: int
+
+
+# --- validation (pure) -----------------------------------------------------------------------
+
+
+def _name(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise CheckFieldError(field_name, "must be a non-empty string")
+    bad = sorted({c for c in value if c in _FORBIDDEN or c.isspace()})
+    if bad:
+        raise CheckFieldError(
+            field_name,
+            f"{value!r} contains {''.join(bad)!r}; '@', ':' and whitespace are not allowed",
+        )
+    if len(value) > _MAX_NAME:
+        raise CheckFieldError(field_name, f"is longer than {_MAX_NAME} characters")
+    return value
+
+
+def _int(field_name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool):
+        raise CheckFieldError(field_name, f"must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise CheckFieldError(
+                field_name, f"must be an integer >= {minimum}, got {value!r}"
+            ) from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value < minimum:
+        raise CheckFieldError(field_name, f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
+    """A valid, normalized CheckDefinition from raw fields, or CheckFieldError naming the field.
+
+    Fields: uid, tenant, kind, target, period (whole seconds >= 1), regions (default: the
+    default region; each among CHECKBEAT_REGIONS), region_spread (0 <= s < period, optional),
+    plan_weight (int >= 0), config (JSON object, validated by the kind), enabled.
+    """
+    unknown = set(raw) - set(CheckDefinition.__dataclass_fields__)
+    if unknown:
+        raise CheckFieldError(sorted(unknown)[0], "unknown field")
+    uid = _name("uid", raw.get("uid"))
+    tenant = _name("tenant", raw.get("tenant"))
+    kind = raw.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise CheckFieldError("kind", "must be a non-empty string")
+    target = raw.get("target")
+    if not isinstance(target, str) or not target.strip():
+        raise CheckFieldError("target", "must be a non-empty string")
+    period = _int("period", raw.get("period"), minimum=1)
+
+    regions_raw = raw.get("regions")
+    if regions_raw is None or regions_raw == "" or regions_raw == ():
+        regions: tuple[str, ...] = (settings.default_region,)
+    else:
+        if isinstance(regions_raw, str):
+            regions_raw = [r.strip() for r in regions_raw.split(",") if r.strip()]
+        regions = tuple(regions_raw)
+        if not regions:
+            raise CheckFieldError("regions", "must name at least one region")
+        for region in regions:
+            if region not in settings.regions:
+                raise CheckFieldError(
+                    "regions",
+                    f"unknown region {region!r} (allowed: {', '.join(settings.regions)})",
+                )
+        if len(set(regions)) != len(regions):
+            raise CheckFieldError("regions", f"regions must be distinct, got {list(regions)}")
+
+    spread_raw = raw.get("region_spread")
+    spread: float | None = None
+    if spread_raw is not None and spread_raw != "":
+        try:
+            spread = float(spread_raw)
+        except (TypeError, ValueError):
+            raise CheckFieldError(
+                "region_spread", f"must be a number of seconds, got {spread_raw!r}"
+            ) from None
+        if not math.isfinite(spread) or not 0 <= spread < period:
+            raise CheckFieldError(
+                "region_spread",
+                f"must satisfy 0 <= region_spread < period ({period}), got {spread}",
+            )
+
+    plan_weight = _int("plan_weight", raw.get("plan_weight", 0) or 0, minimum=0)
+    config = raw.get("config") or {}
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
+    config = validate_check_config(kind, target, config)
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError) as exc:
+        raise CheckFieldError("config", f"must be JSON-serializable: {exc}") from None
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise CheckFieldError("enabled", f"must be true or false, got {enabled!r}")
+    return CheckDefinition(
+        uid=uid,
+        tenant=tenant,
+        kind=kind,
+        target=target,
+        period=period,
+        regions=regions,
+        region_spread=spread,
+        plan_weight=plan_weight,
+        config=config,
+        enabled=enabled,
+    )
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def encode_check(defn: CheckDefinition) -> dict[str, str]:
+    fields = {
+        "t": defn.tenant,
+        "k": defn.kind,
+        "tg": defn.target,
+        "cf": json.dumps(dict(defn.config), separators=(",", ":"), sort_keys=True),
+        "p": str(defn.period),
+        "g": ",".join(defn.regions),
+        "w": str(defn.plan_weight),
+        "e": "1" if defn.enabled else "0",
+    }
+    if defn.region_spread is not None:
+        fields["s"] = repr(defn.region_spread)
+    return fields
+
+
+def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
+    spread = h.get("s")
+    defn = CheckDefinition(
+        uid=uid,
+        tenant=h["t"],
+        kind=h["k"],
+        target=h["tg"],
+        period=int(h["p"]),
+        regions=tuple(x for x in h["g"].split(",") if x),
+        region_spread=float(spread) if spread not in (None, "") else None,
+        plan_weight=int(h.get("w") or 0),
+        config=json.loads(h.get("cf") or "{}"),
+        enabled=h.get("e", "1") == "1",
+    )
+    return StoredCheck(defn, int(h.get("v") or 0))
+
+
+# --- reconcile (pure) -------------------------------------------------------------------------
+
+
+def _phase_changed(old: CheckDefinition, new: CheckDefinition) -> bool:
+    return (
+        old.period != new.period
+        or old.regions != new.regions
+        or old.region_spread != new.region_spread
+    )
+
+
+def plan_change(
+    old: StoredCheck | None,
+    new: CheckDefinition | None,
+    jobs: Mapping[str, JobState | None],
+    now: datetime,
+    params: Params,
+) -> dict[str, Any]:
+    """The store.lua change that turns ``old`` into ``new`` (None = delete).
+
+    ``jobs`` maps the old definition's job ids to their stored state (for the EWMAs).
+    """
+    old_def = old.definition if old else None
+    subject = new or old_def
+    if subject is None:
+        raise ValueError("plan_change needs an old or a new definition")
+    uid = subject.uid
+    old_ids = set(old_def.job_ids()) if old_def else set()
+    change: dict[str, Any] = {
+        "uid": uid,
+        "expect": old.version if old else -1,
+        "old_tenant": old_def.tenant if old_def else "",
+    }
+    if new is None:
+        change.update(op="delete", remove=sorted(old_ids))
+        return change
+    new_ids = new.job_ids()
+    replace_all = old_def is not None and _phase_changed(old_def, new)
+    enabling = old_def is not None and new.enabled and not old_def.enabled
+    job_changes = []
+    for region, jid in zip(new.regions, new_ids, strict=True):
+        existing = jobs.get(jid) if jid in old_ids else None
+        fields = {
+            "t": new.tenant,
+            "w": str(new.plan_weight),
+            "p": str(new.period),
+            "g": ",".join(new.regions),
+        }
+        if new.region_spread is not None:
+            fields["s"] = repr(new.region_spread)
+        place = existing is None or replace_all or enabling
+        entry: dict[str, Any] = {"id": jid, "f": fields, "place": place, "off": not new.enabled}
+        if place:
+            sa = new.next_tick(region, now)
+            cost = existing.cost_ewma_ms if existing else 0.0
+            ea = params.effective_scheduled_at(sa, cost, new.plan_weight)
+            entry["sa"] = format_ts(to_unix(sa))
+            entry["ea"] = format_ts(to_unix(ea))
+        job_changes.append(entry)
+    change.update(
+        op="put", check=encode_check(new), remove=sorted(old_ids - set(new_ids)), jobs=job_changes
+    )
+    return change
+
+
+# --- the store (I/O) --------------------------------------------------------------------------
+
+
+class CheckStore:
+    """Create, update, delete, read and list checks; every write reconciles the jobs."""
+
+    def __init__(
+        self, client: redis.Redis, keys: Keys, settings: Settings, params: Params | None = None
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.settings = settings
+        self.params = params or Params.from_settings(settings)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CheckStore:
+        from celery_app.redis_client import get_redis
+
+        return cls(get_redis(settings.redis_url), Keys(settings.key_prefix), settings)
+
+    # reads
+    def get(self, uid: str) -> StoredCheck | None:
+        h = self.redis.hgetall(self.keys.check(uid))
+        return decode_check(uid, h) if h else None
+
+    def require(self, uid: str) -> StoredCheck:
+        found = self.get(uid)
+        if found is None:
+            raise CheckNotFound(uid)
+        return found
+
+    def list(self, tenant: str | None = None) -> list[CheckDefinition]:
+        members = self.redis.smembers(
+            self.keys.tenant_checks(tenant) if tenant else self.keys.checks()
+        )
+        uids = sorted(members)
+        pipe = self.redis.pipeline(transaction=False)
+        for uid in uids:
+            pipe.hgetall(self.keys.check(uid))
+        return [
+            decode_check(uid, h).definition
+            for uid, h in zip(uids, pipe.execute(), strict=True)
+            if h
+        ]
+
+    def jobs(self, uid: str) -> list[JobState]:
+        stored = self.require(uid)
+        return [j for j in read_jobs(self.redis, self.keys, stored.definition.job_ids()) if j]
+
+    # writes
+    def _apply(self, changes: Sequence[dict[str, Any]]) -> list[str]:
+        payload = json.dumps({"changes": list(changes)}, separators=(",", ":"))
+        return run_script(self.redis, "store", args=[self.keys.prefix, payload])
+
+    def _now(self, now: datetime | None) -> datetime:
+        return now or from_unix(time.time())
+
+    def create(self, now: datetime | None = None, **raw: Any) -> CheckDefinition:
+        """Validate and create a check; CheckExists if the uid is taken."""
+        defn = validate_definition(self.settings, **raw)
+        status = self._apply([plan_change(None, defn, {}, self._now(now), self.params)])
+        if status[0] == "exists":
+            raise CheckExists(f"check {defn.uid!r} already exists (use update)")
+        return defn
+
+    def create_many(
+        self, definitions: Iterable[CheckDefinition], now: datetime | None = None, chunk: int = 500
+    ) -> int:
+        """Create many already-validated checks, ``chunk`` per Lua call (a batch is all or
+        nothing); CheckExists names the first uid that was taken."""
+        when = self._now(now)
+        count = 0
+        batch: list[dict[str, Any]] = []
+        pipe = self.redis.pipeline(transaction=False)
+        pending = 0
+
+        def flush_pipe() -> None:
+            nonlocal pending
+            for status in pipe.execute():
+                if status[0] != "ok":
+                    raise CheckExists(f"check {status[1]!r} already exists")
+            pending = 0
+
+        for defn in definitions:
+            batch.append(plan_change(None, defn, {}, when, self.params))
+            count += 1
+            if len(batch) >= chunk:
+                payload = json.dumps({"changes": batch}, separators=(",", ":"))
+                run_script(pipe, "store", args=[self.keys.prefix, payload])
+                batch = []
+                pending += 1
+                if pending >= 8:
+                    flush_pipe()
+        if batch:
+            payload = json.dumps({"changes": batch}, separators=(",", ":"))
+            run_script(pipe, "store", args=[self.keys.prefix, payload])
+            pending += 1
+        if pending:
+            flush_pipe()
+        return count
+
+    def _write(self, uid: str, make: Any, now: datetime | None) -> CheckDefinition | None:
+        for _ in range(_RETRIES):
+            old = self.require(uid)
+            new = make(old.definition)
+            jobs = dict(
+                zip(
+                    old.definition.job_ids(),
+                    read_jobs(self.redis, self.keys, old.definition.job_ids()),
+                    strict=True,
+                )
+            )
+            status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
+            if status[0] == "ok":
+                return new
+            if status[0] == "missing":
+                raise CheckNotFound(uid)
+        raise ConcurrentUpdate(f"check {uid!r} changed {_RETRIES} times while being updated")
+
+    def update(self, uid: str, now: datetime | None = None, **changes: Any) -> CheckDefinition:
+        """Change some fields (validated as a whole); reconcile its jobs."""
+        if "uid" in changes and changes["uid"] != uid:
+            raise CheckFieldError("uid", "cannot be changed (delete and add instead)")
+
+        def make(old: CheckDefinition) -> CheckDefinition:
+            merged = old.as_dict() | {k: v for k, v in changes.items() if k != "uid"}
+            return validate_definition(self.settings, **merged)
+
+        result = self._write(uid, make, now)
+        assert result is not None
+        return result
+
+    def set_enabled(self, uid: str, enabled: bool, now: datetime | None = None) -> CheckDefinition:
+        """Disable (jobs leave every index, EWMAs kept) or enable (jobs placed at their tick)."""
+        result = self._write(uid, lambda old: replace(old, enabled=enabled), now)
+        assert result is not None
+        return result
+
+    def delete(self, uid: str) -> bool:
+        """Delete the check, its jobs, leases, ready entries and results; False if absent."""
+        try:
+            self._write(uid, lambda old: None, None)
+        except CheckNotFound:
+            return False
+        return True

@@ -1,0 +1,338 @@
+"""``celery -A celery_app checks ...``: manage checks, their rate limits, and report on them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from celery_app.app import settings_of
+from celery_app.capacity import diagnose_regions, read_capacity
+from celery_app.checks import CheckStore
+from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
+from celery_app.keys import LANE_NAMES, Keys
+from celery_app.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.reports import read_all_jobs, summarize
+
+
+def _store(ctx: click.Context) -> CheckStore:
+    app = ctx.obj.app
+    # Register every kind (built-in probes, user modules) before validating a definition.
+    app.loader.import_default_modules()
+    return CheckStore.from_settings(settings_of(app))
+
+
+def _iso(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+def _fail(exc: Exception) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+def _regions(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [r.strip() for r in value.split(",") if r.strip()]
+
+
+def _config(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"config: is not valid JSON: {exc}") from None
+
+
+@click.group(name="checks")
+def checks() -> None:
+    """Manage recurring checks (definitions, rate limits) and report on their scheduling."""
+
+
+def _definition_options(required: bool):  # type: ignore[no-untyped-def]
+    def decorate(fn):  # type: ignore[no-untyped-def]
+        for option in reversed(
+            [
+                click.option("--tenant", required=required, help="Tenant owning the check."),
+                click.option("--kind", required=required, help="Registered check kind."),
+                click.option("--target", required=required, help="What to probe."),
+                click.option("--period", type=int, required=required, help="Seconds (>= 1)."),
+                click.option("--regions", help="Comma list; default: the first region."),
+                click.option("--region-spread", type=float, help="Seconds between regions."),
+                click.option("--plan-weight", type=int, help="Plan tier weight (>= 0)."),
+                click.option("--config", help="Kind configuration as a JSON object."),
+            ]
+        ):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+@checks.command("add")
+@click.argument("uid")
+@_definition_options(required=True)
+@click.pass_context
+def add(ctx: click.Context, uid: str, **opts: Any) -> None:
+    """Create check UID and place its region jobs on their phase."""
+    fields = {
+        "uid": uid,
+        "tenant": opts["tenant"],
+        "kind": opts["kind"],
+        "target": opts["target"],
+        "period": opts["period"],
+        "regions": _regions(opts["regions"]),
+        "region_spread": opts["region_spread"],
+        "plan_weight": opts["plan_weight"] or 0,
+        "config": _config(opts["config"]) or {},
+    }
+    try:
+        defn = _store(ctx).create(**fields)
+    except (CheckFieldError, CheckExists) as exc:
+        raise _fail(exc) from None
+    click.echo(
+        f"added {defn.uid} ({defn.kind} {defn.target}) every {defn.period}s in "
+        f"{','.join(defn.regions)}"
+    )
+
+
+@checks.command("update")
+@click.argument("uid")
+@_definition_options(required=False)
+@click.option("--no-region-spread", is_flag=True, help="Back to the default spread.")
+@click.pass_context
+def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) -> None:
+    """Change some fields of check UID; its jobs are reconciled (EWMAs kept)."""
+    changes: dict[str, Any] = {}
+    for name in ("tenant", "kind", "target", "period", "region_spread", "plan_weight"):
+        if opts[name] is not None:
+            changes[name] = opts[name]
+    if opts["regions"] is not None:
+        changes["regions"] = _regions(opts["regions"])
+    if opts["config"] is not None:
+        changes["config"] = _config(opts["config"])
+    if no_region_spread:
+        changes["region_spread"] = None
+    if not changes:
+        raise click.UsageError("nothing to change: pass at least one option")
+    try:
+        defn = _store(ctx).update(uid, **changes)
+    except (CheckFieldError, CheckNotFound) as exc:
+        raise _fail(exc) from None
+    click.echo(f"updated {defn.uid}")
+
+
+@checks.command("rm")
+@click.argument("uid")
+@click.pass_context
+def rm(ctx: click.Context, uid: str) -> None:
+    """Delete check UID, its jobs, leases and results."""
+    if not _store(ctx).delete(uid):
+        raise click.ClickException(f"no check with uid {uid!r}")
+    click.echo(f"deleted {uid}")
+
+
+@checks.command("enable")
+@click.argument("uid")
+@click.pass_context
+def enable(ctx: click.Context, uid: str) -> None:
+    """Enable check UID (its jobs are placed at their next tick)."""
+    try:
+        _store(ctx).set_enabled(uid, True)
+    except CheckNotFound as exc:
+        raise _fail(exc) from None
+    click.echo(f"enabled {uid}")
+
+
+@checks.command("disable")
+@click.argument("uid")
+@click.pass_context
+def disable(ctx: click.Context, uid: str) -> None:
+    """Disable check UID (its jobs leave every index; EWMAs are kept)."""
+    try:
+        _store(ctx).set_enabled(uid, False)
+    except CheckNotFound as exc:
+        raise _fail(exc) from None
+    click.echo(f"disabled {uid}")
+
+
+@checks.command("list")
+@click.option("--tenant", help="Only this tenant's checks.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """List checks (of one tenant)."""
+    defs = _store(ctx).list(tenant=tenant)
+    if as_json:
+        click.echo(json.dumps([d.as_dict() for d in defs], indent=2))
+        return
+    if not defs:
+        click.echo("no checks")
+        return
+    click.echo(f"{'UID':24} {'TENANT':16} {'KIND':10} {'PERIOD':>7} {'REGIONS':16} STATE  TARGET")
+    for d in defs:
+        state = "on " if d.enabled else "off"
+        click.echo(
+            f"{d.uid:24} {d.tenant:16} {d.kind:10} {d.period:>6}s {','.join(d.regions):16} "
+            f"{state}    {d.target}"
+        )
+
+
+def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
+    stored = store.require(uid)
+    keys = store.keys
+    jobs = []
+    for job in store.jobs(uid):
+        last = store.redis.hget(keys.last_result(uid), job.region)
+        jobs.append(
+            {
+                "job": job.job_id,
+                "region": job.region,
+                "scheduled_at": _iso(job.scheduled_at),
+                "effective_scheduled_at": _iso(job.effective_scheduled_at),
+                "cost_ewma_ms": round(job.cost_ewma_ms, 3),
+                "delay_ewma_ms": round(job.delay_ewma_ms, 3),
+                "lane": LANE_NAMES[job.lane],
+                "runs": job.runs,
+                "skipped_by_rate_limit": job.skipped,
+                "leased_until": _iso(job.lease_expiry),
+                "enabled": job.enabled,
+                "last_result": json.loads(last) if last else None,
+            }
+        )
+    recent = [
+        {"id": entry_id, "region": f.get("region"), "result": json.loads(f.get("result", "null"))}
+        for entry_id, f in store.redis.xrevrange(keys.results(uid), count=history)
+    ]
+    return {
+        "check": stored.definition.as_dict(),
+        "version": stored.version,
+        "jobs": jobs,
+        "results": recent,
+    }
+
+
+@checks.command("show")
+@click.argument("uid")
+@click.option("--results", "history", default=10, show_default=True, help="Recent results.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
+    """Definition, each region job's times, EWMAs and lane, and the last results."""
+    try:
+        data = _show_data(_store(ctx), uid, history)
+    except CheckNotFound as exc:
+        raise _fail(exc) from None
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for name, value in data["check"].items():
+        click.echo(f"{name:14} {value}")
+    for job in data["jobs"]:
+        click.echo(
+            f"\n[{job['region']}] lane={job['lane']} runs={job['runs']} "
+            f"skipped={job['skipped_by_rate_limit']}"
+        )
+        click.echo(f"  scheduled_at           {job['scheduled_at']}")
+        click.echo(f"  effective_scheduled_at {job['effective_scheduled_at']}")
+        click.echo(f"  cost_ewma_ms {job['cost_ewma_ms']}  delay_ewma_ms {job['delay_ewma_ms']}")
+        if job["leased_until"]:
+            click.echo(f"  running, lease until {job['leased_until']}")
+        click.echo(f"  last result  {json.dumps(job['last_result'])}")
+    if data["results"]:
+        click.echo("\nrecent results:")
+        for entry in data["results"]:
+            click.echo(f"  {entry['id']} {entry['region']} {json.dumps(entry['result'])}")
+
+
+@checks.command("costs")
+@click.option("--tenant", help="Only this tenant's jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def costs(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """Cost EWMA distribution per lane, and delay EWMA percentiles."""
+    store = _store(ctx)
+    reports = summarize(read_all_jobs(store.redis, store.keys, tenant))
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in reports], indent=2))
+        return
+    for rep in reports:
+        c, d = rep.cost, rep.delay
+        click.echo(f"lane {rep.lane}: {c.count} job(s)")
+        click.echo(
+            f"  cost ms   p50 {c.p50:.1f}  p90 {c.p90:.1f}  p99 {c.p99:.1f}  max {c.max:.1f}"
+        )
+        click.echo(
+            f"  delay ms  p50 {d.p50:.1f}  p90 {d.p90:.1f}  p99 {d.p99:.1f}  max {d.max:.1f}"
+        )
+        for label, count in rep.buckets.items():
+            click.echo(f"    cost {label:>12}: {count}")
+
+
+@checks.command("ratelimit")
+@click.argument("tenant")
+@click.option("--per-minute", type=float, help="Runs per minute the tenant may start.")
+@click.option("--burst", type=float, help="Bucket size (default: the per-minute rate).")
+@click.option("--off", is_flag=True, help="Remove the tenant's bucket.")
+@click.pass_context
+def ratelimit(
+    ctx: click.Context, tenant: str, per_minute: float | None, burst: float | None, off: bool
+) -> None:
+    """Show, set (--per-minute N --burst B) or remove (--off) a tenant's token bucket."""
+    settings = settings_of(ctx.obj.app)
+    from celery_app.redis_client import get_redis
+
+    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    if off:
+        removed = clear_rate_limit(client, keys, tenant)
+        click.echo(f"rate limit of {tenant} removed" if removed else f"{tenant} had no rate limit")
+        return
+    if per_minute is None:
+        if burst is not None:
+            raise click.UsageError("--burst needs --per-minute")
+        current = get_rate_limit(client, keys, tenant)
+        click.echo(
+            f"{tenant}: no rate limit"
+            if current is None
+            else f"{tenant}: {current.per_minute:g}/min, burst {current.burst:g}"
+        )
+        return
+    try:
+        bucket = set_rate_limit(
+            client, keys, tenant, per_minute=per_minute, burst=burst or per_minute
+        )
+    except CheckFieldError as exc:
+        raise _fail(exc) from None
+    click.echo(f"{tenant}: {bucket.per_minute:g}/min, burst {bucket.burst:g}")
+
+
+@checks.command("diagnose")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def diagnose(ctx: click.Context, as_json: bool) -> None:
+    """Capacity per region and what keeps due checks from being claimed."""
+    settings = settings_of(ctx.obj.app)
+    from celery_app.redis_client import get_redis
+
+    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    caps = [read_capacity(client, keys, region) for region in settings.regions]
+    problems = diagnose_regions(client, keys, list(settings.regions))
+    if as_json:
+        click.echo(json.dumps({"regions": [asdict(c) for c in caps], "problems": problems}))
+        return
+    for cap in caps:
+        click.echo(
+            f"{cap.region}: {len(cap.workers)} worker(s), {cap.total} slot(s) "
+            f"({cap.slow_capacity} shared), in flight {cap.in_flight_fast} fast / "
+            f"{cap.in_flight_slow} slow, free {cap.free} ({cap.free_slow} for slow)"
+        )
+    for problem in problems:
+        click.echo(f"PROBLEM: {problem}")
+    if not problems:
+        click.echo("no problems")

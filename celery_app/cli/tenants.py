@@ -1,0 +1,64 @@
+"""``celery -A celery_app tenants add|rm|list``: the Redis set of active tenants.
+
+That set is the default tenants provider of per-tenant cron tasks (CHECKBEAT_TENANTS_PROVIDER
+``auto`` without a registered provider, or ``redis``).
+"""
+
+from __future__ import annotations
+
+import click
+from celery.bin.base import CeleryCommand, handle_preload_options
+
+from celery_app.app import settings_of
+from celery_app.cli.common import redis_errors_as_messages
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+from celery_app.tenants import TenantError, validate_tenant
+
+
+def _set(ctx: click.Context) -> tuple[object, str]:
+    settings = settings_of(ctx.obj.app)
+    return get_redis(settings.redis_url), Keys(settings.key_prefix).tenants()
+
+
+@click.group(name="tenants")
+@click.pass_context
+@handle_preload_options
+def tenants(ctx: click.Context) -> None:
+    """Manage the active tenants (the Redis set per-tenant cron tasks fan out to)."""
+
+
+@tenants.command(cls=CeleryCommand, name="add")
+@click.argument("names", nargs=-1, required=True)
+@click.pass_context
+@redis_errors_as_messages
+def add(ctx: click.Context, names: tuple[str, ...]) -> None:
+    """Add tenants (all names are validated before any is written)."""
+    try:
+        valid = [validate_tenant(n) for n in names]
+    except TenantError as exc:
+        raise click.ClickException(str(exc)) from None
+    client, key = _set(ctx)
+    added = client.sadd(key, *valid)
+    click.echo(f"added {added} tenant(s); {client.scard(key)} active")
+
+
+@tenants.command(cls=CeleryCommand, name="rm")
+@click.argument("names", nargs=-1, required=True)
+@click.pass_context
+@redis_errors_as_messages
+def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
+    """Remove tenants."""
+    client, key = _set(ctx)
+    removed = client.srem(key, *names)
+    click.echo(f"removed {removed} tenant(s); {client.scard(key)} active")
+
+
+@tenants.command(cls=CeleryCommand, name="list")
+@click.pass_context
+@redis_errors_as_messages
+def list_(ctx: click.Context) -> None:
+    """List the active tenants, one per line."""
+    client, key = _set(ctx)
+    for name in sorted(client.smembers(key)):
+        click.echo(name)

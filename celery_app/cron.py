@@ -1,0 +1,200 @@
+"""Cron task registration: ``@cron("0 3 * * *")`` turns a function into a scheduled Celery task.
+
+Why the spec is parsed here: a schedule that cannot be parsed must fail the import of the module
+that declares it, so every ``celery -A celery_app ...`` command fails naming the task, the spec
+and the offending token, instead of a task that silently never runs.
+
+The registry is the app's own task registry: a cron task is a Celery task carrying a
+``cron_task`` attribute, so there is no module-level list to reset, and an app built by a test
+only knows the tasks registered on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery import Celery, shared_task
+
+from scheduling_core.cron import CronError, Schedule, parse
+
+DEFAULT_TIMEOUT = timedelta(minutes=5)
+#: Tenant placeholder in keys of tasks that are not per-tenant.
+GLOBAL_TENANT = "-"
+#: Extra seconds between the soft time limit (the timeout) and the hard kill.
+HARD_LIMIT_MARGIN = 5.0
+WINDOW = timedelta(minutes=1)
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+class CronSpecError(ValueError):
+    """A cron task declaration is invalid; the message names the task and what is wrong."""
+
+
+@dataclass(frozen=True)
+class CronTask:
+    """One scheduled task, as registered."""
+
+    id: str
+    name: str  # the Celery task name
+    spec: str
+    schedule: Schedule = field(compare=False, repr=False)
+    singleton: bool = True
+    per_tenant: bool = False
+    timeout: timedelta = DEFAULT_TIMEOUT
+    timezone: str = "UTC"
+    queue: str | None = None
+    zone: ZoneInfo = field(default=ZoneInfo("UTC"), compare=False, repr=False)
+
+    @property
+    def scope(self) -> str:
+        return "per-tenant" if self.per_tenant else "global"
+
+    @property
+    def soft_time_limit(self) -> float:
+        return self.timeout.total_seconds()
+
+    @property
+    def hard_time_limit(self) -> float:
+        return self.timeout.total_seconds() + HARD_LIMIT_MARGIN
+
+    def next_fire(self, at: datetime) -> datetime | None:
+        """Start (UTC) of the first window at or after ``at`` this task fires in.
+
+        The schedule is evaluated in the task's timezone, so DST follows the cron parser's
+        rules; windows are whole minutes in every zone, so the UTC start names the window.
+        """
+        found = self.schedule.next(at.astimezone(self.zone))
+        return None if found is None else found.astimezone(UTC)
+
+
+def window_start(at: datetime) -> datetime:
+    """The minute window ``at`` falls in (UTC)."""
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+@lru_cache(maxsize=256)
+def window_id(start: datetime) -> str:
+    """The window's name in keys and messages: its UTC ISO minute, e.g. ``2026-11-29T18:30Z``."""
+    return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def make_cron_task(
+    *,
+    task_id: str,
+    name: str,
+    spec: str,
+    singleton: bool = True,
+    per_tenant: bool = False,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    timezone: str | None = None,
+    queue: str | None = None,
+) -> CronTask:
+    """Validate one declaration; raise CronSpecError naming the task on any bad field."""
+    if not _ID_RE.match(task_id):
+        raise CronSpecError(
+            f"cron task id {task_id!r}: may contain only letters, digits, '_', '.' and '-'"
+        )
+    try:
+        schedule = parse(spec)
+    except CronError as exc:
+        raise CronSpecError(f"cron task {task_id!r}: invalid spec {spec!r}: {exc}") from None
+    if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
+        raise CronSpecError(f"cron task {task_id!r}: timeout must be a positive timedelta")
+    if timezone is None:
+        from celery_app.settings import get_settings
+
+        timezone = get_settings().timezone
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CronSpecError(
+            f"cron task {task_id!r}: unknown timezone {timezone!r}; use an IANA name such as UTC"
+        ) from None
+    if queue is not None and not queue:
+        raise CronSpecError(f"cron task {task_id!r}: queue must be a non-empty name or None")
+    return CronTask(
+        id=task_id,
+        name=name,
+        spec=spec,
+        schedule=schedule,
+        singleton=singleton,
+        per_tenant=per_tenant,
+        timeout=timeout,
+        timezone=timezone,
+        queue=queue,
+        zone=zone,
+    )
+
+
+def cron(
+    spec: str,
+    *,
+    id: str | None = None,
+    singleton: bool = True,
+    per_tenant: bool = False,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    timezone: str | None = None,
+    queue: str | None = None,
+    name: str | None = None,
+    app: Celery | None = None,
+    **task_options: Any,
+) -> Callable[[Callable[..., Any]], Any]:
+    """Declare a cron task: ``@cron("0 3 * * *", per_tenant=True, timeout=timedelta(minutes=10))``.
+
+    The function becomes a Celery task (a shared task, or one of ``app`` when given). A per-tenant
+    task is called with ``tenant=<name>``. No retry: a failure is recorded and the next window
+    runs again. ``queue`` is applied through ``task_routes`` (see :func:`route_cron_task`).
+    """
+
+    def decorate(fun: Callable[..., Any]) -> Any:
+        task_name = name or f"{fun.__module__}.{fun.__name__}"
+        declared = make_cron_task(
+            task_id=id or task_name,
+            name=task_name,
+            spec=spec,
+            singleton=singleton,
+            per_tenant=per_tenant,
+            timeout=timeout,
+            timezone=timezone,
+            queue=queue,
+        )
+        options = {"name": task_name, "cron_task": declared, "max_retries": 0, **task_options}
+        if app is not None:
+            # shared=False: Celery would otherwise add the task to every app created later.
+            return app.task(shared=False, **options)(fun)
+        return shared_task(**options)(fun)
+
+    return decorate
+
+
+def cron_tasks(app: Celery) -> dict[str, CronTask]:
+    """Every cron task the app knows, by id (sorted); duplicate ids are a CronSpecError."""
+    found: dict[str, CronTask] = {}
+    for task in list(app.tasks.values()):
+        declared = getattr(task, "cron_task", None)
+        if not isinstance(declared, CronTask):
+            continue
+        other = found.get(declared.id)
+        if other is not None and other.name != declared.name:
+            raise CronSpecError(
+                f"cron task id {declared.id!r} is declared twice ({other.name}, {declared.name})"
+            )
+        found[declared.id] = declared
+    return dict(sorted(found.items()))
+
+
+def route_cron_task(
+    name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **_: Any
+) -> dict[str, str] | None:
+    """Celery router (listed in ``task_routes``): send a cron task to its declared queue."""
+    declared = getattr(task, "cron_task", None)
+    if isinstance(declared, CronTask) and declared.queue:
+        return {"queue": declared.queue}
+    return None

@@ -1,0 +1,309 @@
+"""What ``celery schedule list|run|diagnose`` do, over the Redis state, usable from any machine.
+
+Why separate from the click code: the tests call these directly as well as through the CLI, and
+the decisions (what counts as overdue, what a run-now may do) stay in plain functions.
+
+Run-now takes the window key of the current window, the same key the beat takes: a run-now and
+the window firing at once produce one run. A manual run therefore consumes the current window
+of that task (and tenant): a scheduled firing in the same window is skipped as taken, a second
+run-now in the same window is refused. The key's value names who took it (``manual:<host>`` or
+``beat:<id>``), and the run is recorded with ``manual=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery
+
+from celery_app.app import settings_of
+from celery_app.clock import clock_from_env
+from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, cron_tasks, window_id, window_start
+from celery_app.cron_publish import CronPublisher
+from celery_app.cron_state import FIRE, IN_FLIGHT, CronStore, FireRequest, split_member
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+from celery_app.tenants import TenantsSource, read_tenants, resolve_tenants
+
+#: Recorded gaps older than this are history, not a finding.
+GAP_REPORT_WINDOW_S = 3600.0
+FINISHED = ("success", "failure", "expired", "revoked", "send-failed")
+
+
+class CronUsageError(ValueError):
+    """A CLI request that cannot be honoured (unknown id, missing tenant, ...)."""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    id: str
+    spec: str
+    timezone: str
+    scope: str
+    singleton: bool
+    timeout_s: float
+    next_fire: str | None
+    last_window: str | None
+    last_start: str | None
+    last_end: str | None
+    last_outcome: str | None
+    last_error: str | None
+    fired: int
+    skipped: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class RunNowResult:
+    sent: bool
+    task_id: str
+    tenant: str
+    window: str
+    message: str
+    celery_id: str | None = None
+
+
+def _iso(ts: str | float | None) -> str | None:
+    if ts in (None, ""):
+        return None
+    return datetime.fromtimestamp(float(ts), UTC).isoformat(timespec="seconds")
+
+
+class CronService:
+    """One app's cron tasks plus their Redis state."""
+
+    def __init__(self, app: Celery, clock: Callable[[], datetime] | None = None) -> None:
+        self.app = app
+        self.settings = settings_of(app)
+        self.clock = clock or clock_from_env().now
+        self.keys = Keys(self.settings.key_prefix)
+        self.store = CronStore(
+            get_redis(self.settings.redis_url), self.keys, self.settings.cron_grace
+        )
+        self.tasks = cron_tasks(app)
+        self.tenants: TenantsSource | None = resolve_tenants(app)
+
+    # --- list ---------------------------------------------------------------------------
+    def rows(self, now: datetime | None = None) -> list[TaskRow]:
+        now = now or self.clock()
+        stats = self.store.stats(list(self.tasks))
+        rows = []
+        for task in self.tasks.values():
+            s = stats.get(task.id, {})
+            nxt = task.next_fire(now)
+            rows.append(
+                TaskRow(
+                    id=task.id,
+                    spec=task.spec,
+                    timezone=task.timezone,
+                    scope=task.scope,
+                    singleton=task.singleton,
+                    timeout_s=task.timeout.total_seconds(),
+                    next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
+                    if nxt
+                    else None,
+                    last_window=_iso(s.get("last_window")),
+                    last_start=_iso(s.get("last_start")),
+                    last_end=_iso(s.get("last_end")),
+                    last_outcome=s.get("last_outcome"),
+                    last_error=s.get("last_error") if s.get("last_outcome") != "success" else None,
+                    fired=int(s.get("fired", 0)),
+                    skipped=int(s.get("skipped", 0)),
+                    failed=int(s.get("failed", 0)),
+                )
+            )
+        return rows
+
+    # --- run now --------------------------------------------------------------------------
+    def resolve(self, task_id: str, tenant: str | None) -> tuple[CronTask, str]:
+        task = self.tasks.get(task_id)
+        if task is None:
+            known = ", ".join(self.tasks) or "none"
+            raise CronUsageError(f"unknown cron task {task_id!r} (known: {known})")
+        if not task.per_tenant:
+            if tenant is not None:
+                raise CronUsageError(f"cron task {task_id!r} is not per-tenant: drop --tenant")
+            return task, GLOBAL_TENANT
+        if tenant is None:
+            raise CronUsageError(f"cron task {task_id!r} is per-tenant: pass --tenant NAME")
+        if self.tenants is None:
+            raise CronUsageError(
+                f"cron task {task_id!r} is per-tenant but no tenants provider is configured "
+                "(CHECKBEAT_TENANTS_PROVIDER=none)"
+            )
+        active = read_tenants(self.tenants)
+        if tenant not in active:
+            raise CronUsageError(
+                f"tenant {tenant!r} is not an active tenant (provider: {self.tenants.describe}; "
+                f"{len(active)} active)"
+            )
+        return task, tenant
+
+    def run_now(self, task_id: str, tenant: str | None = None) -> RunNowResult:
+        """Fire one task now through the window lock; refuse (sent=False) if it is taken."""
+        task, tenant_name = self.resolve(task_id, tenant)
+        now = self.clock()
+        req = FireRequest(task, tenant_name, window_start(now))
+        owner = f"manual:{socket.gethostname()}:{os.getpid()}"
+        claim = self.store.claim([req], now=now, owner=owner, manual=True)
+        code = claim[0]
+        if code == IN_FLIGHT:
+            return RunNowResult(
+                False,
+                task.id,
+                tenant_name,
+                req.window_id,
+                f"not sent: the previous run of {task.id!r} is still in flight "
+                "(recorded as skipped)",
+            )
+        if code != FIRE:
+            who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
+            return RunNowResult(
+                False,
+                task.id,
+                tenant_name,
+                req.window_id,
+                f"not sent: window {req.window_id} of {task.id!r} was already fired by {who}",
+            )
+        publisher = CronPublisher(self.app, self.settings.cron_grace)
+        try:
+            (celery_id,) = publisher.publish([req], manual=True)
+        except Exception as exc:
+            self.store.record_send_failure([req], f"publish failed: {exc}", now, claim)
+            raise
+        self.store.confirm_sent(claim)
+        return RunNowResult(
+            True,
+            task.id,
+            tenant_name,
+            req.window_id,
+            f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
+            celery_id,
+        )
+
+    def wait_for_run(self, result: RunNowResult, timeout: float) -> dict[str, str]:
+        """Poll the run's state until the worker records its end (or ``timeout`` passes)."""
+        deadline = time.monotonic() + timeout
+        key = (result.task_id, result.tenant)
+        while True:
+            state = self.store.states([key])[key]
+            if state.get("last_run_window") == result.window and state.get("outcome") in FINISHED:
+                return state
+            if state.get("outcome") == "send-failed" or time.monotonic() > deadline:
+                return state
+            time.sleep(0.1)
+
+    # --- diagnose -------------------------------------------------------------------------
+    def diagnose(self, now: datetime | None = None) -> list[str]:
+        """Everything an operator must look at; empty means healthy."""
+        now = now or self.clock()
+        findings: list[str] = []
+        findings += self._beat_findings(now)
+        findings += self._provider_findings()
+        findings += self._overdue_findings(now)
+        findings += self._failing_findings()
+        findings += self._pending_findings(now)
+        findings += self._gap_findings(now)
+        return findings
+
+    def _beat_findings(self, now: datetime) -> list[str]:
+        beats = self.store.heartbeats()
+        stale = self.settings.beat_heartbeat_stale.total_seconds()
+        live = [b for b, ts in beats.items() if now.timestamp() - ts <= stale]
+        if live:
+            return []
+        if not beats:
+            return ["no live beat: no beat heartbeat was ever recorded"]
+        last = max(beats.values())
+        return [
+            f"no live beat: the last heartbeat was {now.timestamp() - last:.0f}s ago "
+            f"(stale after {stale:.0f}s)"
+        ]
+
+    def _provider_findings(self) -> list[str]:
+        per_tenant = [t.id for t in self.tasks.values() if t.per_tenant]
+        if not per_tenant:
+            return []
+        if self.tenants is None:
+            return [
+                f"per-tenant task {tid!r} does not fire: no tenants provider "
+                "(CHECKBEAT_TENANTS_PROVIDER=none)"
+                for tid in per_tenant
+            ]
+        try:
+            read_tenants(self.tenants)
+        except Exception as exc:
+            return [
+                f"tenants provider {self.tenants.describe} fails: {exc}; per-tenant tasks "
+                f"{', '.join(per_tenant)} do not fire"
+            ]
+        return []
+
+    def _overdue_findings(self, now: datetime) -> list[str]:
+        findings = []
+        grace = self.settings.cron_grace
+        stats = self.store.stats(list(self.tasks))
+        for task in self.tasks.values():
+            if task.per_tenant and self.tenants is None:
+                continue
+            s = stats.get(task.id, {})
+            if s.get("last_window"):
+                base = datetime.fromtimestamp(float(s["last_window"]), UTC) + WINDOW
+                since = f"last handled window {window_id(base - WINDOW)}"
+            elif s.get("first_seen"):
+                base = datetime.fromtimestamp(float(s["first_seen"]), UTC)
+                since = "never fired"
+            else:
+                continue
+            expected = task.next_fire(base)
+            if expected is not None and expected + WINDOW + grace < now:
+                findings.append(
+                    f"task {task.id!r} is overdue: window {window_id(expected)} passed with no "
+                    f"firing and no recorded skip ({since})"
+                )
+        return findings
+
+    def _failing_findings(self) -> list[str]:
+        findings = []
+        for member, error in sorted(self.store.failing().items()):
+            task_id, _, tenant = member.partition("|")
+            where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+            findings.append(f"task {task_id!r}{where}: last run failed: {error}")
+        return findings
+
+    def _pending_findings(self, now: datetime) -> list[str]:
+        cutoff = now - WINDOW - self.settings.cron_grace
+        findings = []
+        for member in self.store.lost_claims(cutoff):
+            task_id, tenant, wid = split_member(member)
+            where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+            findings.append(
+                f"task {task_id!r}{where}: window {wid} was claimed but its publish was never "
+                "confirmed (a beat died mid-window?); it was not fired again"
+            )
+        return findings
+
+    def _gap_findings(self, now: datetime) -> list[str]:
+        findings = []
+        for gap in self.store.gaps():
+            if now.timestamp() - float(gap["detected_at"]) > GAP_REPORT_WINDOW_S:
+                continue
+            start = datetime.fromtimestamp(gap["from"], UTC)
+            end = datetime.fromtimestamp(gap["to"], UTC)
+            tenant = gap.get("tenant")
+            where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
+            findings.append(
+                f"task {gap['task']!r}{where}: windows from {window_id(start)} to before "
+                f"{window_id(end)} were not fired ({gap['detector']})"
+            )
+        return findings
+
+
+def row_dict(row: TaskRow) -> dict[str, Any]:
+    return asdict(row)

@@ -1,0 +1,150 @@
+"""Worker side of cron tasks: record each run's start, end, outcome and error in Redis.
+
+Why signals: a cron task runs on a generic Celery worker, so the recording hooks into
+``task_prerun`` / ``task_postrun`` / ``task_revoked`` and acts only on messages carrying the
+``cron_*`` headers the publisher adds. The end of a run also releases the in-flight key, so the
+next window of a singleton may fire. A failure here is logged, never raised into the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from celery import Celery, states
+from celery.exceptions import TimeLimitExceeded
+from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
+
+from celery_app.app import settings_of
+from celery_app.cron import GLOBAL_TENANT, CronTask
+from celery_app.cron_publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
+from celery_app.cron_state import CronStore
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=8)
+def _store(redis_url: str, prefix: str, grace_s: float) -> CronStore:
+    from datetime import timedelta
+
+    return CronStore(get_redis(redis_url), Keys(prefix), timedelta(seconds=grace_s))
+
+
+def store_for(app: Celery) -> CronStore:
+    settings = settings_of(app)
+    return _store(settings.redis_url, settings.key_prefix, settings.cron_grace.total_seconds())
+
+
+def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:
+    get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
+    task_id, tenant, window = get(HEADER_TASK), get(HEADER_TENANT), get(HEADER_WINDOW)
+    if not task_id or not tenant or not window:
+        return None
+    return str(task_id), str(tenant), str(window), bool(get(HEADER_MANUAL))
+
+
+def _error_text(exc: Any) -> str:
+    text = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
+    return text[:2000]
+
+
+@task_prerun.connect
+def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    task = task or sender
+    cron = _cron_headers(getattr(task, "request", None))
+    if cron is None:
+        return
+    task_id, tenant, window, manual = cron
+    try:
+        store_for(task.app).run_started(
+            task_id, tenant, window, manual, datetime.now(UTC), celery_id=task.request.id
+        )
+    except Exception:
+        log.exception("cron: could not record the start of %s (%s, %s)", task_id, tenant, window)
+
+
+@task_postrun.connect
+def _on_postrun(
+    sender: Any = None, task: Any = None, retval: Any = None, state: str | None = None, **_: Any
+) -> None:
+    task = task or sender
+    cron = _cron_headers(getattr(task, "request", None))
+    if cron is None:
+        return
+    task_id, tenant, window, _manual = cron
+    ok = state == states.SUCCESS
+    try:
+        store_for(task.app).run_finished(
+            task_id,
+            tenant,
+            window,
+            "success" if ok else "failure",
+            "" if ok else _error_text(retval),
+            datetime.now(UTC),
+        )
+    except Exception:
+        log.exception("cron: could not record the end of %s (%s, %s)", task_id, tenant, window)
+
+
+@task_revoked.connect
+def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
+    """An expired cron message never ran: record it, so the lost window shows in diagnose."""
+    headers = getattr(request, "_request_dict", None) or {}
+    cron = _cron_headers(headers)
+    if cron is None:
+        return
+    task_id, tenant, window, _manual = cron
+    outcome = "expired" if expired else "revoked"
+    app = getattr(sender, "app", None) or getattr(request, "app", None)
+    if app is None:
+        from celery import current_app
+
+        app = current_app
+    try:
+        store_for(app).run_finished(
+            task_id,
+            tenant,
+            window,
+            outcome,
+            f"message {outcome} before it ran (window {window})",
+            datetime.now(UTC),
+        )
+    except Exception:
+        log.exception("cron: could not record %s of %s (%s, %s)", outcome, task_id, tenant, window)
+
+
+@task_failure.connect
+def _on_hard_time_limit(
+    sender: Any = None,
+    task_id: str | None = None,
+    exception: Any = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    """A hard time limit kills the child, so no postrun: the pool parent reports it here,
+    without the message headers. The run is found by its Celery id in the state the child's
+    prerun wrote."""
+    declared = getattr(sender, "cron_task", None)
+    if not isinstance(exception, TimeLimitExceeded) or not isinstance(declared, CronTask):
+        return
+    tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
+    try:
+        store = store_for(sender.app)
+        key = (declared.id, str(tenant))
+        state = store.states([key])[key]
+        if state.get("celery_id") != task_id or state.get("outcome") != "running":
+            return
+        store.run_finished(
+            declared.id,
+            str(tenant),
+            state.get("last_run_window", ""),
+            "failure",
+            _error_text(exception),
+            datetime.now(UTC),
+        )
+    except Exception:
+        log.exception("cron: could not record the hard time limit of %s", declared.id)

@@ -1,0 +1,320 @@
+"""The check dispatcher: due -> ready -> claimed and published, and expired leases reaped.
+
+Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (``beat.dispatcher``, ``tick(now)``);
+any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
+
+1. reap: leases that expired (worker killed, message lost) are finished as timed-out runs
+   (cost pinned to the ceiling by ``post_exec``), recorded as lost, rescheduled at the next tick;
+2. promote: due jobs (scheduled_at <= now) enter their (region, lane) ready index at their
+   stored effective deadline;
+3. claim: per region, as many jobs as the live workers have free slots, lowest effective
+   deadline first, slow ones only into shared slots, tenants' token buckets permitting;
+4. publish the claims to ``checks.<region>.<lane>`` in one batch. If publishing fails the
+   claims are released back into the ready index (nothing is lost or penalized).
+
+The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
+
+Why it lives in celery_app and not only in beat: a slot freed by a finished run would stay idle
+until the next tick (a 50 ms check on a 0.5 s tick uses a tenth of its slot), so the worker
+calls :func:`refill_after_run` right after ``complete_run``: the freed slot is claimed again at
+once, work-conserving, with the same atomic claim. beat and workers never import each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+from celery import Celery
+
+from celery_app.app import settings_of
+from celery_app.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
+from celery_app.keys import LANE_NAMES, Keys
+from celery_app.messages import lease_seconds, run_check_message
+from celery_app.publish import Publisher, TaskMessage, make_publisher
+from celery_app.redis_client import get_redis
+from celery_app.scripts import run_script
+from scheduling_core import LANE_FAST, LANE_SLOW, Params
+
+log = logging.getLogger(__name__)
+
+PROMOTE_BATCH = 5000
+CLAIM_BATCH = 2000
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs stepped over per region per tick
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One job claimed in this tick."""
+
+    job_id: str
+    region: str
+    lane: int
+    lease_token: str
+    scheduled_at: float
+    effective_scheduled_at: float
+    cost_ewma_ms: float
+
+
+@dataclass(frozen=True)
+class RegionSlots:
+    """What the claim script saw in a region (before this tick's claims)."""
+
+    total: int
+    slow_capacity: int
+    in_flight_fast: int
+    in_flight_slow: int
+
+
+@dataclass(frozen=True)
+class TickReport:
+    now: float
+    reaped: int = 0
+    promoted: int = 0
+    claims: tuple[Claim, ...] = ()
+    rate_limited: int = 0
+    slots: dict[str, RegionSlots] = field(default_factory=dict)
+    published: int = 0
+
+
+def _as_unix(now: float | datetime | None) -> float:
+    if now is None:
+        return time.time()
+    if isinstance(now, datetime):
+        return to_unix(now)
+    return float(now)
+
+
+class Dispatcher:
+    """``Dispatcher(app).tick(now)``; ``interval`` tells beat how often to call it."""
+
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        client: redis.Redis | None = None,
+        publisher: Publisher | None = None,
+        regions: Sequence[str] | None = None,
+    ) -> None:
+        settings = settings_of(app)
+        self.app = app
+        self.settings = settings
+        self.interval = settings.dispatch_interval
+        self.keys = Keys(settings.key_prefix)
+        self.redis = client or get_redis(settings.redis_url)
+        self.params = Params.from_settings(settings)
+        self.regions = tuple(regions or settings.regions)
+        self.lease_s = lease_seconds(self.params, settings.lease_margin)
+        self._publisher = publisher
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            self._publisher = make_publisher(self.app)
+        return self._publisher
+
+    # --- one tick ---------------------------------------------------------------------------
+    def tick(self, now: float | datetime | None = None) -> TickReport:
+        now_s = _as_unix(now)
+        reaped = self.reap(now_s)
+        promoted = self.promote(now_s)
+        claims, slots, limited = self.claim(now_s)
+        published = self.publish(claims)
+        return TickReport(
+            now=now_s,
+            reaped=reaped,
+            promoted=promoted,
+            claims=tuple(claims),
+            rate_limited=limited,
+            slots=slots,
+            published=published,
+        )
+
+    def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
+        """Promote what is due and fill the free slots of ``region`` now; the claims published."""
+        now_s = _as_unix(now)
+        self.promote(now_s)
+        claims, _, _ = self.claim(now_s, regions=(region,))
+        self.publish(claims)
+        return tuple(claims)
+
+    def promote(self, now_s: float) -> int:
+        total = 0
+        while True:
+            moved = run_script(
+                self.redis,
+                "promote",
+                keys=[self.keys.due()],
+                args=[repr(now_s), self.keys.job_prefix(), self.keys.ready_prefix(), PROMOTE_BATCH],
+            )
+            total += moved
+            if moved < PROMOTE_BATCH:
+                return total
+
+    def claim(
+        self, now_s: float, regions: Sequence[str] | None = None
+    ) -> tuple[list[Claim], dict[str, RegionSlots], int]:
+        claims: list[Claim] = []
+        slots: dict[str, RegionSlots] = {}
+        limited = 0
+        expiry = f"{now_s + self.lease_s:.3f}"
+        for region in regions or self.regions:
+            first = True
+            while True:
+                total, slow, in_fast, in_slow, skipped, lines = run_script(
+                    self.redis,
+                    "claim",
+                    keys=[
+                        self.keys.ready(region, LANE_FAST),
+                        self.keys.ready(region, LANE_SLOW),
+                        self.keys.leases(region, LANE_FAST),
+                        self.keys.leases(region, LANE_SLOW),
+                        self.keys.region_workers(region),
+                        self.keys.lease_seq(),
+                    ],
+                    args=[
+                        repr(now_s),
+                        expiry,
+                        self.keys.worker_prefix(),
+                        self.keys.job_prefix(),
+                        self.keys.rate_limit_prefix(),
+                        CLAIM_BATCH,
+                        RATE_LIMITED_SCAN,
+                    ],
+                )
+                if first:
+                    slots[region] = RegionSlots(total, slow, in_fast, in_slow)
+                    first = False
+                limited += skipped
+                got = 0
+                for line in lines.splitlines() if lines else ():
+                    job, token, sched, effective, cost, lane = line.split(" ")
+                    claims.append(
+                        Claim(
+                            job_id=job,
+                            region=region,
+                            lane=int(lane),
+                            lease_token=token,
+                            scheduled_at=float(sched),
+                            effective_scheduled_at=float(effective),
+                            cost_ewma_ms=float(cost),
+                        )
+                    )
+                    got += 1
+                if got < CLAIM_BATCH:
+                    break
+        return claims, slots, limited
+
+    def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
+        return [
+            run_check_message(
+                self.params,
+                job_id=c.job_id,
+                lease_token=c.lease_token,
+                lane=c.lane,
+                scheduled_at=c.scheduled_at,
+                effective_scheduled_at=c.effective_scheduled_at,
+                cost_ewma_ms=c.cost_ewma_ms,
+            )
+            for c in claims
+        ]
+
+    def publish(self, claims: Sequence[Claim]) -> int:
+        if not claims:
+            return 0
+        try:
+            self.publisher.publish(self.messages(claims))
+        except Exception:
+            log.exception("publishing %d claimed checks failed; releasing them", len(claims))
+            self.release(claims)
+            raise
+        return len(claims)
+
+    def release(self, claims: Sequence[Claim]) -> None:
+        """Give claims back to the ready index (publishing failed): no run, no penalty."""
+        pipe = self.redis.pipeline(transaction=False)
+        for c in claims:
+            run_script(
+                pipe,
+                "release",
+                keys=[
+                    self.keys.job(c.job_id),
+                    self.keys.leases(c.region, c.lane),
+                    self.keys.ready(c.region, c.lane),
+                ],
+                args=[c.lease_token, c.job_id],
+            )
+        pipe.execute()
+
+    # --- expired leases -----------------------------------------------------------------------
+    def reap(self, now_s: float) -> int:
+        """Finish every expired lease as a timed-out, lost run; the count actually reaped."""
+        pipe = self.redis.pipeline(transaction=False)
+        lanes = [(r, lane) for r in self.regions for lane in (LANE_FAST, LANE_SLOW)]
+        for region, lane in lanes:
+            pipe.zrangebyscore(self.keys.leases(region, lane), "-inf", repr(now_s))
+        expired = [job for jobs in pipe.execute() for job in jobs]
+        if not expired:
+            return 0
+        now = from_unix(now_s)
+        ceiling_ms = self.params.effective_check_timeout().total_seconds() * 1000
+        runs: list[CompletedRun] = []
+        orphans: list[str] = []
+        for job_id, job in zip(expired, read_jobs(self.redis, self.keys, expired), strict=True):
+            if job is None or job.lease_token is None:
+                orphans.append(job_id)
+                continue
+            if job.lease_expiry is None or job.lease_expiry > now_s:
+                continue  # completed and claimed again since we looked: a live lease
+            next_at = job.next_scheduled_at(now)
+            state = self.params.post_exec(
+                job.post_exec_input(
+                    duration_ms=ceiling_ms,
+                    timed_out=True,
+                    exec_start=None,
+                    next_scheduled_at=next_at,
+                )
+            )
+            result: dict[str, Any] = {
+                "status": "lost",
+                "reason": "lease expired: no completion within the hard time limit",
+                "scheduled_at": job.scheduled_at,
+                "at": now_s,
+                "lane": LANE_NAMES[job.lane],
+            }
+            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, result))
+        if orphans:
+            # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
+            pipe = self.redis.pipeline(transaction=False)
+            for region, lane in lanes:
+                pipe.zrem(self.keys.leases(region, lane), *orphans)
+            pipe.execute()
+        done = complete_runs(
+            self.redis, self.keys, runs, results_maxlen=self.settings.results_history
+        )
+        return sum(done)
+
+
+_refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()
+_refill_lock = threading.Lock()
+
+
+def refill_after_run(app: Celery, region: str, now: float | datetime | None = None) -> int:
+    """Claim and publish work for the slot a finished run just freed in ``region``.
+
+    Call it after ``complete_run``/``finish_run`` returned True. It is the same atomic claim the
+    beat dispatcher makes, so it never exceeds the free slots; errors are the caller's to log
+    (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
+    """
+    with _refill_lock:
+        dispatcher = _refillers.get(app)
+        if dispatcher is None:
+            dispatcher = _refillers[app] = Dispatcher(app)
+    return len(dispatcher.refill(region, now))

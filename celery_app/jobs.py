@@ -1,0 +1,309 @@
+"""The (check, region) job: its Redis layout, a typed read, and the one write after each run.
+
+Layout of ``Keys.job(job_id)`` (job id = ``<uid>@<region>``; short field names keep the hash a
+small listpack, under 512 bytes per job with its index entries):
+
+====  ===========================================================  ==========================
+name  meaning                                                      written by
+====  ===========================================================  ==========================
+t     tenant                                                       store
+w     plan_weight (int)                                            store
+p     period, whole seconds                                        store
+g     the check's regions, comma list (phase = index in sorted g)  store
+s     region_spread override in seconds; absent = the default      store
+sa    scheduled_at, Unix s                                         store, complete, claim (*)
+ea    effective_scheduled_at, Unix s (the WFQ order key)           store, complete
+c     cost_ewma_ms (absent = 0)                                    complete
+d     delay_ewma_ms (absent = 0)                                   complete
+l     lane, 0 fast / 1 slow (absent = 0)                           complete
+n     runs completed (or reaped)                                   complete
+sk    runs skipped by the tenant rate limit                        claim
+lt    lease token, only while claimed                              claim; complete removes it
+lx    lease expiry, Unix s, only while claimed                     claim; complete removes it
+off   "1" while the check is disabled (the job is in no index)     store
+====  ===========================================================  ==========================
+
+The uid and region come from the job id; kind, target and config from the check hash (one
+copy per check). (*) a rate-limited job's ``sa`` moves on to its latest tick, ``ea`` stays.
+
+Where a job is: in ``Keys.due`` (score sa) waiting for its tick, in ``Keys.ready(region, lane)``
+(score ea) due and waiting for a slot, or in ``Keys.leases(region, lane)`` (score lx) claimed.
+
+Contract for whoever finishes a run (the worker; the dispatcher's reaper for expired leases):
+
+1. ``job = read_job(redis, keys, job_id)``; ``None`` means the check was deleted: drop the run.
+2. ``state = params.post_exec(job.post_exec_input(duration_ms=..., timed_out=...,
+   exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure.
+3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, result)`` — one Lua
+   call: if the job's lease token still equals ``lease_token`` it writes the EWMAs, lane and
+   effective deadline, releases the lease, places the job in ``due`` at next_scheduled_at and
+   appends ``result`` to the capped results stream and the last-result hash, and returns True.
+   Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
+   never recorded twice. :func:`finish_run` does all three steps.
+4. ``celery_app.dispatch.refill_after_run(app, region)`` when it returned True: claims and
+   publishes work for the slot just freed, instead of leaving it idle until beat's next tick.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from celery_app.keys import Keys, split_job_id
+from celery_app.scripts import run_script
+from scheduling_core import (
+    LANE_FAST,
+    Params,
+    PostExecInput,
+    PostExecState,
+    next_aligned,
+    region_spread,
+)
+
+DEFAULT_RESULTS_MAXLEN = 100
+
+
+def format_ts(seconds: float) -> str:
+    """How times are stored: Unix seconds with millisecond precision."""
+    return f"{seconds:.3f}"
+
+
+def to_unix(t: datetime) -> float:
+    if t.tzinfo is None:
+        raise ValueError(f"naive datetime {t!r}: pass a timezone-aware datetime")
+    return t.timestamp()
+
+
+def from_unix(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _float(value: str | None, default: float = 0.0) -> float:
+    return float(value) if value not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job's stored scheduling state, as the worker and the reaper need it."""
+
+    job_id: str
+    uid: str
+    region: str
+    tenant: str
+    plan_weight: int
+    period_s: int
+    regions: tuple[str, ...]
+    region_spread_s: float | None
+    scheduled_at: float
+    effective_scheduled_at: float
+    cost_ewma_ms: float
+    delay_ewma_ms: float
+    lane: int
+    runs: int
+    skipped: int
+    lease_token: str | None
+    lease_expiry: float | None
+    enabled: bool
+
+    @classmethod
+    def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
+        uid, region = split_job_id(job_id)
+        return cls(
+            job_id=job_id,
+            uid=uid,
+            region=region,
+            tenant=h.get("t", ""),
+            plan_weight=int(h.get("w") or 0),
+            period_s=int(h.get("p") or 0),
+            regions=tuple(x for x in h.get("g", "").split(",") if x),
+            region_spread_s=float(h["s"]) if h.get("s") not in (None, "") else None,
+            scheduled_at=_float(h.get("sa")),
+            effective_scheduled_at=_float(h.get("ea")),
+            cost_ewma_ms=_float(h.get("c")),
+            delay_ewma_ms=_float(h.get("d")),
+            lane=int(h.get("l") or LANE_FAST),
+            runs=int(h.get("n") or 0),
+            skipped=int(h.get("sk") or 0),
+            lease_token=h.get("lt"),
+            lease_expiry=float(h["lx"]) if h.get("lx") else None,
+            enabled=h.get("off") != "1",
+        )
+
+    @property
+    def period(self) -> timedelta:
+        return timedelta(seconds=self.period_s)
+
+    def spread(self) -> timedelta:
+        """The resolved inter-region offset (the override, else period / number of regions)."""
+        override = None if self.region_spread_s is None else timedelta(seconds=self.region_spread_s)
+        return region_spread(self.period, len(self.regions), override)
+
+    def next_scheduled_at(self, now: datetime) -> datetime:
+        """The job's next tick after ``now`` (``next_aligned`` with its stored phase inputs)."""
+        return next_aligned(
+            now, self.period, self.period, self.uid, self.region, self.regions, self.spread()
+        )
+
+    def post_exec_input(
+        self,
+        *,
+        duration_ms: float,
+        timed_out: bool,
+        exec_start: datetime | None,
+        next_scheduled_at: datetime,
+        scheduled_at: float | None = None,
+    ) -> PostExecInput:
+        """The PostExecInput of one run of this job (``scheduled_at`` defaults to the stored one;
+        pass the message's scheduled_at when you have it)."""
+        sched = self.scheduled_at if scheduled_at is None else scheduled_at
+        return PostExecInput(
+            prev_cost_ewma_ms=self.cost_ewma_ms,
+            prev_delay_ewma_ms=self.delay_ewma_ms,
+            prev_lane=self.lane,
+            plan_weight=self.plan_weight,
+            scheduled_at=from_unix(sched) if sched else None,
+            effective_scheduled_at=(
+                from_unix(self.effective_scheduled_at) if self.effective_scheduled_at else None
+            ),
+            duration_ms=duration_ms,
+            timed_out=timed_out,
+            exec_start=exec_start,
+            next_scheduled_at=next_scheduled_at,
+        )
+
+
+def read_job(client: redis.Redis, keys: Keys, job_id: str) -> JobState | None:
+    """The job's stored state, or None when it does not exist (deleted check or region)."""
+    h = client.hgetall(keys.job(job_id))
+    return JobState.from_hash(job_id, h) if h else None
+
+
+def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[JobState | None]:
+    """:func:`read_job` for many jobs in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(keys.job(job_id))
+    return [
+        JobState.from_hash(j, h) if h else None
+        for j, h in zip(job_ids, pipe.execute(), strict=True)
+    ]
+
+
+def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: str) -> bool:
+    """Whether ``lease_token`` still holds the job: a worker checks it before running a message
+    that may have been reaped or deleted while it waited in the queue."""
+    return client.hget(keys.job(job_id), "lt") == lease_token
+
+
+@dataclass(frozen=True)
+class CompletedRun:
+    """One run to write back with :func:`complete_runs`."""
+
+    job_id: str
+    lease_token: str
+    state: PostExecState
+    next_scheduled_at: datetime
+    result: dict[str, Any] | None = None
+
+
+def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
+    uid, region = split_job_id(run.job_id)
+    state = run.state
+    run_script(
+        pipe,
+        "complete",
+        keys=[
+            keys.job(run.job_id),
+            keys.due(),
+            keys.leases(region, 0),
+            keys.leases(region, 1),
+            keys.results(uid),
+            keys.last_result(uid),
+        ],
+        args=[
+            run.lease_token,
+            repr(float(state.cost_ewma_ms)),
+            repr(float(state.delay_ewma_ms)),
+            format_ts(to_unix(state.effective_scheduled_at)),
+            int(state.lane),
+            format_ts(to_unix(run.next_scheduled_at)),
+            "" if run.result is None else json.dumps(run.result, separators=(",", ":")),
+            region,
+            maxlen,
+            run.job_id,
+        ],
+    )
+
+
+def complete_runs(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[bool]:
+    """Write back many runs in one round trip; True for each run whose lease was still held."""
+    if not runs:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for run in runs:
+        _complete(pipe, keys, run, results_maxlen)
+    return [bool(x) for x in pipe.execute()]
+
+
+def complete_run(
+    client: redis.Redis,
+    keys: Keys,
+    job_id: str,
+    lease_token: str,
+    state: PostExecState,
+    next_scheduled_at: datetime,
+    result: dict[str, Any] | None = None,
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> bool:
+    """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
+    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, result)
+    return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
+
+
+def finish_run(
+    client: redis.Redis,
+    keys: Keys,
+    params: Params,
+    job_id: str,
+    lease_token: str,
+    *,
+    duration_ms: float,
+    timed_out: bool,
+    exec_start: datetime | None,
+    now: datetime,
+    result: dict[str, Any] | None = None,
+    scheduled_at: float | None = None,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> bool:
+    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it.
+
+    False when the job is gone or its lease is no longer ``lease_token``.
+    """
+    job = read_job(client, keys, job_id)
+    if job is None or job.lease_token != lease_token:
+        return False
+    next_at = job.next_scheduled_at(now)
+    state = params.post_exec(
+        job.post_exec_input(
+            duration_ms=duration_ms,
+            timed_out=timed_out,
+            exec_start=exec_start,
+            next_scheduled_at=next_at,
+            scheduled_at=scheduled_at,
+        )
+    )
+    return complete_run(
+        client, keys, job_id, lease_token, state, next_at, result, results_maxlen=results_maxlen
+    )

@@ -1,0 +1,9 @@
+-- Undo one claim whose message could not be published: back into the ready index at its
+-- effective deadline, lease dropped; only if the lease token is still ours.
+-- KEYS: 1 job hash, 2 leases zset of its lane, 3 ready zset of its lane
+-- ARGV: 1 lease token, 2 job id
+if redis.call('HGET', KEYS[1], 'lt') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'lt', 'lx')
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], 'ea'), ARGV[2])
+return 1

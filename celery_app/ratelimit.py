@@ -1,0 +1,58 @@
+"""Per-tenant token buckets (runs per minute, burst), consulted by the claim script.
+
+A job its tenant's bucket turns away keeps its place in the ready index at its old effective
+deadline, so the next token goes to whichever of the tenant's due jobs has waited longest:
+with a bucket smaller than the tenant's demand every check still runs, within
+ceil(demand / rate) windows, instead of the same checks losing every window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import redis
+
+from celery_app.errors import CheckFieldError
+from celery_app.keys import Keys
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    tenant: str
+    per_minute: float
+    burst: float
+    tokens: float | None = None
+
+
+def set_rate_limit(
+    client: redis.Redis, keys: Keys, tenant: str, *, per_minute: float, burst: float
+) -> RateLimit:
+    """Create or change a tenant's bucket (a new bucket starts full)."""
+    if not (isinstance(per_minute, int | float) and math.isfinite(per_minute) and per_minute > 0):
+        raise CheckFieldError("per_minute", f"must be a number > 0, got {per_minute!r}")
+    if not (isinstance(burst, int | float) and math.isfinite(burst) and burst >= 1):
+        raise CheckFieldError("burst", f"must be a number >= 1, got {burst!r}")
+    key = keys.rate_limit(tenant)
+    pipe = client.pipeline()
+    pipe.hset(key, mapping={"rate": repr(float(per_minute)), "burst": repr(float(burst))})
+    pipe.hsetnx(key, "tokens", repr(float(burst)))
+    pipe.execute()
+    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
+
+
+def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
+    """Remove the bucket: the tenant is unlimited again. False if it had none."""
+    return bool(client.delete(keys.rate_limit(tenant)))
+
+
+def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | None:
+    h = client.hgetall(keys.rate_limit(tenant))
+    if not h:
+        return None
+    return RateLimit(
+        tenant,
+        float(h["rate"]),
+        float(h["burst"]),
+        float(h["tokens"]) if h.get("tokens") else None,
+    )

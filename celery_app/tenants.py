@@ -1,0 +1,111 @@
+"""Where per-tenant cron tasks get their tenants.
+
+Why a provider is read every window: tenants come and go, and a task fanned out to a stale list
+would run for a deleted tenant or miss a new one. The provider is chosen by
+``CHECKBEAT_TENANTS_PROVIDER``: ``auto`` (a function registered with :func:`tenants_provider`,
+else the Redis set), ``redis`` (the set managed by ``celery -A celery_app tenants add|rm|list``),
+``none`` (per-tenant tasks do not fire and diagnose says so) or a dotted path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import redis
+from celery import Celery, current_app
+
+from celery_app.app import settings_of
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+
+TenantsFn = Callable[[], Iterable[str]]
+
+_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,127}$")
+_ATTR = "checkbeat_tenants_provider"
+
+
+class TenantError(ValueError):
+    """A tenant name is not allowed; the message says what is."""
+
+
+def validate_tenant(name: str) -> str:
+    """Tenant names become key components, so ``:``, ``|`` and spaces are refused."""
+    if not isinstance(name, str) or not _TENANT_RE.match(name):
+        raise TenantError(
+            f"tenant {name!r} is not allowed: use 1-128 letters, digits, '_', '.', '@' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def tenants_provider(fun: TenantsFn | None = None, *, app: Celery | None = None) -> object:
+    """Register the function that lists the active tenants (``@tenants_provider``).
+
+    It is called once per window and returns an iterable of tenant names. It is stored on the
+    app (the current one by default), so each app, and each test, has its own.
+    """
+
+    def register(f: TenantsFn) -> TenantsFn:
+        setattr(app or current_app._get_current_object(), _ATTR, f)
+        return f
+
+    return register(fun) if fun is not None else register
+
+
+@dataclass(frozen=True)
+class TenantsSource:
+    """The resolved provider: ``read()`` lists the tenants, ``describe`` says where from."""
+
+    describe: str
+    read: TenantsFn
+
+
+def redis_tenants(client: redis.Redis, keys: Keys) -> TenantsFn:
+    def read() -> list[str]:
+        return sorted(client.smembers(keys.tenants()))
+
+    return read
+
+
+def _import_path(path: str) -> TenantsFn:
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    try:
+        fun = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} cannot be imported: {exc}") from exc
+    if not callable(fun):
+        raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} is not callable")
+    return fun
+
+
+def resolve_tenants(app: Celery) -> TenantsSource | None:
+    """The app's tenants source, or None when per-tenant tasks must not fire."""
+    settings = settings_of(app)
+    choice = settings.tenants_provider
+    keys = Keys(settings.key_prefix)
+    if choice == "none":
+        return None
+    if choice == "redis":
+        return TenantsSource(
+            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
+        )
+    if choice == "auto":
+        registered = getattr(app, _ATTR, None)
+        if registered is not None:
+            name = f"{registered.__module__}.{registered.__qualname__}"
+            return TenantsSource(f"@tenants_provider {name}", registered)
+        return TenantsSource(
+            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
+        )
+    return TenantsSource(choice, _import_path(choice))
+
+
+def read_tenants(source: TenantsSource) -> list[str]:
+    """Call the provider and validate what it returns (a bad name fails the read, loudly)."""
+    names = [validate_tenant(str(t)) for t in source.read()]
+    return sorted(set(names))

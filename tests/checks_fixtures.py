@@ -1,0 +1,74 @@
+"""Fixtures and test data for the check store, jobs and dispatcher tests.
+
+Load with ``pytest_plugins = ["checks_fixtures"]``; import test data helpers from
+``checks_helpers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from checks_helpers import at, learned, register_fake_worker  # noqa: F401  (re-exported)
+
+from celery_app.checks import CheckStore
+from celery_app.keys import Keys
+from celery_app.kinds import CheckFieldError, check_kind, unregister_kind
+from celery_app.settings import Settings, load_settings
+
+TEST_KIND = "testprobe"
+REGIONS = ["eu", "us", "ap"]
+
+
+def _validate(target: str, config: dict) -> dict:
+    if "timeout" in config and not (
+        isinstance(config["timeout"], int | float) and config["timeout"] > 0
+    ):
+        raise CheckFieldError("config.timeout", f"must be a number > 0, got {config['timeout']!r}")
+    return {"timeout": 5, **config}
+
+
+def _probe(target: str, config: dict) -> dict:
+    return {"ok": True, "target": target}
+
+
+@pytest.fixture
+def test_kind() -> Iterator[str]:
+    check_kind(TEST_KIND, validate=_validate)(_probe)
+    yield TEST_KIND
+    unregister_kind(TEST_KIND)
+
+
+@pytest.fixture
+def settings(redis_url: str, broker_url: str) -> Settings:
+    return load_settings(
+        redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=REGIONS
+    )
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Keys:
+    return Keys(settings.key_prefix)
+
+
+@pytest.fixture
+def store(r: redis.Redis, keys: Keys, settings: Settings, test_kind: str) -> CheckStore:
+    return CheckStore(r, keys, settings)
+
+
+@pytest.fixture
+def dispatcher_app(settings: Settings):
+    """A Celery app built from the test settings (broker db 0, state db 1)."""
+    from celery_app.app import create_app
+
+    return create_app(settings)
+
+
+@pytest.fixture
+def broker(broker_url: str) -> Iterator[redis.Redis]:
+    """The broker db, emptied before the test (queued messages are test state too)."""
+    client = redis.Redis.from_url(broker_url, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.close()

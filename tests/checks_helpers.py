@@ -1,0 +1,67 @@
+"""Test data helpers for the check store, jobs and dispatcher tests (not fixtures).
+
+``register_fake_worker`` writes the capacity entry a real worker's heartbeat writes (the
+workers' contract), for dispatcher tests that do not need probes to run: test data, not a mock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import redis
+
+from celery_app.keys import Keys, check_queue
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def register_fake_worker(
+    client: redis.Redis,
+    keys: Keys,
+    hostname: str,
+    *,
+    region: str,
+    role: str,
+    concurrency: int,
+    ttl: int | None = 60,
+) -> None:
+    """Write the capacity heartbeat of a worker: role "fast" consumes the fast queue only,
+    "shared" the fast and the slow queue."""
+    lanes = ["fast"] if role == "fast" else ["fast", "slow"]
+    queues = ",".join(check_queue(region, lane) for lane in lanes)
+    pipe = client.pipeline()
+    pipe.hset(
+        keys.worker(hostname),
+        mapping={"region": region, "role": role, "queues": queues, "concurrency": concurrency},
+    )
+    if ttl:
+        pipe.expire(keys.worker(hostname), ttl)
+    pipe.sadd(keys.region_workers(region), hostname)
+    pipe.execute()
+
+
+def learned(
+    client: redis.Redis,
+    keys: Keys,
+    params,
+    job_id: str,
+    *,
+    scheduled_at: float,
+    cost_ms: float = 0.0,
+    lane: int = 0,
+    plan_weight: int = 0,
+) -> None:
+    """Put a job at ``scheduled_at`` with a learned cost and lane, through the real write path
+    (a lease, then ``complete_run``), as if its previous run had just finished."""
+    from celery_app.jobs import complete_run
+    from scheduling_core import PostExecState
+
+    client.hset(keys.job(job_id), "lt", "setup")
+    client.zrem(keys.due(), job_id)
+    ea = params.effective_scheduled_at(at(scheduled_at), cost_ms, plan_weight)
+    state = PostExecState(
+        cost_ewma_ms=cost_ms, delay_ewma_ms=0.0, effective_scheduled_at=ea, lane=lane
+    )
+    assert complete_run(client, keys, job_id, "setup", state, at(scheduled_at))

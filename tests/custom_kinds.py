@@ -1,0 +1,33 @@
+"""User check kinds for the tests, loaded by workers through CHECKBEAT_IMPORTS=custom_kinds.
+
+``sleepy`` is a user function registered like the built-ins: it sleeps ``seconds``. With
+``stubborn`` it swallows Celery's soft time limit and keeps sleeping, so only the hard limit (or
+a kill) ends it: a misbehaving probe.
+"""
+
+from __future__ import annotations
+
+import time
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+from celery_app.errors import CheckFieldError
+from celery_app.kinds import check_kind
+
+
+def validate_sleepy(target: str, config: dict) -> dict:
+    seconds = config.get("seconds", 0.01)
+    if not isinstance(seconds, int | float) or seconds < 0:
+        raise CheckFieldError("config.seconds", f"must be a number >= 0, got {seconds!r}")
+    return {"seconds": float(seconds), "stubborn": bool(config.get("stubborn", False))}
+
+
+@check_kind("sleepy", validate=validate_sleepy)
+def sleepy(target: str, config: dict) -> bool:
+    try:
+        time.sleep(config["seconds"])
+    except SoftTimeLimitExceeded:
+        if not config["stubborn"]:
+            raise
+        time.sleep(600)
+    return True

@@ -1,0 +1,117 @@
+"""beat.CronScheduler: the Celery Scheduler shell around the cron engine and the drivers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from beat_fixtures import T0, cron_app_fixture, end_runs, sends  # noqa: F401
+
+import beat.scheduler as scheduler_module
+from beat import CronScheduler
+from beat.scheduler import finish_tick_before_stopping
+from celery_app.app import create_app
+from celery_app.cron import GLOBAL_TENANT, cron, window_id
+from celery_app.embedded_redis import RedisServer
+from celery_app.keys import Keys
+from celery_app.settings import load_settings
+
+MIN = timedelta(minutes=1)
+
+
+class FakeClock:
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self):
+        return self.at
+
+
+class CountingDriver:
+    interval = 0.5
+
+    def __init__(self):
+        self.ticks = []
+
+    def tick(self, now):
+        self.ticks.append(now)
+
+
+def _noop(): ...
+
+
+def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
+    cron_app, broker_url, r, monkeypatch
+):
+    assert cron_app.conf.beat_scheduler == "beat:CronScheduler"
+    cron("*/2 * * * *", app=cron_app, id="every-2", name="s.every2")(_noop)
+    driver = CountingDriver()
+    monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [driver])
+    clock = FakeClock(T0 + timedelta(seconds=1))
+    sched = CronScheduler(app=cron_app, clock=clock, max_interval=300)
+    sleep = sched.tick()
+    assert sends(broker_url)[("every-2", GLOBAL_TENANT, window_id(T0))] == 1
+    assert driver.ticks == [clock.at]
+    assert 0 < sleep <= driver.interval  # the driver is due before the next window
+    assert sched.beat_id in r.hgetall(Keys("cbtest").beat_heartbeat())
+    clock.at = T0 + 2 * MIN + timedelta(seconds=1)
+    end_runs(r)
+    sched.drivers[0].due = 0  # the driver's interval passed too
+    sched.tick()
+    assert sends(broker_url)[("every-2", GLOBAL_TENANT, window_id(T0 + 2 * MIN))] == 1
+    assert len(driver.ticks) == 2
+    # Without drivers, sleep until the next window (2 min away), capped by the heartbeat.
+    sched.drivers = []
+    clock.at = T0 + 3 * MIN
+    assert sched.tick() == pytest.approx(min(60, sched.heartbeat_every))
+    sched.close()
+    assert sched.beat_id not in r.hgetall(Keys("cbtest").beat_heartbeat())
+
+
+def test_scheduler_survives_redis_outage_and_fires_after(broker_url):
+    tmp = tempfile.mkdtemp(prefix="checkbeat-outage-")
+    server = RedisServer(Path(tmp)).start()
+    try:
+        app = create_app(load_settings(redis_url=server.url(1), broker_url=broker_url))
+        cron("* * * * *", app=app, id="resilient", name="s.resilient")(_noop)
+        import redis as redis_lib
+
+        redis_lib.Redis.from_url(broker_url).flushdb()
+        clock = FakeClock(T0 + timedelta(seconds=1))
+        sched = CronScheduler(app=app, clock=clock)
+        sched.tick()
+        assert sends(broker_url)[("resilient", GLOBAL_TENANT, window_id(T0))] == 1
+        server.stop()
+        clock.at = T0 + MIN + timedelta(seconds=1)
+        first = sched.tick()  # Redis is down: logged, backs off, no exception
+        second = sched.tick()
+        assert 0 < first < second <= scheduler_module.MAX_BACKOFF
+        server.start()
+        redis_lib.Redis.from_url(server.url(1)).delete(
+            Keys("cbtest").cron_inflight("resilient", "-")
+        )
+        clock.at = T0 + MIN + timedelta(seconds=50)  # still within the window's grace
+        sched.tick()
+        assert sends(broker_url)[("resilient", GLOBAL_TENANT, window_id(T0 + MIN))] == 1
+    finally:
+        server.stop()
+
+
+def test_stop_signal_waits_for_the_tick_in_progress():
+    def celery_like_handler(signum, frame):
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, celery_like_handler)
+    finished = []
+    try:
+        with pytest.raises(SystemExit), finish_tick_before_stopping():
+            os.kill(os.getpid(), signal.SIGTERM)
+            finished.append("rest of the tick")
+        assert finished == ["rest of the tick"]
+        assert signal.getsignal(signal.SIGTERM) is celery_like_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,173 @@
+"""compose.yaml's structure: no Docker engine runs here, so the file itself is checked.
+
+The variables are interpolated the way ``docker compose`` does (``${X}``, ``${X:-default}``,
+``${X:?error}``, ``$$`` for a literal ``$``) with the values of ``.env.example``, and the worker
+commands are checked against the lane plan the workers compute from the same settings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from celery_app.settings import load_settings
+from workers.capacity import plan_role
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE = REPO / "compose.yaml"
+ENV_EXAMPLE = REPO / ".env.example"
+VARIABLE = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
+SECRETS = ("CHECKBEAT_REDIS_PASSWORD", "CHECKBEAT_FLOWER_PASSWORD")
+
+
+def env_example() -> dict[str, str]:
+    values = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip()] = value.strip()
+    return values
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """Compose's interpolation of one string (``$$`` stays a literal ``$``)."""
+
+    def one(match: re.Match[str]) -> str:
+        name, op, arg = match["name"], match["op"], match["arg"]
+        value = env.get(name, "")
+        if op == ":?" and not value:
+            raise KeyError(f"{name} is required: {arg}")
+        if op == ":-" and not value:
+            return arg
+        return value
+
+    return VARIABLE.sub(one, text.replace("$$", "\0")).replace("\0", "$")
+
+
+def resolved(node: object, env: dict[str, str]) -> object:
+    if isinstance(node, str):
+        return interpolate(node, env)
+    if isinstance(node, list):
+        return [resolved(item, env) for item in node]
+    if isinstance(node, dict):
+        return {key: resolved(value, env) for key, value in node.items()}
+    return node
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def compose(raw) -> dict:
+    return resolved(raw, env_example())
+
+
+def command_of(service: dict) -> list[str]:
+    command = service["command"]
+    return command if isinstance(command, list) else command.split()
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_services_are_the_deployment(compose):
+    assert set(compose["services"]) == {"redis", "beat", "worker-fast", "worker-shared", "flower"}
+
+
+def test_redis_has_aof_and_a_password_from_the_environment(raw, compose):
+    redis = compose["services"]["redis"]
+    script = " ".join(command_of(redis))
+    assert "--appendonly yes" in script
+    assert '--requirepass "$CHECKBEAT_REDIS_PASSWORD"' in script
+    assert (
+        "${CHECKBEAT_REDIS_PASSWORD"
+        in raw["services"]["redis"]["environment"]["CHECKBEAT_REDIS_PASSWORD"]
+    )
+    assert redis["environment"]["CHECKBEAT_REDIS_PASSWORD"] == env_example()[SECRETS[0]]
+    assert "redis-data:/data" in redis["volumes"]
+
+
+def test_every_app_service_reaches_redis_with_the_password(compose):
+    password = env_example()["CHECKBEAT_REDIS_PASSWORD"]
+    for name, service in compose["services"].items():
+        if name == "redis":
+            continue
+        env = service["environment"]
+        for variable in ("CHECKBEAT_REDIS_URL", "CHECKBEAT_BROKER_URL"):
+            assert env[variable].startswith(f"redis://:{password}@redis:6379/"), (name, variable)
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+        # The settings the service gets are valid checkbeat settings.
+        settings = load_settings(
+            **{k.removeprefix("CHECKBEAT_").lower(): v for k, v in env.items() if v}
+        )
+        assert settings.redis_url.endswith("@redis:6379/1")
+
+
+def test_one_beat(compose):
+    beats = [s for s in compose["services"].values() if "beat" in command_of(s)]
+    assert len(beats) == 1
+    assert command_of(beats[0])[:4] == ["celery", "-A", "celery_app", "beat"]
+
+
+@pytest.mark.parametrize(
+    ("service", "role", "queues", "slots"),
+    [
+        ("worker-fast", "fast", ("checks.local.fast",), 2),
+        ("worker-shared", "shared", ("checks.local.fast", "checks.local.slow"), 6),
+    ],
+)
+def test_workers_consume_their_lanes_with_their_slots(compose, service, role, queues, slots):
+    spec = compose["services"][service]
+    command = command_of(spec)
+    assert command[:4] == ["celery", "-A", "celery_app", "worker"]
+    assert option(command, "--role") == role
+    assert option(command, "-P") == "threads"  # probes are I/O bound
+    assert "-E" in command  # task events, so Flower shows the runs
+    env = spec["environment"]
+    settings = load_settings(
+        regions=env["CHECKBEAT_REGIONS"],
+        pool_size=int(env["CHECKBEAT_POOL_SIZE"]),
+        fast_lane_reserved=int(env["CHECKBEAT_FAST_LANE_RESERVED"]),
+    )
+    plan = plan_role(option(command, "--role"), option(command, "--region"), settings)
+    assert (plan.queues, plan.concurrency) == (queues, slots)
+
+
+def test_flower_has_basic_auth_from_the_environment(raw, compose):
+    flower = compose["services"]["flower"]
+    assert command_of(flower)[:4] == ["celery", "-A", "celery_app", "flower"]
+    values = env_example()
+    expected = f"{values['CHECKBEAT_FLOWER_USER']}:{values['CHECKBEAT_FLOWER_PASSWORD']}"
+    assert flower["environment"]["FLOWER_BASIC_AUTH"] == expected
+    assert (
+        "CHECKBEAT_FLOWER_PASSWORD:?"
+        in raw["services"]["flower"]["environment"]["FLOWER_BASIC_AUTH"]
+    )
+
+
+def test_secrets_are_required_and_never_written_in_the_file():
+    text = COMPOSE.read_text()
+    for secret in SECRETS:
+        assert f"${{{secret}:?" in text, f"{secret} must be required (${{{secret}:?...}})"
+        with pytest.raises(KeyError, match=secret):
+            resolved(yaml.safe_load(text), {k: v for k, v in env_example().items() if k != secret})
+    for value in (env_example()[s] for s in SECRETS):
+        assert value not in text
+    assert not re.search(r"redis://:[^$@]+@", text), "a literal password in a Redis URL"
+    assert not re.search(r"requirepass\s+[^\s\"$]", text), "a literal requirepass"
+    assert ".env" in (REPO / ".gitignore").read_text().split()
+
+
+def test_every_variable_is_a_documented_checkbeat_variable():
+    text = COMPOSE.read_text()
+    documented = set(env_example())
+    used = {match["name"] for match in VARIABLE.finditer(text.replace("$$", ""))}
+    assert used, "compose.yaml should be configured by variables"
+    assert all(name.startswith("CHECKBEAT_") for name in used), used
+    assert used <= documented, f"missing from .env.example: {sorted(used - documented)}"

@@ -1,0 +1,222 @@
+"""The cron engine against a real Redis and a real broker: exactly once per window, fan-out."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine, sends, store_of  # noqa: F401
+
+from celery_app.cron import GLOBAL_TENANT, cron, window_id
+from celery_app.keys import Keys
+
+MIN = timedelta(minutes=1)
+
+
+def real_skips(report):
+    """Skips other than the start-up catch-up window superseded by the current one."""
+    return [s for s in report.skipped if s.reason != "superseded"]
+
+
+def _noop(tenant: str | None = None) -> None: ...
+
+
+def _declare(app, task_id, spec="* * * * *", **options):
+    return cron(spec, app=app, id=task_id, name=f"t.{task_id}", **options)(_noop)
+
+
+def test_three_engines_in_threads_send_each_singleton_window_once(cron_app, broker_url, r):
+    for i in range(20):
+        _declare(cron_app, f"single-{i}")
+    _declare(cron_app, "every-2", spec="*/2 * * * *")
+    for i in range(3):
+        _declare(cron_app, f"multi-{i}", singleton=False)
+    _declare(cron_app, "per-tenant", per_tenant=True)
+    r.sadd(Keys("cbtest").tenants(), "acme", "globex", "initech")
+    engines = [make_engine(cron_app, owner=f"engine-{n}") for n in range(3)]
+    windows = [T0 + k * MIN + timedelta(seconds=1) for k in range(4)]
+
+    barrier = threading.Barrier(3, action=lambda: end_runs(r))
+    errors: list[BaseException] = []
+
+    def run(engine):
+        try:
+            for at in windows:
+                barrier.wait(timeout=20)
+                engine.tick(at)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    counts = sends(broker_url)
+    wids = [window_id(T0 + k * MIN) for k in range(4)]
+    for wid in wids:
+        for i in range(20):
+            assert counts[(f"single-{i}", GLOBAL_TENANT, wid)] == 1
+        for tenant in ("acme", "globex", "initech"):
+            assert counts[("per-tenant", tenant, wid)] == 1
+        for i in range(3):
+            assert counts[(f"multi-{i}", GLOBAL_TENANT, wid)] == 3  # every replica fires
+    assert [counts[("every-2", GLOBAL_TENANT, w)] for w in wids] == [1, 0, 1, 0]
+    assert sum(counts.values()) == 4 * (20 + 3 + 9) + 2
+
+
+def test_per_tenant_fan_out_to_1000_tenants_follows_the_set(cron_app, broker_url, r):
+    _declare(cron_app, "fanout", per_tenant=True)
+    tenants = [f"tenant-{i:04d}" for i in range(1000)]
+    r.sadd(Keys("cbtest").tenants(), *tenants)
+    engine = make_engine(cron_app)
+    report = engine.tick(T0 + timedelta(seconds=2))
+    assert {f.tenant for f in report.fired} == set(tenants)
+    end_runs(r)
+    r.sadd(Keys("cbtest").tenants(), "newcomer")
+    r.srem(Keys("cbtest").tenants(), "tenant-0000")
+    engine.tick(T0 + MIN + timedelta(seconds=2))
+    counts = sends(broker_url)
+    first, second = window_id(T0), window_id(T0 + MIN)
+    assert sum(1 for (_, _, w) in counts if w == first) == 1000
+    assert counts[("fanout", "newcomer", first)] == 0
+    assert counts[("fanout", "newcomer", second)] == 1
+    assert counts[("fanout", "tenant-0000", second)] == 0
+    assert sum(1 for (_, _, w) in counts if w == second) == 1000
+    state = r.hgetall(Keys("cbtest").cron_state("fanout", "tenant-0500"))
+    assert state["fired"] == "2"
+
+
+def test_in_flight_singleton_is_skipped_and_recorded(cron_app, broker_url, r):
+    _declare(cron_app, "slow-job")
+    engine = make_engine(cron_app)
+    first = engine.tick(T0 + timedelta(seconds=1))
+    assert [f.task_id for f in first.fired] == ["slow-job"]
+    # No worker ran it: the in-flight key is still held when the next window comes.
+    second = engine.tick(T0 + MIN + timedelta(seconds=1))
+    assert second.fired == ()
+    assert [(s.task_id, s.reason) for s in real_skips(second)] == [("slow-job", "in-flight")]
+    state = r.hgetall(Keys("cbtest").cron_state("slow-job", GLOBAL_TENANT))
+    assert state["skipped"] == "1"
+    assert state["last_skip_reason"] == "in-flight"
+    assert sends(broker_url)[("slow-job", GLOBAL_TENANT, window_id(T0 + MIN))] == 0
+
+
+def test_quiet_tick_does_no_io_and_missed_windows_catch_up_within_grace(cron_app, broker_url, r):
+    _declare(cron_app, "hourly", spec="0 * * * *")
+    engine = make_engine(cron_app)
+    engine.tick(T0 + timedelta(seconds=1))
+    engine.store = None  # a quiet tick must not touch the store at all
+    assert engine.tick(T0 + 5 * MIN).fired == ()
+    engine.store = store_of(cron_app)
+    end_runs(r)
+    # Stalled past 01:00 but within its grace (60 s after the window's end): fired late.
+    late = engine.tick(T0 + 61 * MIN + timedelta(seconds=30))
+    assert [f.window for f in late.fired] == [T0 + 60 * MIN]
+    end_runs(r)
+    # Stalled past 02:00's grace: not fired, recorded as a gap.
+    missed = engine.tick(T0 + 123 * MIN)
+    assert missed.fired == ()
+    assert [(s.reason, s.window) for s in real_skips(missed)] == [("missed", T0 + 120 * MIN)]
+    gaps = store_of(cron_app).gaps()
+    assert [(g["task"], g["from"]) for g in gaps] == [("hourly", (T0 + 120 * MIN).timestamp())]
+
+
+def test_publish_failure_keeps_the_window_and_is_recorded(cron_app, broker_url, r):
+    _declare(cron_app, "fragile")
+    engine = make_engine(cron_app)
+
+    class BrokerDown:
+        def publish(self, requests, *, manual=False):
+            raise ConnectionError("broker unreachable")
+
+    real_sender, engine.sender = engine.sender, BrokerDown()
+    report = engine.tick(T0 + timedelta(seconds=1))
+    assert [(s.task_id, s.reason) for s in real_skips(report)] == [("fragile", "send-failed")]
+    keys = Keys("cbtest")
+    state = r.hgetall(keys.cron_state("fragile", GLOBAL_TENANT))
+    assert state["outcome"] == "send-failed"
+    assert "broker unreachable" in state["last_error"]
+    assert r.hget(keys.cron_failing(), f"fragile|{GLOBAL_TENANT}")
+    assert not r.exists(keys.cron_inflight("fragile", GLOBAL_TENANT))
+    # Another replica with a working broker does not fire the same window again.
+    engine.sender = real_sender
+    other = make_engine(cron_app, owner="engine-2")
+    again = other.tick(T0 + timedelta(seconds=20))
+    assert again.fired == ()
+    assert [s.reason for s in real_skips(again)] == ["taken"]
+    assert sends(broker_url) == {}
+    # The next window fires normally.
+    assert [f.task_id for f in other.tick(T0 + MIN).fired] == ["fragile"]
+
+
+def test_redis_down_before_claim_leaves_the_engine_to_retry(cron_app, broker_url, r):
+    _declare(cron_app, "retry-me")
+    engine = make_engine(cron_app)
+    engine.tick(T0 + timedelta(seconds=1))
+    real_store = engine.store
+
+    class Unreachable:
+        def __getattr__(self, name):
+            raise ConnectionError("redis unreachable")
+
+    engine.store = Unreachable()
+    with pytest.raises(ConnectionError):
+        engine.tick(T0 + MIN + timedelta(seconds=1))
+    engine.store = real_store
+    r.delete(Keys("cbtest").cron_inflight("retry-me", GLOBAL_TENANT))
+    report = engine.tick(T0 + MIN + timedelta(seconds=40))
+    assert [f.window for f in report.fired] == [T0 + MIN]
+
+
+def test_no_provider_means_per_tenant_tasks_do_not_fire(cron_app, broker_url, r, monkeypatch):
+    from celery_app.app import create_app
+    from celery_app.settings import load_settings
+
+    app = create_app(load_settings(tenants_provider="none"))
+    _declare(app, "needs-tenants", per_tenant=True)
+    _declare(app, "global-one")
+    r.sadd(Keys("cbtest").tenants(), "acme")
+    report = make_engine(app).tick(T0 + timedelta(seconds=1))
+    assert [f.task_id for f in report.fired] == ["global-one"]
+    assert [(s.task_id, s.reason) for s in real_skips(report)] == [("needs-tenants", "no-provider")]
+
+
+def test_registered_provider_is_used(cron_app, broker_url):
+    from celery_app.tenants import tenants_provider
+
+    @tenants_provider(app=cron_app)
+    def active():
+        return ["a1", "b2"]
+
+    _declare(cron_app, "fan", per_tenant=True)
+    report = make_engine(cron_app).tick(T0 + timedelta(seconds=1))
+    assert sorted(f.tenant for f in report.fired) == ["a1", "b2"]
+
+
+def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app, broker_url, r):
+    from celery_app.cron_service import CronService
+    from celery_app.cron_state import FireRequest
+
+    task = _declare(cron_app, "half-done").cron_task
+    store = store_of(cron_app)
+    # A beat took the window key, then died before publishing.
+    store.claim([FireRequest(task, GLOBAL_TENANT, T0)], now=T0, owner="beat:dead")
+    survivor = make_engine(cron_app, owner="engine-2")
+    report = survivor.tick(T0 + timedelta(seconds=10))
+    assert report.fired == ()
+    assert [s.reason for s in real_skips(report)] == ["taken"]
+    assert sends(broker_url) == {}
+    findings = CronService(cron_app, clock=lambda: T0 + 3 * MIN).diagnose()
+    assert any("half-done" in f and "never confirmed" in f for f in findings), findings
+    # A live beat's sweep turns the lost claim into a gap record, which outlives later windows.
+    assert store.sweep_lost_claims(T0 + MIN, T0 + 3 * MIN) == [f"half-done|-|{window_id(T0)}"]
+    end_runs(r)
+    assert [f.task_id for f in survivor.tick(T0 + 4 * MIN).fired] == ["half-done"]
+    findings = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
+    assert not any("never confirmed" in f for f in findings)
+    assert any(
+        "half-done" in f and "claimed by beat:dead, never published" in f for f in findings
+    ), findings

@@ -1,0 +1,164 @@
+"""Fired cron tasks run on a real (in-process) Celery worker; the runs show in list/diagnose."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from beat_fixtures import T0, cron_app_fixture, make_engine, sends  # noqa: F401
+from celery.contrib.testing.worker import start_worker
+from conftest import wait_for
+
+from celery_app.cron import GLOBAL_TENANT, cron, window_id
+from celery_app.cron_service import CronService
+from celery_app.keys import Keys
+
+MIN = timedelta(minutes=1)
+KEYS = Keys("cbtest")
+
+
+def _worker(app):
+    return start_worker(
+        app, pool="threads", concurrency=3, perform_ping_check=False, shutdown_timeout=10
+    )
+
+
+def _state(r, task_id, tenant=GLOBAL_TENANT):
+    return r.hgetall(KEYS.cron_state(task_id, tenant))
+
+
+def test_runs_are_recorded_failures_diagnosed_and_fired_again(cron_app, r):
+    ran: list[str] = []
+
+    @cron("* * * * *", app=cron_app, id="good", name="w.good")
+    def good():
+        ran.append("good")
+
+    @cron("* * * * *", app=cron_app, id="bad", name="w.bad")
+    def bad():
+        raise RuntimeError("boom at the database")
+
+    @cron("* * * * *", app=cron_app, id="tenanted", name="w.tenanted", per_tenant=True)
+    def tenanted(tenant):
+        ran.append(f"tenant:{tenant}")
+
+    r.sadd(KEYS.tenants(), "acme", "globex")
+    engine = make_engine(cron_app)
+    service = CronService(cron_app, clock=lambda: T0 + timedelta(seconds=30))
+    with _worker(cron_app):
+        engine.tick(T0 + timedelta(seconds=1))
+        wait_for(
+            lambda: (
+                _state(r, "good").get("outcome") == "success"
+                and _state(r, "bad").get("outcome") == "failure"
+                and _state(r, "tenanted", "globex").get("outcome") == "success"
+            ),
+            timeout=20,
+            what="the first window's runs to be recorded",
+        )
+        assert sorted(ran) == ["good", "tenant:acme", "tenant:globex"]
+        rows = {row.id: row for row in service.rows()}
+        assert rows["good"].last_outcome == "success"
+        assert rows["bad"].last_outcome == "failure"
+        assert "boom at the database" in rows["bad"].last_error
+        assert rows["good"].fired == 1 and rows["tenanted"].fired == 2
+        assert _state(r, "bad")["last_run_window"] == window_id(T0)
+        findings = service.diagnose()
+        assert any("'bad'" in f and "boom at the database" in f for f in findings)
+        assert not any("'good'" in f for f in findings)
+        # The worker released the in-flight keys: the next window fires everything again.
+        report = engine.tick(T0 + MIN + timedelta(seconds=1))
+        assert {f.task_id for f in report.fired} == {"good", "bad", "tenanted"}
+        wait_for(lambda: _state(r, "bad").get("failed") == "2", timeout=20, what="second failure")
+        wait_for(lambda: len(ran) == 6, timeout=20, what="second window's runs")
+
+
+def test_overlapping_singleton_is_skipped_and_recorded(cron_app, r):
+    release = threading.Event()
+    started = threading.Event()
+
+    @cron("* * * * *", app=cron_app, id="long", name="w.long")
+    def long_running():
+        started.set()
+        release.wait(20)
+
+    engine = make_engine(cron_app)
+    with _worker(cron_app):
+        engine.tick(T0 + timedelta(seconds=1))
+        assert started.wait(20)
+        second = engine.tick(T0 + MIN + timedelta(seconds=1))
+        assert second.fired == ()
+        assert [(s.task_id, s.reason) for s in second.skipped] == [("long", "in-flight")]
+        state = _state(r, "long")
+        assert (state["skipped"], state["last_skip_reason"]) == ("1", "in-flight")
+        release.set()
+        wait_for(lambda: _state(r, "long").get("outcome") == "success", timeout=20)
+        third = engine.tick(T0 + 2 * MIN + timedelta(seconds=1))
+        assert [f.task_id for f in third.fired] == ["long"]
+
+
+def test_run_now_and_window_firing_share_one_lock(cron_app, broker_url, r):
+    @cron("* * * * *", app=cron_app, id="contended", name="w.contended")
+    def contended(): ...
+
+    engine = make_engine(cron_app)
+    outcomes = []
+    for k in range(5):
+        at = T0 + k * MIN + timedelta(seconds=2)
+        service = CronService(cron_app, clock=lambda at=at: at)
+        barrier = threading.Barrier(2)
+        results: dict[str, object] = {}
+
+        def beat(at=at, barrier=barrier, results=results):
+            barrier.wait(10)
+            results["beat"] = engine.tick(at)
+
+        def manual(service=service, barrier=barrier, results=results):
+            barrier.wait(10)
+            results["manual"] = service.run_now("contended")
+
+        threads = [threading.Thread(target=beat), threading.Thread(target=manual)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        beat_fired = bool(results["beat"].fired)
+        manual_sent = results["manual"].sent
+        assert beat_fired != manual_sent  # exactly one of them sent the window
+        outcomes.append("manual" if manual_sent else "beat")
+        assert sends(broker_url)[("contended", GLOBAL_TENANT, window_id(T0 + k * MIN))] == 1
+        r.delete(KEYS.cron_inflight("contended", GLOBAL_TENANT))  # the run ended
+    state = _state(r, "contended")
+    assert state["fired"] == "5"
+
+
+def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r):
+    import pytest
+
+    from celery_app.cron_service import CronUsageError
+
+    @cron("0 3 * * *", app=cron_app, id="nightly", name="w.nightly")
+    def nightly(): ...
+
+    @cron("0 3 * * *", app=cron_app, id="per-tenant", name="w.pt", per_tenant=True)
+    def per_tenant(tenant): ...
+
+    r.sadd(KEYS.tenants(), "acme")
+    service = CronService(cron_app, clock=lambda: T0 + timedelta(hours=5))
+    with pytest.raises(CronUsageError, match="unknown cron task 'nope'"):
+        service.run_now("nope")
+    with pytest.raises(CronUsageError, match="per-tenant: pass --tenant"):
+        service.run_now("per-tenant")
+    with pytest.raises(CronUsageError, match="'ghost' is not an active tenant"):
+        service.run_now("per-tenant", "ghost")
+    with pytest.raises(CronUsageError, match="not per-tenant"):
+        service.run_now("nightly", "acme")
+    with _worker(cron_app):
+        result = service.run_now("per-tenant", "acme")
+        assert result.sent
+        state = service.wait_for_run(result, timeout=20)
+        assert state["outcome"] == "success"
+        assert state["manual"] == "1"
+        again = service.run_now("per-tenant", "acme")
+        assert not again.sent
+        assert "already fired by manual:" in again.message

@@ -1,0 +1,115 @@
+"""End to end with a real Celery worker: what the dispatcher publishes is consumed and run."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from conftest import wait_for
+
+from beat.dispatcher import Dispatcher
+from celery_app.app import create_app
+from celery_app.jobs import from_unix, read_job
+from celery_app.keys import check_queue
+from celery_app.publish import KombuBatchPublisher, RedisBatchPublisher, TaskMessage
+
+pytest_plugins = ["checks_fixtures"]
+
+QUEUES = [check_queue("eu", "fast"), check_queue("eu", "slow")]
+
+
+def build_app(settings):
+    """A Celery app whose workers run the real ``checkbeat.run_check`` (workers.tasks, a built-in
+    task module), plus an echo task for the publisher tests."""
+    app = create_app(settings)
+    seen: list[str] = []
+
+    @app.task(name="cbtest.echo", shared=False)
+    def echo(value: str) -> None:
+        seen.append(value)
+
+    return app, seen
+
+
+@pytest.mark.timeout(60)
+def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, settings, store, broker):
+    app, _ = build_app(settings)
+    now = time.time()
+    for i in range(12):
+        store.create(
+            uid=f"w{i}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+            now=from_unix(now - 70),
+        )
+    # every job is due: dispatch at a clock 70 s ahead of their creation
+    d = Dispatcher(app, client=r)
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=QUEUES,
+        shutdown_timeout=20,
+    ):
+        # The real worker registers its 4 slots itself (workers.worker_step).
+        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+        deadline = time.monotonic() + 40
+        total = 0
+        while total < 12 and time.monotonic() < deadline:
+            report = d.tick(now)
+            total += len(report.claims)
+            # capacity: never more claimed and unfinished than the 4 registered slots
+            assert r.zcard(keys.leases("eu", 0)) + r.zcard(keys.leases("eu", 1)) <= 4
+            time.sleep(0.05)
+        assert total == 12
+        wait_for(
+            lambda: all(read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)),
+            timeout=20,
+            what="every job completed by the worker",
+        )
+    for i in range(12):
+        job = read_job(r, keys, f"w{i}@eu")
+        assert job.lease_token is None
+        assert r.zscore(keys.due(), job.job_id) == pytest.approx(job.scheduled_at)
+        last = json.loads(r.hget(keys.last_result(f"w{i}"), "eu"))
+        assert (last["status"], last["region"]) == ("up", "eu")
+    assert broker.llen(QUEUES[0]) == 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", ["redis-pipeline", "kombu-batch"])
+def test_both_batch_publishers_are_consumed_by_a_real_worker(settings, broker, path):
+    app, seen = build_app(settings)
+    publisher = (
+        RedisBatchPublisher(settings.effective_broker_url)
+        if path == "redis-pipeline"
+        else KombuBatchPublisher(app)
+    )
+    messages = [
+        TaskMessage(
+            name="cbtest.echo",
+            queue=QUEUES[i % 2],
+            args=(f"m{i}",),
+            time_limit=10,
+            soft_time_limit=8,
+        )
+        for i in range(50)
+    ]
+    ids = publisher.publish(messages)
+    assert len(set(ids)) == 50
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=2,
+        perform_ping_check=False,
+        queues=QUEUES,
+        shutdown_timeout=20,
+    ):
+        wait_for(lambda: len(seen) == 50, timeout=30, what="50 echo tasks")
+    assert sorted(seen) == sorted(f"m{i}" for i in range(50))

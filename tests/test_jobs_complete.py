@@ -1,0 +1,106 @@
+"""complete_run: the one write after a run, idempotent per lease token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from checks_helpers import at
+
+from celery_app.jobs import complete_run, finish_run, lease_is_current, read_job
+from scheduling_core import Params, PostExecState
+
+pytest_plugins = ["checks_fixtures"]
+
+NOW = at(1_780_000_000.0)
+
+
+@pytest.fixture
+def leased(store, r, keys):
+    store.create(
+        now=NOW,
+        uid="c1",
+        tenant="acme",
+        kind="testprobe",
+        target="x",
+        period=60,
+        regions=["eu", "us"],
+    )
+    job = read_job(r, keys, "c1@eu")
+    r.zrem(keys.due(), "c1@eu")
+    r.hset(keys.job("c1@eu"), mapping={"lt": "7.1", "lx": "1780000030"})
+    r.zadd(keys.leases("eu", 0), {"c1@eu": 1780000030})
+    return job
+
+
+def test_complete_writes_state_releases_lease_places_job_and_records_result(r, keys, leased):
+    state = PostExecState(
+        cost_ewma_ms=1200.0,
+        delay_ewma_ms=15.0,
+        effective_scheduled_at=at(leased.scheduled_at + 62.4),
+        lane=1,
+    )
+    nxt = at(leased.scheduled_at + 60)
+    assert lease_is_current(r, keys, "c1@eu", "7.1")
+    assert complete_run(r, keys, "c1@eu", "7.1", state, nxt, {"ok": True, "ms": 1200}) is True
+    job = read_job(r, keys, "c1@eu")
+    assert (job.cost_ewma_ms, job.delay_ewma_ms, job.lane, job.runs) == (1200.0, 15.0, 1, 1)
+    assert job.effective_scheduled_at == pytest.approx(leased.scheduled_at + 62.4)
+    assert job.lease_token is None and job.lease_expiry is None
+    assert r.zscore(keys.due(), "c1@eu") == pytest.approx(nxt.timestamp())
+    assert r.zcard(keys.leases("eu", 0)) == 0
+    entries = r.xrange(keys.results("c1"))
+    assert [json.loads(e[1]["result"]) for e in entries] == [{"ok": True, "ms": 1200}]
+    assert json.loads(r.hget(keys.last_result("c1"), "eu")) == {"ok": True, "ms": 1200}
+    # the same token again (a late duplicate, or the reaper racing the worker): nothing written
+    assert complete_run(r, keys, "c1@eu", "7.1", state, at(nxt.timestamp() + 60), {"x": 1}) is False
+    assert read_job(r, keys, "c1@eu").runs == 1
+    assert len(r.xrange(keys.results("c1"))) == 1
+    assert not lease_is_current(r, keys, "c1@eu", "7.1")
+
+
+def test_wrong_token_writes_nothing(r, keys, leased):
+    state = PostExecState(1.0, 1.0, at(leased.scheduled_at), 0)
+    assert complete_run(r, keys, "c1@eu", "other", state, at(leased.scheduled_at + 60)) is False
+    assert read_job(r, keys, "c1@eu").lease_token == "7.1"
+    assert r.zcard(keys.leases("eu", 0)) == 1
+
+
+def test_finish_run_folds_post_exec_and_next_tick(r, keys, leased):
+    params = Params(lane_slow_threshold_ms=1000, lane_fast_threshold_ms=500)
+    now = at(leased.scheduled_at + 2.5)
+    assert finish_run(
+        r,
+        keys,
+        params,
+        "c1@eu",
+        "7.1",
+        duration_ms=2000.0,
+        timed_out=False,
+        exec_start=at(leased.scheduled_at + 0.5),
+        now=now,
+        result={"ok": True},
+    )
+    job = read_job(r, keys, "c1@eu")
+    assert job.cost_ewma_ms == 2000.0 and job.lane == 1
+    assert job.delay_ewma_ms == pytest.approx(500.0)
+    # the next tick is on the job's phase second; next_aligned carries now's sub-second part
+    assert int(job.scheduled_at) == int(leased.scheduled_at) + 60
+    assert job.effective_scheduled_at == pytest.approx(job.scheduled_at + 4.0, abs=1e-3)
+
+
+def test_results_stream_is_capped(r, keys, leased):
+    state = PostExecState(1.0, 1.0, at(leased.scheduled_at), 0)
+    for i in range(300):
+        r.hset(keys.job("c1@eu"), "lt", f"t{i}")
+        assert complete_run(
+            r,
+            keys,
+            "c1@eu",
+            f"t{i}",
+            state,
+            at(leased.scheduled_at + 60),
+            {"i": i},
+            results_maxlen=20,
+        )
+    assert r.xlen(keys.results("c1")) < 120

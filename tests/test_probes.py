@@ -1,0 +1,229 @@
+"""Probe kinds and the private-target guard, against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from bench.http_target import BODY, DelayServer
+from celery_app.errors import CheckFieldError
+from celery_app.kinds import get_kind, registered_kinds, validate_check_config
+from celery_app.settings import get_settings
+from workers.probes import (
+    ProbeContext,
+    http_probe,
+    tcp_probe,
+    validate_http_config,
+    validate_tcp_config,
+)
+from workers.target_guard import AddressPolicy, TargetRefused, refusal_reason, resolve_vetted
+
+OPEN = AddressPolicy(allow_private=True)
+CLOSED = AddressPolicy(allow_private=False)
+
+
+@pytest.fixture
+def server() -> Iterator[DelayServer]:
+    with DelayServer() as srv:
+        yield srv
+
+
+def ctx(timeout_s: float = 5.0, policy: AddressPolicy = OPEN) -> ProbeContext:
+    return ProbeContext(timeout_s=timeout_s, policy=policy)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- the guard ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.10", "private"),
+        ("169.254.169.254", "metadata"),
+        ("169.254.1.1", "link-local"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("fd00:ec2::254", "metadata"),
+        ("100.64.0.1", "non-public"),
+        ("0.0.0.0", "unspecified"),
+    ],
+)
+def test_guard_names_why_an_address_is_refused(address, reason):
+    assert reason in refusal_reason(ipaddress.ip_address(address))
+
+
+def test_guard_lets_public_addresses_through():
+    assert refusal_reason(ipaddress.ip_address("8.8.8.8")) is None
+    assert refusal_reason(ipaddress.ip_address("2606:4700:4700::1111")) is None
+
+
+def test_a_name_resolving_to_loopback_is_refused_after_resolution():
+    with pytest.raises(TargetRefused, match=r"localhost \(127\.0\.0\.1\) is a loopback"):
+        resolve_vetted("localhost", 80, CLOSED)
+    assert resolve_vetted("localhost", 80, OPEN) == [ipaddress.ip_address("127.0.0.1")]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "10.0.0.7", "169.254.169.254", "localhost"])
+def test_probes_refuse_private_targets_unless_allowed(server, host):
+    url = f"http://{host}:{server.port}/delay/0"
+    refused = http_probe(url, {}, ctx(policy=CLOSED))
+    assert (refused.ok, refused.error_class) == (False, "refused")
+    assert "CHECKBEAT_ALLOW_PRIVATE_TARGETS" in refused.error
+    tcp = tcp_probe(f"{host}:{server.port}", {}, ctx(policy=CLOSED))
+    assert tcp.error_class == "refused"
+    assert server.hits("/delay/0") == 0  # nothing was sent
+
+
+def test_allowed_private_target_is_reached(server):
+    assert http_probe(server.url("/delay/0"), {}, ctx(policy=OPEN)).ok
+    assert server.hits("/delay/0") == 1
+
+
+def test_a_redirect_to_a_refused_address_is_refused_at_the_hop(server):
+    """Redirects are re-vetted: the first hop is allowed, the second is not."""
+    only_first = AddressPolicy(allowed=frozenset({ipaddress.ip_address("127.0.0.1")}))
+    hop = f"http://127.0.0.2:{server.port}/delay/0"
+    result = http_probe(server.url(f"/redirect?to={hop}"), {}, ctx(policy=only_first))
+    assert result.error_class == "refused"
+    assert "127.0.0.2" in result.error
+    followed = http_probe(
+        server.url(f"/redirect?to={server.url('/body')}"), {}, ctx(policy=only_first)
+    )
+    assert followed.ok, followed
+
+
+def test_creation_refuses_a_literal_private_address_unless_allowed():
+    with pytest.raises(CheckFieldError, match=r"target: target 10\.0\.0\.1 is a private address"):
+        validate_http_config("http://10.0.0.1/", {}, CLOSED)
+    with pytest.raises(CheckFieldError, match=r"target 169\.254\.169\.254 is a cloud metadata"):
+        validate_tcp_config("169.254.169.254:80", {}, CLOSED)
+    assert validate_http_config("http://10.0.0.1/", {}, OPEN)["method"] == "GET"
+
+
+def test_registered_kinds_validate_through_the_registry(monkeypatch):
+    assert {"http", "tcp"} <= set(registered_kinds())
+    assert get_kind("http").probe is http_probe
+    monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "0")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(CheckFieldError) as refused:
+            validate_check_config("tcp", "127.0.0.1:80", {})
+        assert refused.value.field == "target"
+        monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "1")
+        get_settings.cache_clear()
+        assert validate_check_config("tcp", "127.0.0.1:80", {}) == {}
+    finally:
+        get_settings.cache_clear()
+
+
+# --- config validation ----------------------------------------------------------------------
+
+
+def test_http_config_is_normalised():
+    config = validate_http_config(
+        "https://example.com/health", {"method": "head", "expected_status": ["2xx", 304]}
+    )
+    assert config["method"] == "HEAD"
+    assert config["expected_status"] == [*range(200, 300), 304]
+    assert config["follow_redirects"] is True
+
+
+@pytest.mark.parametrize(
+    ("target", "config", "field", "message"),
+    [
+        ("ftp://example.com", {}, "target", "http:// or https://"),
+        ("http:///path", {}, "target", "must be a URL with a host"),
+        ("http://e.com", {"method": "BREW"}, "config.method", "Input should be 'GET'"),
+        ("http://e.com", {"expected_status": [700]}, "config.expected_status", "100..599"),
+        ("http://e.com", {"timeout": 3}, "config.timeout", r"unknown field .*\(allowed: "),
+        ("http://e.com", {"headers": {"X": 1}}, "config.headers.X", "valid string"),
+    ],
+)
+def test_http_config_errors_name_the_field(target, config, field, message):
+    with pytest.raises(CheckFieldError, match=message) as error:
+        validate_http_config(target, config)
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("target", "config", "field", "message"),
+    [
+        ("example.com", {}, "target", "must be host:port"),
+        ("example.com:70000", {}, "target", "port must be 1..65535"),
+        ("a b:80", {}, "target", "must be host:port"),
+        ("::1:80", {}, "target", "IPv6 address needs brackets"),
+        ("example.com:80", {"port": 80}, "config.port", "unknown field"),
+    ],
+)
+def test_tcp_config_errors_name_the_field(target, config, field, message):
+    with pytest.raises(CheckFieldError, match=message) as error:
+        validate_tcp_config(target, config)
+    assert error.value.field == field
+
+
+def test_tcp_accepts_bracketed_ipv6():
+    assert validate_tcp_config("[2606:4700::1111]:443", {}) == {}
+
+
+# --- outcomes and their error classes -------------------------------------------------------
+
+
+def test_http_up_measures_total_time(server):
+    result = http_probe(server.url("/delay/120"), {}, ctx())
+    assert result.ok and result.status == "up"
+    assert 120 <= result.latency_ms < 2000
+    assert result.detail["status_code"] == 200
+    assert result.detail["address"] == "127.0.0.1"
+
+
+def test_http_status_and_body_failures_carry_their_class(server):
+    status = http_probe(server.url("/status/503"), {}, ctx())
+    assert (status.ok, status.error_class, status.detail["status_code"]) == (False, "status", 503)
+    expected = http_probe(server.url("/status/503"), {"expected_status": [503]}, ctx())
+    assert expected.ok
+    body = http_probe(server.url("/body"), {"body_contains": "absent text"}, ctx())
+    assert body.error_class == "body"
+    found = http_probe(server.url("/body"), {"body_contains": BODY.decode()[6:20]}, ctx())
+    assert found.ok
+
+
+def test_http_timeout_connect_and_dns_failures(server):
+    slow = http_probe(server.url("/delay/2000"), {}, ctx(timeout_s=0.3))
+    assert (slow.error_class, slow.status) == ("timeout", "timeout")
+    assert 250 <= slow.latency_ms < 1500
+    refused = http_probe(f"http://127.0.0.1:{closed_port()}/", {}, ctx())
+    assert refused.error_class == "connect"
+    dns = http_probe("http://does-not-exist.invalid/", {}, ctx())
+    assert dns.error_class == "dns"
+
+
+def test_https_against_a_plain_http_port_is_a_tls_error(server):
+    result = http_probe(f"https://127.0.0.1:{server.port}/", {}, ctx())
+    assert result.error_class == "tls", result
+
+
+def test_redirects_are_followed_only_when_asked(server):
+    url = server.url(f"/redirect?to={server.url('/body')}")
+    assert http_probe(url, {}, ctx()).ok
+    held = http_probe(url, {"follow_redirects": False, "expected_status": [200]}, ctx())
+    assert (held.error_class, held.detail["status_code"]) == ("status", 302)
+
+
+def test_tcp_probe_up_and_connect_refused(server):
+    up = tcp_probe(f"127.0.0.1:{server.port}", {}, ctx())
+    assert up.ok and up.latency_ms < 1000
+    down = tcp_probe(f"127.0.0.1:{closed_port()}", {}, ctx())
+    assert down.error_class == "connect"
+    dns = tcp_probe("does-not-exist.invalid:80", {}, ctx())
+    assert dns.error_class == "dns"

@@ -1,0 +1,182 @@
+"""Per-tenant token buckets: deferral keeps the old effective deadline, so nobody starves."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from checks_helpers import at, learned, register_fake_worker
+
+from beat.dispatcher import Dispatcher
+from celery_app.errors import CheckFieldError
+from celery_app.jobs import finish_run, read_job
+from celery_app.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+
+pytest_plugins = ["checks_fixtures"]
+
+T0 = 1_780_000_000.0
+
+
+def test_bucket_settings_are_validated(r, keys):
+    with pytest.raises(CheckFieldError) as info:
+        set_rate_limit(r, keys, "acme", per_minute=0, burst=5)
+    assert info.value.field == "per_minute"
+    with pytest.raises(CheckFieldError) as info:
+        set_rate_limit(r, keys, "acme", per_minute=5, burst=0.5)
+    assert info.value.field == "burst"
+    assert r.dbsize() == 0
+    assert set_rate_limit(r, keys, "acme", per_minute=20, burst=5).tokens == 5
+    assert clear_rate_limit(r, keys, "acme") and get_rate_limit(r, keys, "acme") is None
+
+
+def simulate(r, keys, store, app, minutes: int, *, step: float = 1.0):
+    """Tick a dispatcher on a simulated clock; every claimed run finishes 50 ms later."""
+    d = Dispatcher(app, client=r)
+    runs: dict[str, list[float]] = defaultdict(list)
+    now = T0
+    while now < T0 + minutes * 60:
+        for claim in d.tick(now).claims:
+            assert finish_run(
+                r,
+                keys,
+                store.params,
+                claim.job_id,
+                claim.lease_token,
+                duration_ms=50.0,
+                timed_out=False,
+                exec_start=at(now),
+                now=at(now + 0.05),
+                result={"ok": True},
+            )
+            runs[claim.job_id].append(now)
+        now += step
+    return runs
+
+
+@pytest.mark.timeout(120)
+def test_a_tenant_over_its_bucket_runs_every_check_within_three_windows(
+    r, keys, store, dispatcher_app, broker
+):
+    for i in range(60):
+        store.create(
+            now=at(T0),
+            uid=f"rl{i:02d}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    # another tenant without a bucket is not held back by acme's
+    for i in range(5):
+        store.create(
+            now=at(T0),
+            uid=f"free{i}",
+            tenant="globex",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    set_rate_limit(r, keys, "acme", per_minute=20, burst=20)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=100, ttl=None)
+    minutes = 30
+    runs = simulate(r, keys, store, dispatcher_app, minutes)
+
+    acme = {j: t for j, t in runs.items() if j.startswith("rl")}
+    assert len(acme) == 60, "every one of the tenant's checks ran"
+    total = sum(len(t) for t in acme.values())
+    assert total <= 20 + 20 * minutes + 1  # burst + rate: the bucket holds
+    assert total >= 20 * minutes - 20  # and the tenant gets its whole rate
+    end = T0 + minutes * 60
+    for job, times in acme.items():
+        gaps = [b - a for a, b in zip([T0, *times], [*times, end], strict=True)]
+        assert max(gaps) <= 3 * 60 + 2, f"{job} waited {max(gaps)} s between runs"
+    for i in range(5):
+        assert len(runs[f"free{i}@eu"]) >= minutes - 1
+    # deferred jobs counted the ticks they skipped
+    assert sum(read_job(r, keys, j).skipped for j in acme) > 0
+
+
+def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatcher_app, broker):
+    for uid in ("a", "b"):
+        store.create(
+            now=at(T0),
+            uid=uid,
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    set_rate_limit(r, keys, "acme", per_minute=0.4, burst=1)  # one token per 150 s
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
+    d = Dispatcher(dispatcher_app, client=r)
+    jobs = {j: read_job(r, keys, j) for j in ("a@eu", "b@eu")}
+    first, second = sorted(jobs.values(), key=lambda j: j.effective_scheduled_at)
+    start = second.scheduled_at + 0.5
+    report = d.tick(start)
+    assert [c.job_id for c in report.claims] == [first.job_id]
+    assert report.rate_limited == 1
+    claim = report.claims[0]
+    assert finish_run(
+        r,
+        keys,
+        store.params,
+        claim.job_id,
+        claim.lease_token,
+        duration_ms=5.0,
+        timed_out=False,
+        exec_start=None,
+        now=at(start + 1),
+    )
+    # two of the loser's ticks pass without a token: each is a skipped run; its scheduled_at
+    # moves on, its effective deadline does not (it recedes, so it wins the next token)
+    for later in (start + 70, start + 130):
+        assert d.tick(later).claims == ()
+    waiting = read_job(r, keys, second.job_id)
+    assert waiting.skipped == 2
+    assert waiting.scheduled_at == pytest.approx(second.scheduled_at + 120)
+    assert waiting.effective_scheduled_at == second.effective_scheduled_at
+    assert r.zscore(keys.ready("eu", 0), second.job_id) == pytest.approx(
+        second.effective_scheduled_at
+    )
+    # the winner is due again too, with a newer deadline: the next token goes to the loser
+    assert r.zscore(keys.ready("eu", 0), first.job_id) > second.effective_scheduled_at
+    assert [c.job_id for c in d.tick(start + 151).claims] == [second.job_id]
+
+
+def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
+    r, keys, store, dispatcher_app, broker
+):
+    for i in range(100):
+        store.create(
+            now=at(T0),
+            uid=f"a{i:03d}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    for i in range(5):
+        store.create(
+            now=at(T0),
+            uid=f"b{i}",
+            tenant="globex",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+    for i in range(100):  # acme's jobs are all older than globex's
+        learned(r, keys, store.params, f"a{i:03d}@eu", scheduled_at=T0 + i * 0.01)
+    for i in range(5):
+        learned(r, keys, store.params, f"b{i}@eu", scheduled_at=T0 + 10)
+    set_rate_limit(r, keys, "acme", per_minute=2, burst=2)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=7, ttl=None)
+    report = Dispatcher(dispatcher_app, client=r).tick(T0 + 11)
+    claimed = sorted(c.job_id for c in report.claims)
+    # acme's burst (2, its oldest) and then globex's 5, found past 98 limited acme jobs
+    assert claimed == ["a000@eu", "a001@eu"] + [f"b{i}@eu" for i in range(5)]
+    assert report.rate_limited == 98

@@ -1,0 +1,180 @@
+"""The run task and the post-exec write, on a real in-process worker against a real HTTP server.
+
+These runs are claimed by hand (test data, as the dispatcher's claim writes it); the lane and
+timeout behaviour through the real dispatcher is in test_worker_lanes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+from celery.signals import task_postrun
+from conftest import wait_for
+
+from celery_app.checks import CheckStore
+from celery_app.jobs import read_job
+from celery_app.keys import Keys, check_queue, job_id
+from celery_app.settings import load_settings
+
+pytest_plugins = ["worker_fixtures"]
+
+KEYS = Keys("cbtest")
+QUEUES = [check_queue("local", "fast"), check_queue("local", "slow")]
+
+
+@pytest.fixture
+def finished() -> threading.Event:
+    """Set whenever a checkbeat.run_check run has returned (task_postrun), whatever it did."""
+    event = threading.Event()
+
+    def on_postrun(task=None, **_):
+        if getattr(task, "name", "") == "checkbeat.run_check":
+            event.set()
+
+    task_postrun.connect(on_postrun, weak=False)
+    yield event
+    task_postrun.disconnect(on_postrun)
+
+
+def store_for(r, app_settings) -> CheckStore:
+    return CheckStore(r, KEYS, app_settings)
+
+
+def results(r, uid: str) -> list[dict]:
+    return [json.loads(fields["result"]) for _id, fields in r.xrange(KEYS.results(uid))]
+
+
+def send(app, kwargs, lane: str = "fast", args=()):
+    return app.send_task(
+        "checkbeat.run_check", args=args, kwargs=kwargs, queue=check_queue("local", lane)
+    )
+
+
+def test_a_run_records_its_result_and_folds_its_cost(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    app = make_app(allow_private_targets=True)
+    settings = app.conf.checkbeat_settings
+    store = store_for(r, settings)
+    store.create(uid="web", tenant="acme", kind="http", target=target.url("/delay/60"), period=60)
+    job = job_id("web", "local")
+    kwargs = claim(r, KEYS, job, "tok-1")
+    run_worker(app, QUEUES, hostname="probe@test")
+    before = time.time()
+    send(app, kwargs)
+
+    wait_for(lambda: r.xlen(KEYS.results("web")) == 1, 20, what="the result")
+    state = read_job(r, KEYS, job)
+    assert state.lease_token is None and state.runs == 1
+    assert 60 <= state.cost_ewma_ms < 2000  # the first sample seeds the EWMA
+    assert state.scheduled_at > before  # placed at its next tick
+    assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at, abs=0.01)
+    assert r.zcard(KEYS.leases("local", 0)) == 0
+    (result,) = results(r, "web")
+    assert result["status"] == "up" and result["error_class"] is None
+    assert result["latency_ms"] >= 60
+    assert result["region"] == "local" and result["worker"]  # the node (host in tests)
+    assert result["started_at"] and result["scheduled_at"]
+    assert json.loads(r.hget(KEYS.last_result("web"), "local")) == result
+
+
+def test_errors_carry_their_class_and_a_refused_target_is_a_result(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    app = make_app(allow_private_targets=False)  # the workers' guard is on
+    store = store_for(r, load_settings(key_prefix="cbtest"))
+    store.create(uid="down", tenant="t", kind="http", target=target.url("/status/503"), period=60)
+    store.create(uid="lo", tenant="t", kind="tcp", target=f"127.0.0.1:{target.port}", period=60)
+    run_worker(app, QUEUES)
+    send(app, claim(r, KEYS, job_id("down", "local"), "a"))
+    send(app, claim(r, KEYS, job_id("lo", "local"), "b"))
+    wait_for(lambda: r.exists(KEYS.results("down"), KEYS.results("lo")) == 2, 20)
+    assert results(r, "down")[0]["error_class"] == "refused"  # 127.0.0.1 without permission
+    assert results(r, "lo")[0]["error_class"] == "refused"
+    assert target.hits("/status/503") == 0
+
+    app = make_app(allow_private_targets=True)
+    run_worker(app, QUEUES)
+    send(app, claim(r, KEYS, job_id("down", "local"), "c"))
+    wait_for(lambda: r.xlen(KEYS.results("down")) == 2, 20)
+    last = results(r, "down")[-1]
+    assert (last["status"], last["error_class"], last["detail"]["status_code"]) == (
+        "down",
+        "status",
+        503,
+    )
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_bad_messages_are_rejected_and_the_worker_keeps_going(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(uid="ok", tenant="t", kind="http", target=target.url("/delay/0"), period=60)
+    good = claim(r, KEYS, job_id("ok", "local"), "tok")
+    run_worker(app, QUEUES, concurrency=1)
+    collect = Collect()
+    logging.getLogger("workers.tasks").addHandler(collect)
+    bad = [
+        ({k: v for k, v in good.items() if k != "lease_token"}, "lease_token must be"),
+        ({**good, "scheduled_at": "yesterday"}, "scheduled_at must be a number"),
+        ({**good, "timeout_s": -1}, "timeout_s must be > 0"),
+        ({**good, "job_id": "no-region"}, "job_id"),
+        ({**good, "job_id": "ghost@local"}, "unknown job ghost@local"),
+        ({**good, "extra": 1}, "unknown field"),
+    ]
+    for kwargs, _ in bad:
+        send(app, kwargs)
+    send(app, {}, args=("positional",))
+    send(app, good)
+    wait_for(lambda: r.xlen(KEYS.results("ok")) == 1, 20, what="the good run after bad ones")
+    logging.getLogger("workers.tasks").removeHandler(collect)
+    logged = "\n".join(collect.lines)
+    for _, message in bad:
+        assert message in logged
+    assert "takes keyword arguments only" in logged
+    assert target.hits("/delay/0") == 1
+
+
+def test_a_stale_message_is_dropped_without_probing(
+    r, claim, make_app, run_worker, target, allow_private, finished
+):
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(uid="c", tenant="t", kind="http", target=target.url("/delay/0"), period=60)
+    kwargs = claim(r, KEYS, job_id("c", "local"), "current")
+    run_worker(app, QUEUES)
+    send(app, {**kwargs, "lease_token": "reaped-long-ago"})
+    assert finished.wait(20)
+    assert target.hits("/delay/0") == 0
+    assert read_job(r, KEYS, job_id("c", "local")).lease_token == "current"
+
+
+def test_a_check_deleted_while_it_runs_is_discarded(
+    r, claim, make_app, run_worker, target, allow_private, finished
+):
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(uid="gone", tenant="t", kind="http", target=target.url("/delay/700"), period=60)
+    kwargs = claim(r, KEYS, job_id("gone", "local"), "tok")
+    run_worker(app, QUEUES)
+    send(app, kwargs)
+    wait_for(lambda: target.hits("/delay/700") == 1, 20, what="the probe to start")
+    assert store.delete("gone")
+    assert finished.wait(20)
+    assert not r.exists(KEYS.job(job_id("gone", "local")))
+    assert not r.exists(KEYS.results("gone"), KEYS.last_result("gone"))
+    assert r.zscore(KEYS.due(), job_id("gone", "local")) is None

@@ -1,0 +1,113 @@
+"""Lane topology: ``celery worker --role fast|shared`` consumes the right queues with the right
+slots and keeps its capacity registered in Redis while it lives (real worker subprocesses)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import wait_for
+
+from celery_app.keys import Keys
+from celery_app.settings import load_settings
+from workers.capacity import RoleError, plan_role, role_from_queues
+
+pytest_plugins = ["worker_fixtures"]
+
+KEYS = Keys("cbtest")
+ENV = {
+    "CHECKBEAT_REGIONS": "eu,us",
+    "CHECKBEAT_POOL_SIZE": "5",
+    "CHECKBEAT_FAST_LANE_RESERVED": "2",
+}
+
+
+def test_role_plans_follow_the_pool_settings():
+    settings = load_settings(regions=["eu", "us"], pool_size=8, fast_lane_reserved=2)
+    fast = plan_role("fast", None, settings)
+    assert (fast.region, fast.queues, fast.concurrency) == ("eu", ("checks.eu.fast",), 2)
+    shared = plan_role("shared", "us", settings)
+    assert shared.queues == ("checks.us.fast", "checks.us.slow")
+    assert shared.concurrency == 6
+
+
+@pytest.mark.parametrize(
+    ("role", "region", "overrides", "message"),
+    [
+        ("medium", None, {}, "--role must be one of fast, shared"),
+        ("fast", "mars", {}, "--region 'mars' is not in CHECKBEAT_REGIONS"),
+        ("fast", None, {"fast_lane_reserved": 0}, "run only the shared role"),
+    ],
+)
+def test_bad_roles_say_what_is_allowed(role, region, overrides, message):
+    with pytest.raises(RoleError, match=message):
+        plan_role(role, region, load_settings(**overrides))
+
+
+def test_plain_workers_get_a_role_only_from_check_queues():
+    assert role_from_queues(["celery", "cron"], 4) is None
+    fast = role_from_queues(["celery", "checks.eu.fast"], 3)
+    assert (fast.role, fast.region, fast.queues, fast.concurrency) == (
+        "fast",
+        "eu",
+        ("checks.eu.fast",),
+        3,
+    )
+    assert role_from_queues(["checks.eu.slow", "checks.eu.fast"], 6).role == "shared"
+    with pytest.raises(RoleError, match="one region only"):
+        role_from_queues(["checks.eu.fast", "checks.us.fast"], 2)
+
+
+def registration(r, hostname):
+    return r.hgetall(KEYS.worker(hostname))
+
+
+def test_role_workers_register_capacity_and_unregister_on_warm_shutdown(r, start_worker_process):
+    fast = start_worker_process("--role", "fast", "-P", "threads", "-n", "fast@t", **ENV)
+    shared = start_worker_process(
+        "--role", "shared", "--region", "us", "-P", "threads", "-n", "shared@t", **ENV
+    )
+    cron = start_worker_process("-Q", "celery", "-P", "threads", "-c", "3", "-n", "cron@t", **ENV)
+    start_worker_process(
+        "-Q", "checks.eu.slow,checks.eu.fast", "-P", "threads", "-c", "4", "-n", "plain@t", **ENV
+    )
+    wait_for(lambda: registration(r, "fast@t"), 30, what="fast worker registration")
+    wait_for(lambda: registration(r, "shared@t"), 30, what="shared worker registration")
+    wait_for(lambda: registration(r, "plain@t"), 30, what="plain check worker registration")
+    wait_for(lambda: "ready" in cron.output(), 30, what="cron worker ready")
+
+    got = registration(r, "fast@t")
+    assert (got["role"], got["region"], got["queues"], got["concurrency"]) == (
+        "fast",
+        "eu",
+        "checks.eu.fast",
+        "2",
+    )
+    got = registration(r, "shared@t")
+    assert (got["role"], got["region"], got["queues"], got["concurrency"]) == (
+        "shared",
+        "us",
+        "checks.us.fast,checks.us.slow",
+        "3",
+    )
+    got = registration(r, "plain@t")
+    assert (got["role"], got["queues"], got["concurrency"]) == (
+        "shared",
+        "checks.eu.fast,checks.eu.slow",
+        "4",
+    )
+    assert 0 < r.ttl(KEYS.worker("fast@t")) <= 15
+    assert r.smembers(KEYS.region_workers("eu")) == {"fast@t", "plain@t"}
+    assert r.smembers(KEYS.region_workers("us")) == {"shared@t"}
+    assert not registration(r, "cron@t")  # a cron worker registers no probe capacity
+    # The worker really consumes what it registered (celery prints its queues at start).
+    assert "checks.us.slow" in shared.output() and "concurrency: 3 (thread)" in shared.output()
+
+    assert fast.stop() == 0
+    assert not registration(r, "fast@t")
+    assert r.smembers(KEYS.region_workers("eu")) == {"plain@t"}
+
+
+def test_a_role_with_explicit_queues_is_refused(r, start_worker_process):
+    worker = start_worker_process("--role", "fast", "-Q", "celery", "-n", "bad@t", **ENV)
+    assert worker.process.wait(30) != 0
+    assert "--role sets the queues itself" in worker.output()
+    assert not registration(r, "bad@t")

@@ -1,0 +1,109 @@
+"""Post-exec accounting: fold each run into the job with ``Params.post_exec`` in one Lua call.
+
+Signals:
+
+- ``task_postrun`` (pool process, every run that returned): the outcome the task returned.
+- ``task_failure`` with ``TimeLimitExceeded`` or ``WorkerLostError`` (main process): the hard
+  limit killed the run, or its process died; recorded as a timeout of unknown start.
+
+Celery 5.7 sends ``task_failure`` twice for one hard time limit: ``Request.on_timeout`` fires it
+(since celery/celery#10226), then the pool's ``on_failure`` for the same ``TimeLimitExceeded``
+(seen in tests/test_worker_kills.py). The write is
+:func:`celery_app.jobs.finish_run`, whose Lua checks the lease token and removes it, so the second
+call (and a reaper that got there first) writes nothing: idempotent per lease token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
+from celery.signals import task_failure, task_postrun
+
+from celery_app.app import settings_of
+from celery_app.jobs import finish_run
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+from scheduling_core import Params
+from workers.outcome import BadRunMessage, RunOutcome, RunRequest
+
+log = logging.getLogger(__name__)
+
+RUN_CHECK_TASK = "checkbeat.run_check"
+
+
+def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
+    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history).
+
+    False when the lease is no longer this run's (reaped, deleted, already recorded).
+    """
+    settings = settings_of(app)
+    written = finish_run(
+        get_redis(settings.redis_url),
+        Keys(settings.key_prefix),
+        Params.from_settings(settings),
+        outcome.job_id,
+        outcome.lease_token,
+        duration_ms=outcome.duration_ms,
+        timed_out=outcome.timed_out,
+        exec_start=(
+            datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
+        ),
+        now=datetime.now(UTC),
+        result=outcome.history_record(),
+        scheduled_at=outcome.scheduled_at,
+        results_maxlen=settings.results_history,
+    )
+    if not written:
+        log.info(
+            "checkbeat: run of %s not recorded: its lease is gone (reaped, deleted or done)",
+            outcome.job_id,
+        )
+    return written
+
+
+@task_postrun.connect
+def _after_run(sender: Any = None, task: Any = None, retval: Any = None, **_: Any) -> None:
+    task = task or sender
+    if getattr(task, "name", None) != RUN_CHECK_TASK:
+        return
+    outcome = RunOutcome.from_message(retval)
+    if outcome is None:
+        return  # rejected, discarded, or failed before probing: nothing ran
+    try:
+        record_outcome(task.app, outcome)
+    except Exception:  # never take the worker down; the lease reaper will catch up
+        log.exception("checkbeat: post-exec write of %s failed", outcome.job_id)
+
+
+@task_failure.connect
+def _after_kill(
+    sender: Any = None, exception: BaseException | None = None, kwargs: Any = None, **_: Any
+) -> None:
+    if getattr(sender, "name", None) != RUN_CHECK_TASK:
+        return
+    if not isinstance(exception, TimeLimitExceeded | WorkerLostError):
+        return  # other failures come through task_postrun
+    try:
+        request = RunRequest.parse(kwargs)
+    except BadRunMessage:
+        return
+    if isinstance(exception, TimeLimitExceeded):
+        limit = exception.args[0] if exception.args else request.timeout_s
+        limit_s = float(limit) if isinstance(limit, int | float) else request.timeout_s
+        reason = f"hard time limit ({limit_s:g} s) exceeded: the probe was killed"
+    else:
+        limit_s = request.timeout_s
+        reason = f"the worker process running the probe was lost: {exception}"
+    worker = getattr(getattr(sender, "request", None), "hostname", None) or ""
+    outcome = RunOutcome.killed(
+        request, reason=reason, limit_s=limit_s, worker=worker, now=time.time()
+    )
+    try:
+        record_outcome(sender.app, outcome)
+    except Exception:
+        log.exception("checkbeat: post-exec write of killed run %s failed", request.job_id)

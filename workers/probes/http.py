@@ -1,0 +1,260 @@
+"""The ``http`` probe: one request with httpx, judged by status code and body substring.
+
+Why a custom network backend: httpx resolves names inside its connection pool, after our check
+would have run, so a DNS server could answer with a public address to the guard and a private one
+to the connect (rebinding). The backend below is the only place a name is resolved: it vets the
+answers and connects to the vetted address, for the first request and every redirect alike.
+Proxies from the environment are ignored for the same reason (a proxy would connect for us).
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+import time
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import certifi
+import httpcore
+import httpx
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from celery_app.errors import CheckFieldError
+from workers.probes.config import parse_config
+from workers.probes.result import ProbeContext, ProbeResult
+from workers.target_guard import (
+    AddressPolicy,
+    ResolutionFailed,
+    TargetRefused,
+    literal_address,
+    resolve_vetted,
+    vet_address,
+)
+
+#: The most body a probe reads to look for ``body_contains`` (the rest is not downloaded).
+MAX_BODY_BYTES = 1 << 20
+MAX_REDIRECTS = 5
+USER_AGENT = "checkbeat-probe/1"
+
+Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class HttpConfig(BaseModel):
+    """An ``http`` check's config (the URL is the check's target): what counts as up."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Method = "GET"
+    expected_status: tuple[int, ...] = Field(
+        default=tuple(range(200, 400)), description="status codes that count as up"
+    )
+    body_contains: str | None = Field(None, description="substring the body must contain")
+    headers: dict[str, str] = Field(default_factory=dict)
+    follow_redirects: bool = True
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("expected_status", mode="before")
+    @classmethod
+    def _status_list(cls, value: Any) -> Any:
+        """Accept ``200``, ``[200, 204]`` or class strings such as ``"2xx"``."""
+        items = value if isinstance(value, list | tuple) else [value]
+        codes: list[Any] = []
+        for item in items:
+            if isinstance(item, str) and len(item) == 3 and item[1:].lower() == "xx":
+                if item[0] not in "12345":
+                    raise ValueError(f"status class {item!r} must be 1xx..5xx")
+                base = int(item[0]) * 100
+                codes.extend(range(base, base + 100))
+            else:
+                codes.append(item)
+        return tuple(codes)
+
+    @field_validator("expected_status")
+    @classmethod
+    def _status_range(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value:
+            raise ValueError("must list at least one status code")
+        bad = [code for code in value if not 100 <= code <= 599]
+        if bad:
+            raise ValueError(f"status codes must be within 100..599, got {bad}")
+        return tuple(sorted(set(value)))
+
+
+def check_url(target: str) -> str:
+    """The target of an ``http`` check: an http(s) URL with a host (CheckFieldError if not)."""
+    if not isinstance(target, str):
+        raise CheckFieldError("target", f"must be a URL string, got {type(target).__name__}")
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https"):
+        raise CheckFieldError(
+            "target", f"must be a URL starting with http:// or https://, got {target!r}"
+        )
+    if not parts.hostname:
+        raise CheckFieldError("target", f"must be a URL with a host, got {target!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise CheckFieldError("target", f"has an invalid port: {target!r}") from None
+    return target
+
+
+def validate_http_config(
+    target: str, config: Mapping[str, Any], policy: AddressPolicy | None = None
+) -> dict[str, Any]:
+    """Validate an ``http`` check at creation; return its config normalised (JSON-ready).
+
+    A literal private address (``http://10.0.0.1``) is refused here already when a policy is
+    given; a name is only judged at run time, after resolution, because its answer may change.
+    """
+    check_url(target)
+    parsed = parse_config("http", HttpConfig, config)
+    if policy is not None:
+        host = urlsplit(target).hostname or ""
+        literal = literal_address(host)
+        if literal is not None:
+            try:
+                vet_address(literal, host, policy)
+            except TargetRefused as exc:
+                raise CheckFieldError("target", str(exc)) from None
+    return parsed.model_dump(mode="json")
+
+
+class VettingNetworkBackend(httpcore.SyncBackend):
+    """httpcore backend that resolves, vets and connects to the vetted address (see module doc)."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
+        self.connected: list[str] = []
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        addresses = resolve_vetted(host, port, self._policy)
+        last_error: Exception | None = None
+        for address in addresses:
+            try:
+                stream = super().connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last_error = exc
+                continue
+            self.connected.append(str(address))
+            return stream
+        assert last_error is not None
+        raise last_error
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: loading the CA bundle costs ~20 ms a probe."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+class VettingTransport(httpx.HTTPTransport):
+    """httpx transport whose every connection goes through :class:`VettingNetworkBackend`."""
+
+    def __init__(self, policy: AddressPolicy) -> None:
+        # verify=<context>: httpx would otherwise load the CA bundle again (~20 ms CPU) per probe.
+        super().__init__(verify=_tls_context(), trust_env=False, retries=0)
+        self.backend = VettingNetworkBackend(policy)
+        # httpx has no public knob for the network backend, so the pool is rebuilt with one.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=_tls_context(),
+            max_connections=4,
+            max_keepalive_connections=0,
+            retries=0,
+            network_backend=self.backend,
+        )
+
+
+def classify_http_error(exc: BaseException) -> str:
+    """The error class of an exception raised while requesting."""
+    if isinstance(exc, ResolutionFailed):
+        return "dns"
+    if isinstance(exc, TargetRefused):
+        return "refused"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.TooManyRedirects):
+        return "status"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+            return "tls"
+        cause = cause.__cause__ or cause.__context__
+    return "connect"
+
+
+def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
+    """Request ``target`` once; never raises (every failure is a result with its error class)."""
+    started = time.perf_counter()
+
+    def elapsed_ms() -> float:
+        return (time.perf_counter() - started) * 1000.0
+
+    try:
+        url = check_url(target)
+        spec = HttpConfig.model_validate(dict(config))
+    except ValueError as exc:
+        return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
+    deadline = started + context.timeout_s
+    transport = VettingTransport(context.policy)
+    headers = {"User-Agent": USER_AGENT, **spec.headers}
+    try:
+        with (
+            httpx.Client(
+                transport=transport,
+                timeout=httpx.Timeout(context.timeout_s),
+                follow_redirects=spec.follow_redirects,
+                max_redirects=MAX_REDIRECTS,
+                trust_env=False,
+            ) as client,
+            client.stream(spec.method, url, headers=headers) as response,
+        ):
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                if time.perf_counter() > deadline:
+                    return ProbeResult.down(
+                        "timeout",
+                        f"body not read within {context.timeout_s:g} s",
+                        elapsed_ms(),
+                        status_code=response.status_code,
+                    )
+                if len(body) < MAX_BODY_BYTES:
+                    body.extend(chunk[: MAX_BODY_BYTES - len(body)])
+            latency = elapsed_ms()
+    except SoftTimeLimitExceeded:
+        raise  # the runner records the soft limit (prefork and gevent pools raise it here)
+    except Exception as exc:  # a probe never raises: every failure is a result
+        error_class = classify_http_error(exc)
+        return ProbeResult.down(error_class, f"{type(exc).__name__}: {exc}", elapsed_ms())
+    if latency > context.timeout_s * 1000.0:
+        return ProbeResult.down("timeout", f"no answer within {context.timeout_s:g} s", latency)
+    detail = {"status_code": response.status_code}
+    if transport.backend.connected:
+        detail["address"] = transport.backend.connected[-1]
+    if response.status_code not in spec.expected_status:
+        return ProbeResult.down(
+            "status", f"status {response.status_code} is not expected", latency, **detail
+        )
+    if spec.body_contains is not None and spec.body_contains not in body.decode(
+        response.encoding or "utf-8", errors="replace"
+    ):
+        return ProbeResult.down(
+            "body", f"body does not contain {spec.body_contains!r}", latency, **detail
+        )
+    return ProbeResult.up(latency, **detail)

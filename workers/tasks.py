@@ -1,0 +1,96 @@
+"""The ``checkbeat.run_check`` task: load the job and its check, run the probe, hand back the
+outcome. The post-exec signal handler (:mod:`workers.post_exec`) writes it back.
+
+Why the write is not in the task: a hard time limit kills the pool process before the task can
+write anything, and Celery then reports the run only through ``task_failure`` in the main
+process. Putting the single write in the signal handlers gives every path (success, probe
+failure, soft limit, hard limit) the same one Lua call, idempotent per lease token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from celery import shared_task
+from celery.exceptions import Reject
+
+from celery_app.app import settings_of
+from celery_app.checks import decode_check
+from celery_app.errors import CheckFieldError
+from celery_app.jobs import JobState
+from celery_app.keys import Keys
+from celery_app.kinds import get_kind
+from celery_app.redis_client import get_redis
+from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
+from workers.outcome import BadRunMessage, RunOutcome, RunRequest
+from workers.probes.result import ProbeContext, ProbeResult
+from workers.runner import run_probe
+from workers.target_guard import AddressPolicy
+
+log = logging.getLogger(__name__)
+
+RUN_CHECK_TASK = "checkbeat.run_check"
+
+
+@shared_task(
+    name=RUN_CHECK_TASK,
+    bind=True,
+    acks_late=True,
+    acks_on_failure_or_timeout=True,  # a killed run is reaped and rescheduled, never redelivered
+    reject_on_worker_lost=False,
+    ignore_result=True,
+)
+def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Run one claimed job (kwargs: job_id, lease_token, scheduled_at, effective_scheduled_at,
+    timeout_s). A malformed message or an unknown job is rejected; a stale one is dropped."""
+    try:
+        if args:
+            raise BadRunMessage("takes keyword arguments only")
+        request = RunRequest.parse(kwargs)
+    except BadRunMessage as exc:
+        log.error("checkbeat: rejected run_check message %s: %s", self.request.id, exc)
+        raise Reject(f"bad run_check message: {exc}", requeue=False) from None
+
+    settings = settings_of(self.app)
+    client = get_redis(settings.redis_url)
+    keys = Keys(settings.key_prefix)
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(request.job_id))
+    pipe.hgetall(keys.check(request.uid))
+    job_hash, check_hash = pipe.execute()
+    if not job_hash:
+        log.error(
+            "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
+        )
+        raise Reject(f"unknown job id {request.job_id!r}", requeue=False)
+    job = JobState.from_hash(request.job_id, job_hash)
+    if job.lease_token != request.lease_token or not check_hash:
+        why = "its check was deleted" if not check_hash else "its lease was reaped or replaced"
+        log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
+        return {"discarded": why}
+
+    check = decode_check(request.uid, check_hash).definition
+    context = ProbeContext(
+        timeout_s=request.timeout_s,
+        policy=AddressPolicy(allow_private=settings.allow_private_targets),
+        region=request.region,
+    )
+    started_at = time.time()
+    try:
+        probe = get_kind(check.kind).probe
+    except CheckFieldError as exc:
+        result, duration_ms = ProbeResult.down("error", str(exc), 0.0), 0.0
+    else:
+        result, duration_ms = run_probe(probe, check.target, check.config, context)
+    outcome = RunOutcome.of_probe(
+        request,
+        result,
+        duration_ms=duration_ms,
+        started_at=started_at,
+        finished_at=time.time(),
+        worker=self.request.hostname or "",
+        queue=(self.request.delivery_info or {}).get("routing_key") or "",
+    )
+    return outcome.as_message()

@@ -1,0 +1,71 @@
+"""The worker bootstep that turns ``--role fast|shared`` into queues, slots and a registration.
+
+Why a bootstep: it runs inside ``celery worker`` before the pool and the consumer are built, so
+it can set the queues and the concurrency of the role, and it has start/stop hooks on the
+worker's own life cycle, so the capacity registration disappears on a warm shutdown. A plain
+``celery worker`` for cron tasks consumes no check queue and registers nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import bootsteps
+from celery.exceptions import ImproperlyConfigured
+
+from celery_app.app import settings_of
+from celery_app.keys import Keys
+from celery_app.redis_client import get_redis
+from workers.capacity import CapacityRegistration, RoleError, plan_role, role_from_queues
+
+log = logging.getLogger(__name__)
+
+
+class CheckWorkerStep(bootsteps.StartStopStep):
+    """Applies the role (``--role``/``--region``) and registers the worker's probe capacity."""
+
+    label = "checkbeat capacity"
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(
+        self,
+        w: Any,
+        checkbeat_role: str | None = None,
+        checkbeat_region: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(w, **kwargs)
+        settings = settings_of(w.app)
+        try:
+            if checkbeat_role:
+                # -Q was consumed before the steps are built; Queues keeps what it selected.
+                if getattr(w.app.amqp.queues, "_consume_from", None):
+                    raise RoleError("--role sets the queues itself: drop -Q/--queues")
+                plan = plan_role(checkbeat_role, checkbeat_region, settings)
+                w.setup_queues(list(plan.queues))
+                w.concurrency = plan.concurrency
+                if getattr(w, "max_concurrency", None) is None:
+                    w.min_concurrency = plan.concurrency
+                # Fetch only when a slot is free: the backlog waits in Redis, in WFQ order.
+                w.app.conf.worker_disable_prefetch = True
+            else:
+                if checkbeat_region:
+                    raise RoleError("--region only applies together with --role fast|shared")
+                queues = w.app.amqp.queues
+                consumed = list(queues.consume_from or queues)
+                plan = role_from_queues(consumed, int(w.concurrency))
+        except RoleError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+        self.plan = plan
+        self.enabled = plan is not None
+        self._settings = settings
+
+    def create(self, w: Any) -> CapacityRegistration:
+        assert self.plan is not None
+        return CapacityRegistration(
+            get_redis(self._settings.redis_url),
+            Keys(self._settings.key_prefix),
+            w.hostname,
+            self.plan,
+        )
