@@ -26,7 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="add demo checks, tenants and a target")
     up.add_argument("--no-view", dest="view", action="store_false", help="print logs, no view")
     up.add_argument(
-        "--data-dir", type=Path, default=Path(".checkbeat"),
+        "--data-dir",
+        type=Path,
+        default=Path(".checkbeat"),
         help="where the embedded Redis keeps its data and the children their logs",
     )
     up.add_argument("--flower-port", type=int, default=5555, help="0 picks a free port")
@@ -34,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="one-shot view of a running system")
     status.add_argument("--json", action="store_true", help="print the same data as JSON")
     status.add_argument(
-        "--data-dir", type=Path, default=Path(".checkbeat"),
+        "--data-dir",
+        type=Path,
+        default=Path(".checkbeat"),
         help="find the Redis of a `checkbeat up` started from this directory",
     )
     return parser
@@ -49,15 +53,20 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir, demo=args.demo, view=args.view, flower_port=args.flower_port
         )
         return run_up(options)
-    from celery_app.local.status import collect_status, locate_redis_url, render_status
+    from celery_app.local.bootstrap import fresh_app
+    from celery_app.local.status import collect_status, load_env_file
 
-    url = locate_redis_url(args.data_dir)
-    data = collect_status(url)
+    load_env_file(args.data_dir)
+    data = collect_status(fresh_app())
     if args.json:
         json.dump(data, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        render_status(data)
+        from rich.console import Console
+
+        from celery_app.local.view import render
+
+        Console().print(render(data))
     return 0
 
 

@@ -19,7 +19,7 @@ DELAYS_MS = {"/fast": 20, "/slow": 3000, "/flaky": 50, "/timeout": 60_000, "/": 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "checkbeat-demo/1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         url = urlparse(self.path)
         if url.path not in DELAYS_MS:
             self._reply(404, b"unknown demo endpoint\n")
@@ -45,7 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the probe timed out and hung up: that is the point of /timeout
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

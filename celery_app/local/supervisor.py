@@ -8,6 +8,7 @@ only the supervisor, which then decides the order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -94,36 +95,38 @@ class Supervisor:
             if not child.alive():
                 raise ChildDied(child)
 
-    def stop(self, order: Sequence[str] | None = None) -> dict[str, int | None]:
-        """Stop every child, those named in ``order`` first and in that order; return codes."""
+    def stop(self, stages: Sequence[Sequence[str]] = ()) -> dict[str, int | None]:
+        """Stop every child: stage by stage (each stage signalled at once, then awaited), then
+        whatever no stage named, last started first. Returns each child's exit status."""
         by_name = {child.name: child for child in self.children}
-        ordered = [by_name[name] for name in (order or []) if name in by_name]
-        ordered += [child for child in reversed(self.children) if child not in ordered]
+        ordered = [[by_name[n] for n in stage if n in by_name] for stage in stages]
+        named = {child.name for stage in ordered for child in stage}
+        ordered += [[c] for c in reversed(self.children) if c.name not in named]
         codes: dict[str, int | None] = {}
-        for child in ordered:
-            codes[child.name] = self._stop_one(child)
+        for stage in ordered:
+            codes.update(self._stop_together(stage))
         return codes
 
-    def _stop_one(self, child: Child) -> int | None:
-        if child.alive():
-            self.echo(f"stopping {child.name} (pid {child.pid})")
-            _signal_group(child.pid, child.spec.stop_signal)
+    def _stop_together(self, children: Sequence[Child]) -> dict[str, int | None]:
+        for child in children:
+            if child.alive():
+                self.echo(f"stopping {child.name} (pid {child.pid})")
+                _signal_group(child.pid, child.spec.stop_signal)
+        for child in children:
             try:
                 child.process.wait(child.spec.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.echo(f"{child.name} did not stop in {child.spec.stop_timeout}s; killing it")
                 _signal_group(child.pid, signal.SIGKILL)
                 child.process.wait(5)
-        # Whatever it left in its session (a pool child) goes too.
-        _signal_group(child.pid, signal.SIGKILL)
-        return child.process.returncode
+            # Whatever it left in its session (a pool child) goes too.
+            _signal_group(child.pid, signal.SIGKILL)
+        return {child.name: child.process.returncode for child in children}
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> bool:

@@ -21,12 +21,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from celery_app.embedded_redis import RedisServer, free_port
 from celery_app.local.supervisor import ChildDied, ChildSpec, Supervisor
-
-DEMO_TASKS_MODULE = "celery_app.local.demo_tasks"
-DEMO_REGIONS = ("eu", "us")
 
 
 @dataclass
@@ -48,11 +46,12 @@ class Stack:
     demo_target: object | None = None
     env: dict[str, str] = field(default_factory=dict)
     regions: tuple[str, ...] = ()
+    app: Any = None
 
     def stop(self) -> dict[str, int | None]:
-        order = [c.name for c in self.supervisor.children if c.name == "beat"]
-        order += [c.name for c in self.supervisor.children if c.name.startswith("worker")]
-        codes = self.supervisor.stop(order)
+        names = [c.name for c in self.supervisor.children]
+        workers = [n for n in names if n.startswith("worker")]
+        codes = self.supervisor.stop([["beat"], workers, ["flower"]])
         if self.demo_target is not None:
             self.demo_target.stop()  # type: ignore[attr-defined]
         if self.redis is not None:
@@ -75,16 +74,47 @@ def celery_argv(*args: str) -> list[str]:
 
 
 def worker_specs(env: Mapping[str, str], regions: tuple[str, ...], pool: str) -> list[ChildSpec]:
-    """Per region the two lane workers, with the same commands as compose.yaml."""
-    specs = []
+    """Per region the two lane workers, and one worker for cron tasks (Celery's default queue),
+    with the same commands as compose.yaml."""
+    specs = [
+        ChildSpec(
+            name="worker-tasks",
+            argv=celery_argv(
+                "worker",
+                "--queues",
+                "celery",
+                "--pool",
+                pool,
+                "--concurrency",
+                "4",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                "tasks@%h",
+                "--task-events",
+            ),
+            env=env,
+            stop_timeout=30.0,
+        )
+    ]
     for region in regions:
         for role in ("fast", "shared"):
             specs.append(
                 ChildSpec(
                     name=f"worker-{region}-{role}",
                     argv=celery_argv(
-                        "worker", "--role", role, "--region", region, "--pool", pool,
-                        "--loglevel", "INFO", "--hostname", f"{role}-{region}@%h",
+                        "worker",
+                        "--role",
+                        role,
+                        "--region",
+                        region,
+                        "--pool",
+                        pool,
+                        "--loglevel",
+                        "INFO",
+                        "--hostname",
+                        f"{role}-{region}@%h",
+                        "--task-events",
                     ),
                     env=env,
                     stop_timeout=30.0,
@@ -113,14 +143,13 @@ def run_up(
     def on_signal(signum: int, _frame: object) -> None:
         stop_event.set()
 
-    previous = {
-        sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     status = 0
     try:
         extra = bootstrap.prepare_environment(options, stack, echo)
         env = child_env(os.environ, extra)
         stack.env = env
+        bootstrap.before_start(options, stack, echo)
         supervisor.start(ChildSpec("beat", celery_argv("beat", "--loglevel", "INFO"), env))
         for spec in worker_specs(env, stack.regions, options.pool):
             supervisor.start(spec)
@@ -131,11 +160,12 @@ def run_up(
                     "flower",
                     celery_argv("flower", f"--port={port}", "--address=127.0.0.1"),
                     env,
+                    stop_signal=signal.SIGINT,
+                    stop_timeout=5.0,
                 )
             )
             echo(f"Flower: http://127.0.0.1:{port}/")
         echo(f"logs: {supervisor.log_dir}")
-        bootstrap.after_start(options, stack, echo)
         status = bootstrap.watch(options, stack, stop_event, echo)
     except ChildDied as died:
         echo(f"error: {died}")
