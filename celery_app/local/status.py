@@ -19,6 +19,7 @@ from celery import Celery
 
 from celery_app.app import settings_of
 from celery_app.checks import CheckStore
+from celery_app.cron_service import CronService, row_dict
 from celery_app.jobs import read_jobs
 from celery_app.keys import LANE_NAMES, Keys, check_queue
 from celery_app.redis_client import get_redis
@@ -112,9 +113,27 @@ def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
 
 
 def _cron(app: Celery) -> list[dict[str, Any]]:
-    from celery_app.cron_service import CronService, row_dict
-
-    return [row_dict(row) for row in CronService(app).rows()]
+    """One row per cron task; per-tenant tasks also list each tenant's last run."""
+    service = CronService(app)
+    tenants = service.tenants.read() if service.tenants else []
+    pairs = [(t.id, tenant) for t in service.tasks.values() if t.per_tenant for tenant in tenants]
+    states = service.store.states(pairs)
+    rows = []
+    for row in service.rows():
+        data = row_dict(row)
+        if service.tasks[row.id].per_tenant:
+            data["tenants"] = {
+                tenant: {
+                    "last_start": _iso(float(s["last_start"])) if s.get("last_start") else None,
+                    "last_end": _iso(float(s["last_end"])) if s.get("last_end") else None,
+                    "last_outcome": s.get("outcome"),
+                    "last_error": s.get("last_error"),
+                }
+                for (task_id, tenant), s in states.items()
+                if task_id == row.id
+            }
+        rows.append(data)
+    return rows
 
 
 def collect_status(app: Celery) -> dict[str, Any]:
