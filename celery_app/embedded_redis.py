@@ -76,6 +76,7 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and return once it answers PING (or raise with its log)."""
+        self.data_dir = self.data_dir.resolve()  # redis-server chdirs into --dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port()
@@ -102,7 +103,13 @@ class RedisServer:
         if self.password:
             args += ["--requirepass", self.password]
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            # Its own session: a terminal's Ctrl-C must reach only our supervisor, which stops
+            # Redis last, after the processes that still write to it.
+            start_new_session=True,
         )
         client = redis.Redis.from_url(self.url(), socket_timeout=1)
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ Durations accept seconds (``"1.5"``) or ISO 8601 (``"PT1.5S"``). Lists accept co
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from datetime import timedelta
 from functools import lru_cache
@@ -126,8 +127,12 @@ class Settings(BaseSettings):
     allow_private_targets: bool = Field(
         False, description="Let probes reach loopback, private and link-local addresses."
     )
+    allowed_target_addresses: CommaList = Field(
+        default_factory=list,
+        description="Single IP addresses probes may reach although they are not public.",
+    )
 
-    @field_validator("imports", "regions", mode="before")
+    @field_validator("imports", "regions", "allowed_target_addresses", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _split_list(value)
@@ -142,6 +147,18 @@ class Settings(BaseSettings):
                 raise ValueError(f"region {region!r} may contain only letters, digits, '-' and '_'")
         if len(set(value)) != len(value):
             raise ValueError(f"regions must be distinct, got {value}")
+        return value
+
+    @field_validator("allowed_target_addresses")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                ipaddress.ip_address(text)
+            except ValueError:
+                raise ValueError(
+                    f"{text!r} is not an IP address; list single addresses such as 10.0.0.7"
+                ) from None
         return value
 
     @field_validator("timezone")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -45,6 +46,14 @@ class AddressPolicy:
 
     allow_private: bool = False
     allowed: frozenset[IPAddress] = frozenset()
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> AddressPolicy:
+        """``CHECKBEAT_ALLOW_PRIVATE_TARGETS`` and ``CHECKBEAT_ALLOWED_TARGET_ADDRESSES``."""
+        return cls(
+            allow_private=settings.allow_private_targets,
+            allowed=frozenset(ipaddress.ip_address(a) for a in settings.allowed_target_addresses),
+        )
 
 
 def refusal_reason(address: IPAddress) -> str | None:

@@ -74,7 +74,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     check = decode_check(request.uid, check_hash).definition
     context = ProbeContext(
         timeout_s=request.timeout_s,
-        policy=AddressPolicy(allow_private=settings.allow_private_targets),
+        policy=AddressPolicy.from_settings(settings),
         region=request.region,
     )
     started_at = time.time()

@@ -21,7 +21,7 @@ from workers.target_guard import AddressPolicy
 
 def creation_policy() -> AddressPolicy:
     """The guard's policy at check creation: this process's settings."""
-    return AddressPolicy(allow_private=get_settings().allow_private_targets)
+    return AddressPolicy.from_settings(get_settings())
 
 
 def _validate_http(target: str, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""The ``checkbeat`` console script: ``up`` runs everything locally, ``status`` prints the view.
+
+Operating a deployed system goes through Celery's own command line instead
+(``celery -A celery_app schedule|checks|tenants ...``), so it works wherever Celery does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="checkbeat",
+        description="Run checkbeat locally, or print the state of a running system.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    up = commands.add_parser(
+        "up",
+        help="start Redis (unless CHECKBEAT_REDIS_URL is set), beat, lane workers and Flower",
+    )
+    up.add_argument("--demo", action="store_true", help="add demo checks, tenants and a target")
+    up.add_argument("--no-view", dest="view", action="store_false", help="print logs, no view")
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".checkbeat"),
+        help="where the embedded Redis keeps its data and the children their logs",
+    )
+    up.add_argument("--flower-port", type=int, default=5555, help="0 picks a free port")
+
+    status = commands.add_parser("status", help="one-shot view of a running system")
+    status.add_argument("--json", action="store_true", help="print the same data as JSON")
+    status.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(".checkbeat"),
+        help="find the Redis of a `checkbeat up` started from this directory",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "up":
+        from celery_app.local.up import UpOptions, run_up
+
+        options = UpOptions(
+            data_dir=args.data_dir, demo=args.demo, view=args.view, flower_port=args.flower_port
+        )
+        return run_up(options)
+    from celery_app.local.bootstrap import fresh_app
+    from celery_app.local.status import collect_status, load_env_file
+
+    load_env_file(args.data_dir)
+    data = collect_status(fresh_app())
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        from celery_app.local.view import render
+
+        Console().print(render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The one-command local run (`checkbeat up`) and its live view (`checkbeat status`)."""

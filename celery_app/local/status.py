@@ -1,0 +1,149 @@
+"""What a running checkbeat is doing, read from Redis in a few round trips.
+
+One collector serves three faces: the live view of ``checkbeat up``, ``checkbeat status`` and
+``checkbeat status --json``. Lanes show what runs (leases in flight), what Celery holds (the
+broker queue) and what waits in Redis in fair order (the ready index); checks show their lane,
+cost EWMA, last result and next run; cron tasks their next and last runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from celery_app.app import settings_of
+from celery_app.checks import CheckStore
+from celery_app.cron_service import CronService, row_dict
+from celery_app.jobs import read_jobs
+from celery_app.keys import LANE_NAMES, Keys, check_queue
+from celery_app.redis_client import get_redis
+
+ENV_FILE = "env.json"
+
+
+def write_env_file(data_dir: Path, env: Mapping[str, str]) -> Path:
+    """Record the connection settings ``up`` runs with, so ``status`` finds the same Redis."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / ENV_FILE
+    wanted = {k: v for k, v in env.items() if k.startswith("CHECKBEAT_")}
+    path.write_text(json.dumps(wanted, indent=2))
+    path.chmod(0o600)  # it may hold a Redis password
+    return path
+
+
+def load_env_file(data_dir: Path) -> bool:
+    """Adopt the settings of a ``checkbeat up`` started from ``data_dir`` (unless set already)."""
+    path = data_dir / ENV_FILE
+    if not path.exists():
+        return False
+    for key, value in json.loads(path.read_text()).items():
+        os.environ.setdefault(key, value)
+    return True
+
+
+def _iso(ts: float | None) -> str | None:
+    if not ts:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _lanes(app: Celery, keys: Keys, regions: list[str]) -> list[dict[str, Any]]:
+    settings = settings_of(app)
+    state = get_redis(settings.redis_url)
+    broker = get_redis(settings.effective_broker_url)
+    pipe = state.pipeline(transaction=False)
+    bpipe = broker.pipeline(transaction=False)
+    cells = [(region, lane) for region in regions for lane in range(len(LANE_NAMES))]
+    for region, lane in cells:
+        pipe.zcard(keys.leases(region, lane))
+        pipe.zcard(keys.ready(region, lane))
+        bpipe.llen(check_queue(region, lane))
+    counts = pipe.execute()
+    queued = bpipe.execute()
+    return [
+        {
+            "region": region,
+            "lane": LANE_NAMES[lane],
+            "running": counts[2 * i],
+            "waiting": counts[2 * i + 1],
+            "queued": queued[i],
+        }
+        for i, (region, lane) in enumerate(cells)
+    ]
+
+
+def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
+    settings = settings_of(app)
+    client = get_redis(settings.redis_url)
+    definitions = CheckStore.from_settings(settings).list()
+    job_ids = [job for d in definitions for job in d.job_ids()]
+    jobs = read_jobs(client, keys, job_ids)
+    pipe = client.pipeline(transaction=False)
+    for d in definitions:
+        pipe.hgetall(keys.last_result(d.uid))
+    last = dict(zip((d.uid for d in definitions), pipe.execute(), strict=True))
+    rows = []
+    for job in jobs:
+        if job is None:
+            continue
+        result = json.loads(last.get(job.uid, {}).get(job.region) or "null") or {}
+        rows.append(
+            {
+                "uid": job.uid,
+                "tenant": job.tenant,
+                "region": job.region,
+                "lane": LANE_NAMES[job.lane],
+                "cost_ewma_ms": round(job.cost_ewma_ms, 1),
+                "delay_ewma_ms": round(job.delay_ewma_ms, 1),
+                "runs": job.runs,
+                "last_status": result.get("status"),
+                "last_latency_ms": result.get("latency_ms"),
+                "last_error": result.get("error_class"),
+                "next_run": None if not job.enabled else _iso(job.scheduled_at),
+                "running": bool(job.lease_token),
+            }
+        )
+    return rows
+
+
+def _cron(app: Celery) -> list[dict[str, Any]]:
+    """One row per cron task; per-tenant tasks also list each tenant's last run."""
+    service = CronService(app)
+    tenants = service.tenants.read() if service.tenants else []
+    pairs = [(t.id, tenant) for t in service.tasks.values() if t.per_tenant for tenant in tenants]
+    states = service.store.states(pairs)
+    rows = []
+    for row in service.rows():
+        data = row_dict(row)
+        if service.tasks[row.id].per_tenant:
+            data["tenants"] = {
+                tenant: {
+                    "last_start": _iso(float(s["last_start"])) if s.get("last_start") else None,
+                    "last_end": _iso(float(s["last_end"])) if s.get("last_end") else None,
+                    "last_outcome": s.get("outcome"),
+                    "last_error": s.get("last_error"),
+                }
+                for (task_id, tenant), s in states.items()
+                if task_id == row.id
+            }
+        rows.append(data)
+    return rows
+
+
+def collect_status(app: Celery) -> dict[str, Any]:
+    """Everything the view shows, as plain JSON-able data."""
+    settings = settings_of(app)
+    keys = Keys(settings.key_prefix)
+    return {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "regions": list(settings.regions),
+        "lanes": _lanes(app, keys, list(settings.regions)),
+        "checks": _checks(app, keys),
+        "cron": _cron(app),
+    }

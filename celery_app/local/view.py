@@ -1,0 +1,94 @@
+"""Render the status data as terminal tables (rich) for `checkbeat up` and `checkbeat status`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+
+MAX_CHECK_ROWS = 40
+
+
+def _ms(value: Any) -> str:
+    return "-" if value in (None, "") else f"{float(value):.0f}"
+
+
+def _time(value: str | None) -> str:
+    return value[11:19] if value else "-"
+
+
+def lanes_table(data: dict[str, Any]) -> Table:
+    table = Table(title="lanes", title_justify="left")
+    for column in ("region", "lane", "running", "queued (broker)", "waiting (redis, WFQ)"):
+        table.add_column(column)
+    for lane in data["lanes"]:
+        table.add_row(
+            lane["region"],
+            lane["lane"],
+            str(lane["running"]),
+            str(lane["queued"]),
+            str(lane["waiting"]),
+        )
+    return table
+
+
+def checks_table(data: dict[str, Any]) -> Table:
+    checks = data["checks"]
+    title = f"checks ({len(checks)} jobs)"
+    if len(checks) > MAX_CHECK_ROWS:
+        title += f", first {MAX_CHECK_ROWS}"
+    table = Table(title=title, title_justify="left")
+    for column in (
+        "check",
+        "tenant",
+        "region",
+        "lane",
+        "cost ms",
+        "delay ms",
+        "runs",
+        "last",
+        "latency ms",
+        "next run",
+    ):
+        table.add_column(column)
+    for row in checks[:MAX_CHECK_ROWS]:
+        status = row["last_status"] or "-"
+        if row["last_error"]:
+            status = f"{status} ({row['last_error']})"
+        style = "green" if row["last_status"] == "up" else ("red" if row["last_status"] else None)
+        table.add_row(
+            row["uid"],
+            row["tenant"],
+            row["region"],
+            f"[yellow]{row['lane']}[/]" if row["lane"] == "slow" else row["lane"],
+            _ms(row["cost_ewma_ms"]),
+            _ms(row["delay_ewma_ms"]),
+            str(row["runs"]),
+            f"[{style}]{status}[/]" if style else status,
+            _ms(row["last_latency_ms"]),
+            "running" if row["running"] else _time(row["next_run"]),
+        )
+    return table
+
+
+def cron_table(data: dict[str, Any]) -> Table:
+    table = Table(title="cron tasks", title_justify="left")
+    for column in ("task", "spec", "scope", "next", "last run", "outcome", "fired", "skipped"):
+        table.add_column(column)
+    for row in data["cron"]:
+        table.add_row(
+            row["id"],
+            row["spec"],
+            row["scope"],
+            row.get("next_fire") or "never",
+            row.get("last_end") or row.get("last_start") or "-",
+            row.get("last_outcome") or "-",
+            str(row.get("fired", 0)),
+            str(row.get("skipped", 0)),
+        )
+    return table
+
+
+def render(data: dict[str, Any]) -> Group:
+    return Group(lanes_table(data), checks_table(data), cron_table(data))
