@@ -41,11 +41,19 @@ def _parser() -> argparse.ArgumentParser:
         default=Path(".checkbeat"),
         help="find the Redis of a `checkbeat up` started from this directory",
     )
+    commands.add_parser(
+        "settings", help="print every CHECKBEAT_* variable with its default (Markdown table)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "settings":
+        from celery_app.settings import settings_markdown
+
+        print(settings_markdown())
+        return 0
     if args.command == "up":
         from celery_app.local.up import UpOptions, run_up
 
@@ -56,8 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     from celery_app.local.bootstrap import fresh_app
     from celery_app.local.status import collect_status, load_env_file
 
+    import redis
+
     load_env_file(args.data_dir)
-    data = collect_status(fresh_app())
+    app = fresh_app()
+    try:
+        data = collect_status(app)
+    except redis.RedisError as exc:
+        from celery_app.app import settings_of
+        from celery_app.settings import redact_url
+
+        url = redact_url(settings_of(app).redis_url)
+        print(f"checkbeat status: cannot read Redis at {url}: {exc}", file=sys.stderr)
+        print("start a system with `checkbeat up`, or set CHECKBEAT_REDIS_URL", file=sys.stderr)
+        return 2
     if args.json:
         json.dump(data, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

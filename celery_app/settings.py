@@ -337,3 +337,25 @@ def load_settings(**overrides: Any) -> Settings:
 def get_settings() -> Settings:
     """The process-wide settings, read once. Tests call ``get_settings.cache_clear()``."""
     return load_settings()
+
+
+def _default_text(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(value) or "(empty)"
+    return str(value)
+
+
+def settings_markdown() -> str:
+    """The README's configuration table, generated so it cannot drift from the code."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
+        meaning = (info.description or "").replace("|", "\\|")
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `{_default_text(default)}` | {meaning} |")
+    return "\n".join(rows)

@@ -77,7 +77,22 @@ def option(command: list[str], name: str) -> str:
 
 
 def test_services_are_the_deployment(compose):
-    assert set(compose["services"]) == {"redis", "beat", "worker-fast", "worker-shared", "flower"}
+    assert set(compose["services"]) == {
+        "redis",
+        "beat",
+        "worker-fast",
+        "worker-shared",
+        "worker-tasks",
+        "flower",
+    }
+
+
+def test_a_worker_runs_cron_tasks_from_the_default_queue(compose):
+    command = command_of(compose["services"]["worker-tasks"])
+    assert command[:4] == ["celery", "-A", "celery_app", "worker"]
+    assert "--role" not in command
+    assert option(command, "-Q").split(",")[0] == "celery"
+    assert int(option(command, "-c")) >= 1
 
 
 def test_redis_has_aof_and_a_password_from_the_environment(raw, compose):
