@@ -10,6 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from celery_app.settings import Settings, get_settings
+from celery_app.tls import broker_use_ssl
 from celery_app.worker_options import install_worker_options
 
 #: Modules of checkbeat itself whose tasks every worker must know.
@@ -36,6 +37,8 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=False,
         broker_connection_retry_on_startup=True,
+        # rediss:// brokers verify the server certificate (kombu alone would use CERT_NONE).
+        broker_use_ssl=broker_use_ssl(settings),
         broker_transport_options={"visibility_timeout": 3600},
         # Flower shows tasks only when workers send events.
         worker_send_task_events=True,

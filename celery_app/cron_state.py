@@ -283,12 +283,25 @@ class CronStore:
         self, requests: Sequence[FireRequest], error: str, now: datetime, claim: Claim
     ) -> None:
         """Publishing failed after the window keys were taken: the window is not retried
-        (that could fire twice), it is recorded so list and diagnose show it."""
+        (that could fire twice), it is recorded so list and diagnose show it.
+
+        Besides the failing state (which the next successful run clears), each window becomes a
+        gap record, so diagnose still names the windows a broker outage cost after it is over.
+        """
         if not requests:
             return
         pipe = self.client.pipeline(transaction=False)
         stamp = now.timestamp()
         for req in requests:
+            gap = {
+                "task": req.task.id,
+                "tenant": req.tenant,
+                "from": req.window.timestamp(),
+                "to": (req.window + WINDOW).timestamp(),
+                "detected_at": stamp,
+                "detector": error,
+            }
+            pipe.lpush(self.keys.cron_gaps(), json.dumps(gap))
             state = self.keys.cron_state(req.task.id, req.tenant)
             pipe.hset(
                 state,
@@ -304,6 +317,7 @@ class CronStore:
             pipe.hset(self.keys.cron_failing(), f"{req.task.id}|{req.tenant}", error)
             if req.task.singleton:
                 pipe.delete(self.keys.cron_inflight(req.task.id, req.tenant))
+        pipe.ltrim(self.keys.cron_gaps(), 0, 999)
         pipe.hdel(self.keys.cron_pending(), claim.batch)
         pipe.execute()
 

@@ -134,8 +134,8 @@ class RedisBatchPublisher:
     ``send_task(..., queue=q)`` puts a message, and where a worker consuming ``q`` BRPOPs.
     """
 
-    def __init__(self, broker_url: str, *, chunk: int = 5000) -> None:
-        self.client = redis.Redis.from_url(broker_url)
+    def __init__(self, broker_url: str, *, chunk: int = 5000, **client_options: Any) -> None:
+        self.client = redis.Redis.from_url(broker_url, **client_options)
         self.origin = _dumps(_origin())
         self.chunk = chunk
         self.ids = UniqueIds()
@@ -216,7 +216,11 @@ def fast_path_supported(app: Celery) -> bool:
 def make_publisher(app: Celery) -> Publisher:
     """The fastest publisher that is correct for this app's broker."""
     if fast_path_supported(app):
-        return RedisBatchPublisher(app.conf.broker_url)
+        from celery_app.app import settings_of
+        from celery_app.tls import redis_tls_kwargs
+
+        url = app.conf.broker_url
+        return RedisBatchPublisher(url, **redis_tls_kwargs(url, settings_of(app)))
     return KombuBatchPublisher(app)
 
 

@@ -6,6 +6,9 @@ import threading
 
 import redis
 
+from celery_app.settings import get_settings
+from celery_app.tls import redis_tls_kwargs
+
 _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
 
@@ -14,7 +17,8 @@ def get_redis(url: str) -> redis.Redis:
     """A shared, thread-safe client (redis-py pools connections) that decodes to ``str``.
 
     Clients retry a dropped connection once and keep TCP keepalive on, so a Redis restart
-    costs one failed call at most, not a restart of beat or the workers.
+    costs one failed call at most, not a restart of beat or the workers. A ``rediss://`` URL
+    verifies the server certificate per ``CHECKBEAT_REDIS_TLS_*`` (see celery_app.tls).
     """
     client = _clients.get(url)
     if client is None:
@@ -27,6 +31,7 @@ def get_redis(url: str) -> redis.Redis:
                     socket_keepalive=True,
                     health_check_interval=30,
                     retry_on_timeout=True,
+                    **redis_tls_kwargs(url, get_settings()),
                 )
                 _clients[url] = client
     return client

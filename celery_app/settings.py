@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Any
@@ -35,6 +36,17 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password (and a user-only secret) replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    creds, _, host = rest.partition("@")
+    user, colon, _password = creds.partition(":")
+    masked = f"{user}:***" if colon else "***"
+    return f"{scheme}://{masked}@{host}"
+
+
 class SettingsError(ValueError):
     """A configuration value is invalid; the message names the variable and what is allowed."""
 
@@ -51,6 +63,24 @@ class Settings(BaseSettings):
     )
     broker_url: str | None = Field(
         None, description="Celery broker URL; defaults to CHECKBEAT_REDIS_URL."
+    )
+    redis_tls_cert_reqs: str = Field(
+        "required",
+        description=(
+            "Certificate verification for rediss:// URLs (state and broker): 'required' "
+            "(default), 'optional' or 'none'. kombu alone would fall back to 'none' for a "
+            "rediss:// broker without options; checkbeat never does unless told here."
+        ),
+    )
+    redis_tls_ca_file: str | None = Field(
+        None,
+        description="CA bundle (PEM) that signs the Redis server certificate (rediss:// only).",
+    )
+    redis_tls_certfile: str | None = Field(
+        None, description="Client certificate (PEM) for Redis servers that require mutual TLS."
+    )
+    redis_tls_keyfile: str | None = Field(
+        None, description="Private key (PEM) of CHECKBEAT_REDIS_TLS_CERTFILE."
     )
     key_prefix: str = Field("checkbeat", description="Prefix of every Redis key checkbeat writes.")
     timezone: str = Field("UTC", description="Default timezone of cron tasks (IANA name).")
@@ -159,6 +189,23 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{text!r} is not an IP address; list single addresses such as 10.0.0.7"
                 ) from None
+        return value
+
+    @field_validator("redis_tls_cert_reqs")
+    @classmethod
+    def _cert_reqs(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in ("required", "optional", "none"):
+            raise ValueError(f"must be 'required', 'optional' or 'none', got {value!r}")
+        return value
+
+    @field_validator("redis_tls_ca_file", "redis_tls_certfile", "redis_tls_keyfile")
+    @classmethod
+    def _readable_file(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not os.path.isfile(value) or not os.access(value, os.R_OK):
+            raise ValueError(f"{value!r} is not a readable file")
         return value
 
     @field_validator("timezone")
@@ -296,6 +343,13 @@ class Settings(BaseSettings):
             )
         return self
 
+    def __repr_args__(self) -> Any:
+        """Like pydantic's, with URL passwords masked: settings end up in logs and tracebacks."""
+        for name, value in super().__repr_args__():
+            if name in ("redis_url", "broker_url") and isinstance(value, str):
+                value = redact_url(value)
+            yield name, value
+
     # --- derived -------------------------------------------------------------------------
     @property
     def effective_broker_url(self) -> str:
@@ -326,8 +380,11 @@ def load_settings(**overrides: Any) -> Settings:
             message = error["msg"].removeprefix("Value error, ")
             if error["type"].startswith("time_delta"):
                 message += " (allowed: seconds >= 0 such as 10 or 1.5, or ISO 8601 such as PT10S)"
+            given = error.get("input")
+            if field in ("redis_url", "broker_url") and isinstance(given, str):
+                given = redact_url(given)
             if field:
-                lines.append(f"{ENV_PREFIX}{field.upper()}={error.get('input')!r}: {message}")
+                lines.append(f"{ENV_PREFIX}{field.upper()}={given!r}: {message}")
             else:
                 lines.append(message)
         raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(lines)) from None

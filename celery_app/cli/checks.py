@@ -312,6 +312,32 @@ def ratelimit(
     click.echo(f"{tenant}: {bucket.per_minute:g}/min, burst {bucket.burst:g}")
 
 
+@checks.command("reconcile")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def reconcile(ctx: click.Context, as_json: bool) -> None:
+    """Rebuild jobs from the check definitions (after a Redis restore without AOF)."""
+    from celery_app.redis_client import get_redis
+    from celery_app.repair import repair
+    from scheduling_core import Params
+
+    settings = settings_of(ctx.obj.app)
+    report = repair(
+        get_redis(settings.redis_url),
+        Keys(settings.key_prefix),
+        Params.from_settings(settings),
+        datetime.now(UTC),
+    )
+    if as_json:
+        click.echo(json.dumps(asdict(report)))
+        return
+    click.echo(
+        f"{report.checks} check(s): {len(report.placed)} job(s) placed again, "
+        f"{len(report.leases_restored)} lease(s) restored to the reaper, "
+        f"{len(report.conflicts)} changed meanwhile (run again)"
+    )
+
+
 @checks.command("diagnose")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context

@@ -1,0 +1,164 @@
+"""Rebuild the jobs from the check definitions after Redis lost or tore part of its state.
+
+Why: with AOF on, a Redis restart keeps everything (tested in tests/faults). Without it, Redis
+comes back from its last RDB snapshot, or empty. Definitions are the source of truth; jobs are
+derived state, so whatever of a job a restore lost can be rebuilt:
+
+- a check whose job hash is gone, or whose job sits in no index (not due, ready or leased), is
+  placed at its next aligned tick again (keeping whatever EWMAs survived);
+- a job that holds a lease the lease index forgot is put back in that index, so the reaper
+  finishes it as a lost run instead of it staying claimed forever;
+- the ``checks`` and per-tenant sets are re-added (the same store.lua write as an update).
+
+Checks created after the snapshot are gone with it: re-apply them from wherever they are
+managed (``checks add``). Run ``celery -A celery_app checks reconcile`` after a restore; it is
+idempotent and safe while beat and workers run (each check's write is version-guarded).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import redis
+
+from celery_app.checks import StoredCheck, decode_check, encode_check
+from celery_app.jobs import JobState, format_ts, to_unix
+from celery_app.keys import Keys
+from celery_app.scripts import run_script
+from scheduling_core import LANE_FAST, LANE_SLOW, Params
+
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    checks: int
+    placed: tuple[str, ...]
+    leases_restored: tuple[str, ...]
+    conflicts: tuple[str, ...]
+
+
+def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
+    """Every uid with a definition hash (the ``checks`` set itself may be what was lost)."""
+    head = keys.check("")
+    for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash"):
+        uid = key[len(head) :]
+        if uid and ":" not in uid:
+            yield uid
+
+
+def _job_fields(stored: StoredCheck) -> dict[str, str]:
+    defn = stored.definition
+    fields = {
+        "t": defn.tenant,
+        "w": str(defn.plan_weight),
+        "p": str(defn.period),
+        "g": ",".join(defn.regions),
+    }
+    if defn.region_spread is not None:
+        fields["s"] = repr(defn.region_spread)
+    return fields
+
+
+def plan_repair(
+    stored: StoredCheck,
+    jobs: dict[str, JobState | None],
+    indexed: dict[str, bool],
+    now: datetime,
+    params: Params,
+) -> tuple[dict[str, Any] | None, list[str], list[JobState]]:
+    """(store.lua change or None, jobs to place, leased jobs missing from the lease index)."""
+    defn = stored.definition
+    if not defn.enabled:
+        return None, [], []
+    entries: list[dict[str, Any]] = []
+    placed: list[str] = []
+    orphaned_leases: list[JobState] = []
+    for region, jid in zip(defn.regions, defn.job_ids(), strict=True):
+        job = jobs.get(jid)
+        if job is not None and job.lease_token is not None:
+            if not indexed[jid]:
+                orphaned_leases.append(job)
+            continue
+        if job is not None and indexed[jid]:
+            continue
+        sa = defn.next_tick(region, now)
+        cost = job.cost_ewma_ms if job else 0.0
+        ea = params.effective_scheduled_at(sa, cost, defn.plan_weight)
+        entries.append(
+            {
+                "id": jid,
+                "f": _job_fields(stored),
+                "place": True,
+                "off": False,
+                "sa": format_ts(to_unix(sa)),
+                "ea": format_ts(to_unix(ea)),
+            }
+        )
+        placed.append(jid)
+    change = {
+        "uid": defn.uid,
+        "expect": stored.version,
+        "old_tenant": defn.tenant,
+        "op": "put",
+        "check": encode_check(stored.definition),
+        "remove": [],
+        "jobs": entries,
+    }
+    return change, placed, orphaned_leases
+
+
+def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> RepairReport:
+    """Scan every definition and rebuild what its jobs lost (see the module docstring)."""
+    uids = list(check_uids(client, keys))
+    placed: list[str] = []
+    restored: list[str] = []
+    conflicts: list[str] = []
+    for start in range(0, len(uids), BATCH):
+        chunk = uids[start : start + BATCH]
+        pipe = client.pipeline(transaction=False)
+        for uid in chunk:
+            pipe.hgetall(keys.check(uid))
+        stored = [decode_check(uid, h) for uid, h in zip(chunk, pipe.execute(), strict=True) if h]
+        job_ids = [jid for s in stored for jid in s.definition.job_ids()]
+        pipe = client.pipeline(transaction=False)
+        for jid in job_ids:
+            region = jid.rpartition("@")[2]
+            pipe.hgetall(keys.job(jid))
+            pipe.zscore(keys.due(), jid)
+            for lane in (LANE_FAST, LANE_SLOW):
+                pipe.zscore(keys.ready(region, lane), jid)
+                pipe.zscore(keys.leases(region, lane), jid)
+        replies = pipe.execute()
+        jobs: dict[str, JobState | None] = {}
+        indexed: dict[str, bool] = {}
+        for i, jid in enumerate(job_ids):
+            h, *scores = replies[6 * i : 6 * i + 6]
+            jobs[jid] = JobState.from_hash(jid, h) if h else None
+            indexed[jid] = any(score is not None for score in scores)
+        writes = client.pipeline(transaction=False)
+        planned: list[tuple[str, list[str]]] = []
+        for s in stored:
+            ids = s.definition.job_ids()
+            change, to_place, leases = plan_repair(
+                s, {j: jobs[j] for j in ids}, {j: indexed[j] for j in ids}, now, params
+            )
+            for job in leases:
+                expiry = job.lease_expiry if job.lease_expiry is not None else to_unix(now)
+                writes.zadd(keys.leases(job.region, job.lane), {job.job_id: expiry})
+                restored.append(job.job_id)
+            if change is not None:
+                payload = json.dumps({"changes": [change]}, separators=(",", ":"))
+                run_script(writes, "store", args=[keys.prefix, payload])
+                planned.append((s.definition.uid, to_place))
+        statuses = [st for st in writes.execute() if isinstance(st, list)]
+        for (uid, to_place), status in zip(planned, statuses, strict=True):
+            if status[0] == "ok":
+                placed.extend(to_place)
+            else:
+                conflicts.append(uid)
+    return RepairReport(len(uids), tuple(placed), tuple(restored), tuple(conflicts))

@@ -1,0 +1,167 @@
+"""Three beat replicas, one SIGKILLed at a random point of every window and restarted: every
+singleton (task, tenant, window) still runs exactly once.
+
+The beats run on the test clock (``CHECKBEAT_TEST_CLOCK``, docs/cron-tasks.md) at RATE times
+real speed, so ten one-minute windows take ten times 60/RATE real seconds. A real worker runs
+the tasks (a singleton whose previous run is still in flight is skipped, so runs must finish);
+each run appends ``task|tenant|window`` to a Redis list, which is what is counted.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from conftest import wait_for
+from fault_procs import Processes, process_env
+
+from celery_app.clock import TEST_CLOCK_ENV, Clock
+from celery_app.cron import GLOBAL_TENANT, window_id, window_start
+from celery_app.keys import Keys
+
+pytest_plugins = ["fault_report"]
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
+
+KEYS = Keys("cbtest")
+RUNS = "faulttest:runs"
+SINGLETONS = 12
+TENANTS = [f"t{i}" for i in range(4)]
+RATE = 30.0  # one window = 2 real seconds
+WINDOWS = 10
+
+TASKS = f"""
+import os
+import redis
+from celery_app import cron
+
+_client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])
+
+
+def _make(task_id):
+    def run(self, tenant="{GLOBAL_TENANT}"):
+        _client.rpush("{RUNS}", f"{{task_id}}|{{tenant}}|{{self.request.cron_window}}")
+    return run
+
+
+for i in range({SINGLETONS}):
+    cron("* * * * *", id=f"s{{i}}", name=f"faults.s{{i}}", bind=True)(_make(f"s{{i}}"))
+cron("* * * * *", id="fan", name="faults.fan", per_tenant=True, bind=True)(_make("fan"))
+"""
+
+
+class HeartbeatWatch:
+    """Notes when each beat pid first heartbeats (the moment a restarted replica is back)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.first_seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            now = time.monotonic()
+            for beat_id in self.client.hkeys(KEYS.beat_heartbeat()):
+                pid = int(beat_id.split(":")[-2])
+                self.first_seen.setdefault(pid, now)
+
+    def __enter__(self) -> HeartbeatWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _expected(window: datetime) -> list[tuple[str, str, str]]:
+    wid = window_id(window)
+    return [(f"s{i}", GLOBAL_TENANT, wid) for i in range(SINGLETONS)] + [
+        ("fan", t, wid) for t in TENANTS
+    ]
+
+
+def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
+    tmp_path, r, broker_url, fault_report
+):
+    redis.Redis.from_url(broker_url).flushdb()
+    (tmp_path / "fault_cron_tasks.py").write_text(textwrap.dedent(TASKS))
+    r.sadd(KEYS.tenants(), *TENANTS)
+    # An hour ahead, so message expiries (window end + grace) stay in the real future.
+    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
+    clock = Clock(start, time.time(), RATE)
+    window_real = 60.0 / RATE
+    procs = Processes(
+        tmp_path,
+        process_env(
+            (tmp_path,),
+            CHECKBEAT_IMPORTS="fault_cron_tasks",
+            CHECKBEAT_CRON_GRACE="60",
+            **{TEST_CLOCK_ENV: clock.encode()},
+        ),
+    )
+    rng = random.Random()
+    kills: list[tuple[int, int, float]] = []  # (killed pid, replacement pid, when)
+    try:
+        with HeartbeatWatch(r) as watch:
+            procs.worker("-P", "threads", "-c", "8", "-Q", "celery")
+            beats = [procs.beat() for _ in range(3)]
+            wait_for(
+                lambda: all(b.pid in watch.first_seen for b in beats),
+                30,
+                what="three beats to heartbeat",
+            )
+            # Judge the windows that start once all three are up.
+            first = window_start(clock.now()) + timedelta(minutes=1)
+            last = first + timedelta(minutes=WINDOWS - 1)
+            for k in range(WINDOWS):
+                real_start = (
+                    clock.epoch + (first + timedelta(minutes=k) - start).total_seconds() / RATE
+                )
+                kill_at = real_start + rng.uniform(0.02, 0.98) * window_real
+                wait_for(lambda t=kill_at: time.time() >= t, 2 * window_real + 10)
+                victim = beats[k % 3]
+                victim.kill()
+                beats[k % 3] = procs.beat()
+                kills.append((victim.pid, beats[k % 3].pid, time.monotonic()))
+            # Every window's grace has passed, with the last replacement up: all catch-up done.
+            done_at = last + timedelta(minutes=1, seconds=61)
+            wait_for(lambda: clock.now() > done_at, 60, what="the last window's grace to pass")
+            wait_for(lambda: beats[-1].pid in watch.first_seen, 30, what="the last restart")
+            broker = redis.Redis.from_url(broker_url)
+            wait_for(
+                lambda: (
+                    broker.llen("celery") == 0 and not list(r.scan_iter("cbtest:cron:inflight:*"))
+                ),
+                30,
+                what="the worker to finish every run",
+            )
+            recoveries = [
+                watch.first_seen[new] - at for _old, new, at in kills if new in watch.first_seen
+            ]
+    finally:
+        procs.stop_all()
+
+    counts = Counter(tuple(m.split("|")) for m in r.lrange(RUNS, 0, -1))
+    duplicates = {key: n for key, n in counts.items() if n > 1}
+    judged = [key for k in range(WINDOWS) for key in _expected(first + timedelta(minutes=k))]
+    missed = [key for key in judged if counts[key] == 0]
+    lost_claims = r.hlen(KEYS.cron_pending())
+    fault_report.add(
+        "beat: 3 replicas, SIGKILL one per window",
+        runs=len(judged),
+        duplicates=sum(n - 1 for n in duplicates.values()),
+        misses=len(missed),
+        max_recovery_s=max(recoveries),
+        kills=len(kills),
+        unconfirmed_claims=lost_claims,
+    )
+    assert len(recoveries) == WINDOWS
+    assert not duplicates, f"fired more than once: {duplicates}"
+    assert not missed, f"never fired: {missed[:10]} (unconfirmed claims: {lost_claims})"
