@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir, demo=args.demo, view=args.view, flower_port=args.flower_port
         )
         return run_up(options)
+    import redis
+
     from celery_app.local.bootstrap import fresh_app
     from celery_app.local.status import collect_status, load_env_file
-
-    import redis
 
     load_env_file(args.data_dir)
     app = fresh_app()
