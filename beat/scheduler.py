@@ -39,6 +39,8 @@ from celery_app.tenants import resolve_tenants
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 10.0
+#: Drivers may tick every second; the heartbeat need not be written that often.
+HEARTBEAT_MIN_GAP = 5.0
 #: Smallest sleep: a window boundary is waited for, not spun on.
 MIN_SLEEP = 0.005
 
@@ -94,6 +96,7 @@ class CronScheduler(Scheduler):
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._backoff = 0.0
         self._last_sweep: datetime | None = None
+        self._last_heartbeat = float("-inf")
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, **kwargs)
 
@@ -156,7 +159,10 @@ class CronScheduler(Scheduler):
         now = self.clock()
         try:
             report = self.engine.tick(now)
-            self.store.heartbeat(self.beat_id, now)
+            mono = time.monotonic()
+            if mono - self._last_heartbeat >= HEARTBEAT_MIN_GAP:
+                self.store.heartbeat(self.beat_id, now)
+                self._last_heartbeat = mono
         except Exception as exc:
             self._backoff = min(MAX_BACKOFF, max(0.5, self._backoff * 2))
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)

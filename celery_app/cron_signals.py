@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from celery import Celery, states
-from celery.exceptions import TimeLimitExceeded
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
 from celery_app.app import settings_of
@@ -75,6 +75,10 @@ def _on_postrun(
     cron = _cron_headers(getattr(task, "request", None))
     if cron is None:
         return
+    if state is None:
+        # The run was cut short (the pool is killing the child, e.g. at its hard time limit):
+        # the parent reports it through task_failure, see _on_hard_time_limit.
+        return
     task_id, tenant, window, _manual = cron
     ok = state == states.SUCCESS
     try:
@@ -125,11 +129,12 @@ def _on_hard_time_limit(
     kwargs: Any = None,
     **_: Any,
 ) -> None:
-    """A hard time limit kills the child, so no postrun: the pool parent reports it here,
-    without the message headers. The run is found by its Celery id in the state the child's
-    prerun wrote."""
+    """A hard time limit or a lost pool child ends the run without a postrun of its own: the
+    pool parent reports it here, without the message headers. The run is found by its Celery
+    id in the state the child's prerun wrote."""
     declared = getattr(sender, "cron_task", None)
-    if not isinstance(exception, TimeLimitExceeded) or not isinstance(declared, CronTask):
+    lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
+    if not lost or not isinstance(declared, CronTask):
         return
     tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
     try:

@@ -55,10 +55,10 @@ class Keys:
         return f"{self.prefix}:cron:stats:{task_id}"
 
     def cron_pending(self) -> str:
-        """ZSET ``task|tenant|window`` -> claim time: claimed but not yet confirmed published.
+        """Hash claim id -> JSON {owner, at, members}: claims not yet confirmed published.
 
-        A beat killed between taking a window key and publishing leaves its entries here, so
-        diagnose can say the window was lost instead of the loss being silent.
+        Written in the claim's own round trip; a beat killed between taking window keys and
+        publishing leaves its record here, so the loss is reported instead of silent.
         """
         return f"{self.prefix}:cron:pending"
 

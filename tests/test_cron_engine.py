@@ -220,3 +220,31 @@ def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app,
     assert any(
         "half-done" in f and "claimed by beat:dead, never published" in f for f in findings
     ), findings
+
+
+def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r):
+    from celery_app.cron_service import CronService
+
+    _declare(cron_app, "five-min", spec="*/5 * * * *")
+    _declare(cron_app, "never-ran", spec="*/5 * * * *")
+    r.hset(Keys("cbtest").beat_heartbeat(), "beat-x", (T0 + 30 * MIN).timestamp())
+    engine = make_engine(cron_app)
+    engine.tick(T0 + timedelta(seconds=1))  # both fire at 00:00
+    r.delete(Keys("cbtest").cron_stats("never-ran"))
+    r.hset(Keys("cbtest").cron_stats("never-ran"), "first_seen", (T0 + MIN).timestamp())
+    on_time = CronService(cron_app, clock=lambda: T0 + 6 * MIN).diagnose()
+    assert not any("overdue" in f for f in on_time), on_time
+    # 00:05 passed with no firing (no beat ran) and its grace is over by 00:07.
+    late = CronService(cron_app, clock=lambda: T0 + 7 * MIN + timedelta(seconds=1)).diagnose()
+    overdue = sorted(f for f in late if "overdue" in f)
+    assert len(overdue) == 2, late
+    assert "'five-min' is overdue: window 2030-01-01T00:05Z" in overdue[0]
+    assert "never fired" in overdue[1]
+
+
+def test_declared_queue_is_where_the_message_goes(cron_app, broker_url):
+    _declare(cron_app, "routed", queue="reports")
+    _declare(cron_app, "default-queue")
+    make_engine(cron_app).tick(T0 + timedelta(seconds=1))
+    assert set(sends(broker_url, queues=("reports",))) == {("routed", GLOBAL_TENANT, window_id(T0))}
+    assert set(sends(broker_url)) == {("default-queue", GLOBAL_TENANT, window_id(T0))}

@@ -204,7 +204,8 @@ def test_hard_time_limit_on_a_prefork_worker_is_recorded_as_a_failure(
             what="the hard time limit to be recorded",
         )
         state = r.hgetall(state_key)
-        assert "TimeLimitExceeded" in state["last_error"]
+        assert "TimeLimitExceeded" in state["last_error"], state
+        assert state["failed"] == "1"
         assert not r.exists(KEYS.cron_inflight("stuck", GLOBAL_TENANT))  # released
     finally:
         worker.terminate()
