@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
-RATE_LIMITED_SCAN = 5000  # rate-limited jobs stepped over per region per tick
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per call
+# A refill runs after every finished run: it moves fewer, the next tick does the rest.
+REFILL_RATE_LIMITED_SCAN = 200
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,10 @@ class TickReport:
     rate_limited: int = 0
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
+
+
+def _iso(seconds: float) -> str:
+    return from_unix(seconds).isoformat()
 
 
 def _as_unix(now: float | datetime | None) -> float:
@@ -141,7 +147,9 @@ class Dispatcher:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
         now_s = _as_unix(now)
         self.promote(now_s)
-        claims, _, _ = self.claim(now_s, regions=(region,))
+        claims, _, _ = self.claim(
+            now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
+        )
         self.publish(claims)
         return tuple(claims)
 
@@ -159,7 +167,11 @@ class Dispatcher:
                 return total
 
     def claim(
-        self, now_s: float, regions: Sequence[str] | None = None
+        self,
+        now_s: float,
+        regions: Sequence[str] | None = None,
+        *,
+        rate_limited_scan: int = RATE_LIMITED_SCAN,
     ) -> tuple[list[Claim], dict[str, RegionSlots], int]:
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
@@ -178,6 +190,7 @@ class Dispatcher:
                         self.keys.leases(region, LANE_SLOW),
                         self.keys.region_workers(region),
                         self.keys.lease_seq(),
+                        self.keys.held_tenants(region),
                     ],
                     args=[
                         repr(now_s),
@@ -186,7 +199,8 @@ class Dispatcher:
                         self.keys.job_prefix(),
                         self.keys.rate_limit_prefix(),
                         CLAIM_BATCH,
-                        RATE_LIMITED_SCAN,
+                        rate_limited_scan,
+                        self.keys.held_prefix(region),
                     ],
                 )
                 if first:
@@ -282,11 +296,18 @@ class Dispatcher:
                     next_scheduled_at=next_at,
                 )
             )
+            # Same shape as the workers' history records, so reports read one format.
             result: dict[str, Any] = {
                 "status": "lost",
-                "reason": "lease expired: no completion within the hard time limit",
-                "scheduled_at": job.scheduled_at,
-                "at": now_s,
+                "latency_ms": None,
+                "error_class": "lease_expired",
+                "error": "no completion within the hard time limit; the claim was reaped",
+                "region": job.region,
+                "scheduled_at": _iso(job.scheduled_at),
+                "started_at": None,
+                "finished_at": _iso(now_s),
+                "worker": None,
+                "timed_out": True,
                 "lane": LANE_NAMES[job.lane],
             }
             runs.append(CompletedRun(job_id, job.lease_token, state, next_at, result))

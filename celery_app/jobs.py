@@ -17,7 +17,7 @@ c     cost_ewma_ms (absent = 0)                                    complete
 d     delay_ewma_ms (absent = 0)                                   complete
 l     lane, 0 fast / 1 slow (absent = 0)                           complete
 n     runs completed (or reaped)                                   complete
-sk    runs skipped by the tenant rate limit                        claim
+sk    runs skipped by the tenant rate limit                        claim (on release)
 lt    lease token, only while claimed                              claim; complete removes it
 lx    lease expiry, Unix s, only while claimed                     claim; complete removes it
 off   "1" while the check is disabled (the job is in no index)     store
@@ -27,7 +27,8 @@ The uid and region come from the job id; kind, target and config from the check 
 copy per check). (*) a rate-limited job's ``sa`` moves on to its latest tick, ``ea`` stays.
 
 Where a job is: in ``Keys.due`` (score sa) waiting for its tick, in ``Keys.ready(region, lane)``
-(score ea) due and waiting for a slot, or in ``Keys.leases(region, lane)`` (score lx) claimed.
+(score ea) due and waiting for a slot, in ``Keys.held(region, lane, tenant)`` (score ea) due but
+turned away by the tenant's token bucket, or in ``Keys.leases(region, lane)`` (score lx) claimed.
 
 Contract for whoever finishes a run (the worker; the dispatcher's reaper for expired leases):
 

@@ -111,6 +111,19 @@ class Keys:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
 
+    def held(self, region: str, lane: int, tenant: str) -> str:
+        """ZSET job -> effective_scheduled_at: due jobs of a (region, lane) that the tenant's
+        token bucket turned away; released into the ready index as tokens come back."""
+        return f"{self.prefix}:held:{region}:{LANE_NAMES[lane]}:{tenant}"
+
+    def held_tenants(self, region: str) -> str:
+        """Set of tenants with held jobs in a region."""
+        return f"{self.prefix}:heldtenants:{region}"
+
+    def held_prefix(self, region: str) -> str:
+        """``held(r, lane, t) == held_prefix(r) + f"{LANE_NAMES[lane]}:{t}"`` (for Lua)."""
+        return f"{self.prefix}:held:{region}:"
+
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
         return f"{self.prefix}:leaseseq"

@@ -5,6 +5,8 @@ Pure summaries (``summarize``) over values read in one pipelined pass (``read_al
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,23 +55,24 @@ class LaneReport:
     buckets: dict[str, int]
 
 
-def bucket_label(upper: float | None, lower: float) -> str:
-    return f">= {lower:g} ms" if upper is None else f"< {upper:g} ms"
+def bucket_labels() -> list[str]:
+    """``< 100 ms``, ``100-500 ms``, ... ``>= 15000 ms``: the cost histogram's buckets."""
+    edges = COST_BUCKETS_MS
+    labels = [f"< {edges[0]:g} ms"]
+    labels += [f"{lo:g}-{hi:g} ms" for lo, hi in itertools.pairwise(edges)]
+    labels.append(f">= {edges[-1]:g} ms")
+    return labels
 
 
 def summarize(jobs: Sequence[JobState]) -> list[LaneReport]:
+    """Per lane: cost and delay EWMA percentiles and the cost histogram."""
+    labels = bucket_labels()
     reports = []
     for lane, name in enumerate(LANE_NAMES):
         mine = [j for j in jobs if j.lane == lane]
-        buckets: dict[str, int] = {bucket_label(b, 0): 0 for b in COST_BUCKETS_MS}
-        buckets[bucket_label(None, COST_BUCKETS_MS[-1])] = 0
+        buckets = dict.fromkeys(labels, 0)
         for j in mine:
-            for upper in COST_BUCKETS_MS:
-                if j.cost_ewma_ms < upper:
-                    buckets[bucket_label(upper, 0)] += 1
-                    break
-            else:
-                buckets[bucket_label(None, COST_BUCKETS_MS[-1])] += 1
+            buckets[labels[bisect.bisect_right(COST_BUCKETS_MS, j.cost_ewma_ms)]] += 1
         reports.append(
             LaneReport(
                 name,

@@ -123,7 +123,8 @@ def test_costs_report_per_lane(cli, r, keys, store):
     report = {lane["lane"]: lane for lane in json.loads(cli("costs", "--json"))}
     assert report["fast"]["cost"]["count"] == 3 and report["fast"]["cost"]["max"] == 30.0
     assert report["fast"]["cost"]["p50"] == 20.0
-    assert report["slow"]["buckets"]["< 5000 ms"] == 1
+    assert report["slow"]["buckets"]["1000-5000 ms"] == 1
+    assert report["fast"]["buckets"]["< 100 ms"] == 3
     assert "lane slow: 1 job(s)" in cli("costs")
 
 

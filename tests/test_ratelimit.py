@@ -130,20 +130,23 @@ def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatc
         exec_start=None,
         now=at(start + 1),
     )
-    # two of the loser's ticks pass without a token: each is a skipped run; its scheduled_at
-    # moves on, its effective deadline does not (it recedes, so it wins the next token)
+    # two of the loser's ticks pass without a token: it waits in acme's held index at its old
+    # effective deadline (it recedes, so it wins the next token); other tenants never see it
     for later in (start + 70, start + 130):
         assert d.tick(later).claims == ()
     waiting = read_job(r, keys, second.job_id)
-    assert waiting.skipped == 2
-    assert waiting.scheduled_at == pytest.approx(second.scheduled_at + 120)
     assert waiting.effective_scheduled_at == second.effective_scheduled_at
-    assert r.zscore(keys.ready("eu", 0), second.job_id) == pytest.approx(
+    assert r.zscore(keys.held("eu", 0, "acme"), second.job_id) == pytest.approx(
         second.effective_scheduled_at
     )
+    assert r.zscore(keys.ready("eu", 0), second.job_id) is None
     # the winner is due again too, with a newer deadline: the next token goes to the loser
-    assert r.zscore(keys.ready("eu", 0), first.job_id) > second.effective_scheduled_at
+    assert r.zscore(keys.held("eu", 0, "acme"), first.job_id) > second.effective_scheduled_at
     assert [c.job_id for c in d.tick(start + 151).claims] == [second.job_id]
+    ran = read_job(r, keys, second.job_id)
+    assert ran.skipped == 2  # the two ticks it missed are counted as skipped runs
+    assert ran.scheduled_at == pytest.approx(second.scheduled_at + 120)
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == [first.job_id]
 
 
 def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
@@ -180,3 +183,31 @@ def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
     # acme's burst (2, its oldest) and then globex's 5, found past 98 limited acme jobs
     assert claimed == ["a000@eu", "a001@eu"] + [f"b{i}@eu" for i in range(5)]
     assert report.rate_limited == 98
+    assert r.zcard(keys.held("eu", 0, "acme")) == 98
+
+
+def test_removing_the_bucket_releases_held_jobs_and_deleting_a_check_unholds_it(
+    r, keys, store, dispatcher_app, broker
+):
+    for i in range(4):
+        store.create(
+            now=at(T0),
+            uid=f"h{i}",
+            tenant="acme",
+            kind="testprobe",
+            target="x",
+            period=60,
+            regions=["eu"],
+        )
+        learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
+    set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
+    d = Dispatcher(dispatcher_app, client=r)
+    assert [c.job_id for c in d.tick(T0 + 5).claims] == ["h0@eu"]
+    assert r.zcard(keys.held("eu", 0, "acme")) == 3
+    store.delete("h3")
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == ["h1@eu", "h2@eu"]
+    clear_rate_limit(r, keys, "acme")
+    assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu", "h2@eu"]
+    assert not r.exists(keys.held("eu", 0, "acme"))
+    assert not r.sismember(keys.held_tenants("eu"), "acme")

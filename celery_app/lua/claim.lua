@@ -3,9 +3,10 @@
 -- each tenant's token bucket permitting. Atomic, so dispatchers on several beats never claim
 -- the same job and never claim past the free slots together.
 -- KEYS: 1 ready fast, 2 ready slow, 3 leases fast, 4 leases slow, 5 region workers set,
---       6 lease sequence counter
+--       6 lease sequence counter, 7 held tenants set of the region
 -- ARGV: 1 now, 2 lease expiry, 3 worker key prefix, 4 job key prefix, 5 rate-limit key prefix,
---       6 max claims in this call, 7 max rate-limited jobs to step over
+--       6 max claims in this call, 7 max rate-limited jobs to hold in this call,
+--       8 held key prefix of the region ("<prefix>:held:<region>:")
 -- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited, claims}
 -- where claims is ONE string, a line per claim: "job token scheduled_at effective cost lane"
 -- (job ids hold no whitespace; one bulk reply parses far faster than six per claim).
@@ -35,28 +36,8 @@ if free <= 0 then
 end
 
 local skip_limit = tonumber(ARGV[7])
-
--- Read each ready index lazily, a page at a time: usually one page of `free` entries is all it
--- takes. Claimed entries leave the index as we go, rate-limited ones stay, so the next page
--- starts after the entries stepped over (`kept`).
-local function pager(key, enabled)
-  return {key = key, buf = {}, pos = 1, kept = 0, done = not enabled}
-end
-local function peek(p)
-  if p.done then return nil end
-  if p.buf[p.pos] == nil then
-    local size = math.max(free, 32)
-    p.buf = redis.call('ZRANGE', p.key, p.kept, p.kept + size - 1, 'WITHSCORES')
-    p.pos = 1
-    if p.buf[1] == nil then
-      p.done = true
-      return nil
-    end
-  end
-  return p.buf[p.pos], p.buf[p.pos + 1]
-end
-local F = pager(KEYS[1], true)
-local S = pager(KEYS[2], free_slow > 0)
+local held_prefix = ARGV[8]
+local LANE = {[0] = 'fast', [1] = 'slow'}
 
 -- Token buckets, read once per tenant per call and written back at the end.
 local buckets = {}
@@ -80,6 +61,64 @@ local function bucket(tenant)
   end
   return b
 end
+
+-- A rate-limited job's missed ticks are skipped runs: scheduled_at moves on to its latest tick,
+-- the effective deadline does not (it recedes, and wins the next token).
+local function account_skipped(key)
+  local v = redis.call('HMGET', key, 'sa', 'p')
+  local sa, period = tonumber(v[1]), tonumber(v[2])
+  if sa and period and period > 0 and now >= sa + period then
+    local missed = math.floor((now - sa) / period)
+    redis.call('HSET', key, 'sa', string.format('%.3f', sa + missed * period))
+    redis.call('HINCRBY', key, 'sk', missed)
+  end
+end
+
+-- Release held jobs of tenants whose bucket has tokens again (all of them if the bucket is
+-- gone), oldest effective deadline first, back into the ready index at that old deadline.
+for _, tenant in ipairs(redis.call('SMEMBERS', KEYS[7])) do
+  local b = bucket(tenant)
+  local n = b and math.floor(b.tokens) or -1
+  if n ~= 0 then
+    for lane = 0, 1 do
+      local hk = held_prefix .. LANE[lane] .. ':' .. tenant
+      local members = redis.call('ZRANGE', hk, 0, n < 0 and -1 or n - 1, 'WITHSCORES')
+      for k = 1, #members, 2 do
+        local job = members[k]
+        redis.call('ZREM', hk, job)
+        if redis.call('EXISTS', ARGV[4] .. job) == 1 then
+          account_skipped(ARGV[4] .. job)
+          redis.call('ZADD', KEYS[lane + 1], members[k + 1], job)
+        end
+      end
+    end
+    if redis.call('EXISTS', held_prefix .. 'fast:' .. tenant, held_prefix .. 'slow:' .. tenant) == 0 then
+      redis.call('SREM', KEYS[7], tenant)
+    end
+  end
+end
+
+-- Read each ready index lazily, a page at a time: usually one page of `free` entries is all it
+-- takes. Every entry visited leaves the index (claimed, held, or deleted), so each next page
+-- starts at the top again (`kept` counts entries stepped over and left in place: none today).
+local function pager(key, enabled)
+  return {key = key, buf = {}, pos = 1, kept = 0, done = not enabled}
+end
+local function peek(p)
+  if p.done then return nil end
+  if p.buf[p.pos] == nil then
+    local size = math.max(free, 32)
+    p.buf = redis.call('ZRANGE', p.key, p.kept, p.kept + size - 1, 'WITHSCORES')
+    p.pos = 1
+    if p.buf[1] == nil then
+      p.done = true
+      return nil
+    end
+  end
+  return p.buf[p.pos], p.buf[p.pos + 1]
+end
+local F = pager(KEYS[1], true)
+local S = pager(KEYS[2], free_slow > 0)
 
 local seq = nil
 local skipped = 0
@@ -112,17 +151,12 @@ while free > 0 do
   else
     local b = bucket(v[1])
     if b and b.tokens < 1 then
-      -- Rate-limited: the job keeps its place (its old effective deadline) in the ready index
-      -- and wins the next token before any job due later. Each tick it misses is a skipped
-      -- run: scheduled_at moves on to the latest tick, the effective deadline does not.
+      -- Rate-limited: held (out of the way of other tenants' jobs) at its old effective
+      -- deadline, and released first when the tenant's bucket has tokens again.
       skipped = skipped + 1
-      page.kept = page.kept + 1
-      local sa, period = tonumber(v[2]), tonumber(v[4])
-      if sa and period and period > 0 and now >= sa + period then
-        local missed = math.floor((now - sa) / period)
-        redis.call('HSET', key, 'sa', string.format('%.3f', sa + missed * period))
-        redis.call('HINCRBY', key, 'sk', missed)
-      end
+      redis.call('ZREM', ready_key, job)
+      redis.call('ZADD', held_prefix .. LANE[lane] .. ':' .. v[1], ea, job)
+      redis.call('SADD', KEYS[7], v[1])
       if skipped >= skip_limit then break end
     else
       if b then b.tokens = b.tokens - 1 end

@@ -24,8 +24,18 @@ for _, ch in ipairs(changes) do
   end
 end
 
+-- Out of its tenant's held index (rate-limited jobs wait there instead of in ready).
+local function unhold(id, region, key)
+  local tenant = redis.call('HGET', key, 't')
+  if tenant then
+    redis.call('ZREM', P .. ':held:' .. region .. ':fast:' .. tenant, id)
+    redis.call('ZREM', P .. ':held:' .. region .. ':slow:' .. tenant, id)
+  end
+end
+
 local function remove_job(id)
   local region = string.match(id, '@([^@]+)$')
+  unhold(id, region, P .. ':job:' .. id)
   redis.call('DEL', P .. ':job:' .. id)
   redis.call('ZREM', P .. ':due', id)
   local rf, rs = lanes_of('ready', region)
@@ -64,6 +74,7 @@ for _, ch in ipairs(changes) do
       local region = string.match(job.id, '@([^@]+)$')
       local rf, rs = lanes_of('ready', region)
       local leased = redis.call('HEXISTS', key, 'lt') == 1
+      if job.off or (job.place and not leased) then unhold(job.id, region, key) end
       local fargs = {}
       for k, val in pairs(job.f) do
         fargs[#fargs + 1] = k
