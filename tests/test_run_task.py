@@ -19,6 +19,7 @@ from celery_app.checks import CheckStore
 from celery_app.jobs import read_job
 from celery_app.keys import Keys, check_queue, job_id
 from celery_app.settings import load_settings
+from workers.outcome import BadRunMessage, RunRequest
 
 pytest_plugins = ["worker_fixtures"]
 
@@ -80,6 +81,7 @@ def test_a_run_records_its_result_and_folds_its_cost(
     assert result["region"] == "local" and result["worker"]  # the node (host in tests)
     assert result["started_at"] and result["scheduled_at"]
     assert json.loads(r.hget(KEYS.last_result("web"), "local")) == result
+    assert r.lrange(KEYS.slots_freed("local"), 0, -1) == ["1"]  # the dispatcher's doorbell
 
 
 def test_errors_carry_their_class_and_a_refused_target_is_a_result(
@@ -134,7 +136,6 @@ def test_bad_messages_are_rejected_and_the_worker_keeps_going(
         ({**good, "timeout_s": -1}, "timeout_s must be > 0"),
         ({**good, "job_id": "no-region"}, "job_id"),
         ({**good, "job_id": "ghost@local"}, "unknown job ghost@local"),
-        ({**good, "extra": 1}, "unknown field"),
     ]
     for kwargs, _ in bad:
         send(app, kwargs)
@@ -178,3 +179,32 @@ def test_a_check_deleted_while_it_runs_is_discarded(
     assert not r.exists(KEYS.job(job_id("gone", "local")))
     assert not r.exists(KEYS.results("gone"), KEYS.last_result("gone"))
     assert r.zscore(KEYS.due(), job_id("gone", "local")) is None
+
+
+GOOD = {
+    "job_id": "c@local",
+    "lease_token": "7.1",
+    "scheduled_at": 1_700_000_000.0,
+    "effective_scheduled_at": 1_700_000_000.5,
+    "timeout_s": 15,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"timeout_s": True}, "timeout_s must be a number"),
+        ({"scheduled_at": float("nan")}, "scheduled_at must be finite"),
+        ({"effective_scheduled_at": None}, "effective_scheduled_at must be a number"),
+        ({"lease_token": ""}, "lease_token must be a non-empty string"),
+        ({"job_id": 42}, "job_id must be a non-empty string"),
+    ],
+)
+def test_run_request_refuses_wrong_types_without_coercion(change, message):
+    with pytest.raises(BadRunMessage, match=message):
+        RunRequest.parse({**GOOD, **change})
+
+
+def test_run_request_ignores_fields_a_newer_dispatcher_may_add():
+    request = RunRequest.parse({**GOOD, "lane": 1})
+    assert (request.uid, request.region, request.timeout_s) == ("c", "local", 15.0)

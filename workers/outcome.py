@@ -65,9 +65,7 @@ class RunRequest:
             values[name] = float(value)
         if values["timeout_s"] <= 0:
             raise BadRunMessage(f"timeout_s must be > 0, got {values['timeout_s']!r}")
-        unknown = set(kwargs) - {"job_id", "lease_token", *_FLOAT_FIELDS}
-        if unknown:
-            raise BadRunMessage(f"unknown field(s) {sorted(unknown)}")
+        # Extra fields are ignored: a newer dispatcher may add some before the workers update.
         return cls(**values)
 
 

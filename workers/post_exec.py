@@ -26,8 +26,9 @@ from celery.signals import task_failure, task_postrun
 
 from celery_app.app import settings_of
 from celery_app.jobs import finish_run
-from celery_app.keys import Keys
+from celery_app.keys import Keys, split_job_id
 from celery_app.redis_client import get_redis
+from celery_app.wakeup import ring
 from scheduling_core import Params
 from workers.outcome import BadRunMessage, RunOutcome, RunRequest
 
@@ -37,14 +38,17 @@ RUN_CHECK_TASK = "checkbeat.run_check"
 
 
 def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
-    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history).
+    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history), then ring
+    the dispatcher's doorbell (celery_app.wakeup) so the freed slot is claimed at once.
 
     False when the lease is no longer this run's (reaped, deleted, already recorded).
     """
     settings = settings_of(app)
+    client = get_redis(settings.redis_url)
+    keys = Keys(settings.key_prefix)
     written = finish_run(
-        get_redis(settings.redis_url),
-        Keys(settings.key_prefix),
+        client,
+        keys,
         Params.from_settings(settings),
         outcome.job_id,
         outcome.lease_token,
@@ -58,7 +62,9 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         scheduled_at=outcome.scheduled_at,
         results_maxlen=settings.results_history,
     )
-    if not written:
+    if written:
+        ring(client, keys, split_job_id(outcome.job_id)[1])  # the slot is free: claim now
+    else:
         log.info(
             "checkbeat: run of %s not recorded: its lease is gone (reaped, deleted or done)",
             outcome.job_id,
