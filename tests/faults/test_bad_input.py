@@ -161,7 +161,7 @@ BAD_MESSAGES = [
     ("scheduled_at a string", (), GOOD_KWARGS | {"scheduled_at": "yesterday"}),
     ("timeout_s negative", (), GOOD_KWARGS | {"timeout_s": -1}),
     ("timeout_s a bool", (), GOOD_KWARGS | {"timeout_s": True}),
-    ("an unknown field", (), GOOD_KWARGS | {"shell": "rm -rf /"}),
+    ("lease_token empty", (), GOOD_KWARGS | {"lease_token": ""}),
     ("positional args", ("missing@local",), {}),
     ("unknown job id", (), GOOD_KWARGS),
 ]
