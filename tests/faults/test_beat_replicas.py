@@ -9,6 +9,7 @@ each run appends ``task|tenant|window`` to a Redis list, which is what is counte
 
 from __future__ import annotations
 
+import json
 import random
 import textwrap
 import threading
@@ -152,7 +153,12 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     duplicates = {key: n for key, n in counts.items() if n > 1}
     judged = [key for k in range(WINDOWS) for key in _expected(first + timedelta(minutes=k))]
     missed = [key for key in judged if counts[key] == 0]
-    lost_claims = r.hlen(KEYS.cron_pending())
+    # A SIGKILL that lands between a beat's claim (SET NX) and its publish (a few ms per window)
+    # loses that window: firing it again could fire it twice, so checkbeat keeps at-most-once
+    # and reports it (diagnose: "claimed but never published"). Such a miss is counted apart;
+    # any other miss fails the test.
+    never_published = _claimed_never_published(r)
+    unexplained = [key for key in missed if key not in never_published]
     fault_report.add(
         "beat: 3 replicas, SIGKILL one per window",
         runs=len(judged),
@@ -160,8 +166,21 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
         misses=len(missed),
         max_recovery_s=max(recoveries),
         kills=len(kills),
-        unconfirmed_claims=lost_claims,
+        lost_between_claim_and_publish=len(missed) - len(unexplained),
     )
     assert len(recoveries) == WINDOWS
     assert not duplicates, f"fired more than once: {duplicates}"
-    assert not missed, f"never fired: {missed[:10]} (unconfirmed claims: {lost_claims})"
+    assert not unexplained, f"never fired and not reported: {unexplained[:10]}"
+    assert len(missed) <= SINGLETONS + len(TENANTS), "more than one kill hit a claim"
+
+
+def _claimed_never_published(r: redis.Redis) -> set[tuple[str, str, str]]:
+    members: set[tuple[str, str, str]] = set()
+    for raw in r.hvals(KEYS.cron_pending()):
+        members.update(tuple(m.split("|")) for m in json.loads(raw)["members"])
+    for raw in r.lrange(KEYS.cron_gaps(), 0, -1):
+        gap = json.loads(raw)
+        if "never published" in gap["detector"]:
+            start = datetime.fromtimestamp(gap["from"], UTC)
+            members.add((gap["task"], gap.get("tenant", GLOBAL_TENANT), window_id(start)))
+    return members
