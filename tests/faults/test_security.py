@@ -8,6 +8,7 @@ is built with.
 
 from __future__ import annotations
 
+import logging
 import ssl
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import wait_for
-from fault_procs import Processes, process_env
+from fault_procs import LogLines, Processes, process_env
 
 from celery_app.app import create_app
 from celery_app.checks import CheckStore
@@ -138,6 +139,7 @@ def test_a_pickle_message_is_refused_unexecuted_and_the_worker_keeps_going(
     store.create(uid="good", tenant="acme", kind="http", target=target.url("/delay/1"), period=60)
     queue = "checks.local.fast"
     run_worker(app, [queue], concurrency=1)
+    logged = LogLines("celery")
     marker = tmp_path / "pwned"
     app.send_task(
         RUN_CHECK_TASK, kwargs={"job_id": Exploit(str(marker))}, queue=queue, serializer="pickle"
@@ -149,6 +151,8 @@ def test_a_pickle_message_is_refused_unexecuted_and_the_worker_keeps_going(
     app.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=queue)
     wait_for(lambda: read_job(r, KEYS, job_id("good", "local")).runs == 1, 20, what="a good run")
     assert not marker.exists(), "the pickle payload was deserialized"
+    logging.getLogger("celery").removeHandler(logged)
+    assert "Refusing to deserialize untrusted content of type pickle" in logged.text
     fault_report.add("pickle message, then a JSON one", runs=2, executed_pickles=0)
 
 
