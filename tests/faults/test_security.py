@@ -40,6 +40,7 @@ pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")
 SECRET = "s3cr3t-Pa55word-7781"
+TENANT_SECRET = "t3nant-B4sic-9912"
 
 
 # --- TLS: verification is the default ------------------------------------------------------
@@ -196,8 +197,18 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), allow_private_targets=True
         )
-        CheckStore(state, Keys(settings.key_prefix), settings).create(
+        store = CheckStore(state, Keys(settings.key_prefix), settings)
+        store.create(
             uid="authcheck", tenant="acme", kind="http", target=target.url("/delay/1"), period=1
+        )
+        # a tenant's own credentials: basic auth in the URL, a bearer token in a header
+        store.create(
+            uid="tenantcreds",
+            tenant="acme",
+            kind="http",
+            target=target.url("/delay/1").replace("http://", f"http://bob:{TENANT_SECRET}@"),
+            config={"headers": {"Authorization": f"Bearer {TENANT_SECRET}"}},
+            period=1,
         )
         procs = Processes(tmp_path, env)
         try:
@@ -206,6 +217,7 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
             procs.beat()
             keys = Keys(settings.key_prefix)
             wait_for(lambda: state.xlen(keys.results("authcheck")) >= 2, 60, what="check results")
+            wait_for(lambda: state.xlen(keys.results("tenantcreds")) >= 1, 60, what="its results")
             wait_for(
                 lambda: state.hget(keys.cron_state("auth-tick", "-"), "outcome") == "success",
                 60,
@@ -217,13 +229,18 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
                 _cli(env, tmp_path, "checks", "show", "authcheck"),
                 _cli(env, tmp_path, "checks", "show", "authcheck", "--json"),
                 _cli(env, tmp_path, "checks", "list"),
+                _cli(env, tmp_path, "checks", "list", "--json"),
+                _cli(env, tmp_path, "checks", "show", "tenantcreds"),
+                _cli(env, tmp_path, "checks", "show", "tenantcreds", "--json"),
             ]
         finally:
             procs.stop_all()
         logs = [p.output() for p in procs.started]
         assert "authcheck" in outputs[2]
+        assert "tenantcreds" in outputs[6] and "bob:***@" in outputs[6]
         for text in [*outputs, *logs]:
             assert SECRET not in text
+            assert TENANT_SECRET not in text
         assert any(":**@127.0.0.1" in log for log in logs)  # celery's banner masks it
         fault_report.add(
             "redis AUTH: beat + worker, secret in output",
@@ -245,3 +262,14 @@ def _cli(env: dict[str, str], cwd: Path, *args: str) -> str:
     )
     assert done.returncode in (0, 1), done.stderr
     return done.stdout + done.stderr
+
+
+def test_basic_auth_in_a_target_is_sent_as_a_header_not_as_part_of_the_logged_url():
+    import base64
+
+    from workers.probes.http import split_credentials
+
+    url, auth = split_credentials("https://bob:p%40ss@[2001:db8::1]:8443/x?q=1")
+    assert url == "https://[2001:db8::1]:8443/x?q=1"
+    assert auth._auth_header == "Basic " + base64.b64encode(b"bob:p@ss").decode()
+    assert split_credentials("https://example.com/") == ("https://example.com/", None)
