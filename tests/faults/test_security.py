@@ -60,11 +60,11 @@ def test_rediss_urls_demand_a_verified_certificate_everywhere():
     assert pool.connection_class is redis.SSLConnection
     assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
     assert redis_tls_kwargs(settings.redis_url, settings) == {"ssl_cert_reqs": "required"}
-    # the state client is built from the same options: redis-py maps "required" to CERT_REQUIRED
-    state = redis.Redis.from_url(
-        settings.redis_url, **redis_tls_kwargs(settings.redis_url, settings)
-    )
-    pool = state.connection_pool
+    # the state client every process shares (get_redis) verifies too
+    from celery_app.redis_client import get_redis
+
+    pool = get_redis(url).connection_pool
+    assert pool.connection_class is redis.SSLConnection
     assert pool.connection_class(**pool.connection_kwargs).cert_reqs == ssl.CERT_REQUIRED
 
 
