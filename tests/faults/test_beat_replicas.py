@@ -119,8 +119,10 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
                 30,
                 what="three beats to heartbeat",
             )
-            # Judge the windows that start once all three are up.
-            first = window_start(clock.now()) + timedelta(minutes=1)
+            # Judge the windows from the second after all three are up: the first may still see
+            # the start-up catch-up runs in flight, and a singleton whose previous run is in
+            # flight is skipped by design (docs/cron-tasks.md, Overlap).
+            first = window_start(clock.now()) + timedelta(minutes=2)
             last = first + timedelta(minutes=WINDOWS - 1)
             for k in range(WINDOWS):
                 real_start = (
@@ -180,7 +182,10 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     )
     assert len(recoveries) == WINDOWS
     assert not duplicates, f"fired more than once: {duplicates}"
-    assert not unexplained, f"never fired and not reported: {unexplained[:10]}"
+    skip_reasons = {
+        key: r.hget(KEYS.cron_state(key[0], key[1]), "last_skip_reason") for key in unexplained
+    }
+    assert not unexplained, f"never fired and not reported: {unexplained[:10]} {skip_reasons}"
     assert len(missed) <= SINGLETONS + len(TENANTS), "more than one kill hit a claim"
 
 
