@@ -332,12 +332,11 @@ def _run_checkbeat(
     broker_url: str,
     state: redis.Redis,
 ) -> SystemReport:
-    from beat.dispatcher import Dispatcher
     from celery_app.app import create_app
     from celery_app.checks import CheckStore, validate_definition
+    from celery_app.dispatch import Dispatcher
     from celery_app.keys import Keys, check_queue
     from celery_app.settings import load_settings
-    from celery_app.wakeup import wait_for_ring
 
     settings = load_settings()
     app = create_app(settings)
@@ -375,10 +374,9 @@ def _run_checkbeat(
         dispatcher = Dispatcher(app, client=state)
 
         def dispatch() -> None:
-            # As beat should run it: tick, then wait for a freed slot or the next tick.
-            while not stop.is_set():
+            # As beat runs it; between ticks the workers refill the slots they free.
+            while not stop.wait(tick_s):
                 dispatcher.tick()
-                wait_for_ring(state, keys, ["local"], tick_s)
 
         ticker = threading.Thread(target=dispatch, daemon=True)
         queues = [check_queue("local", "fast"), check_queue("local", "slow")]

@@ -111,11 +111,6 @@ class Keys:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
         return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
 
-    def slots_freed(self, region: str) -> str:
-        """List: a worker pushes after each completed run; the dispatcher BLPOPs it to claim
-        the freed slot at once instead of at its next tick (see celery_app.wakeup)."""
-        return f"{self.prefix}:freed:{region}"
-
     def held(self, region: str, lane: int, tenant: str) -> str:
         """ZSET job -> effective_scheduled_at: due jobs of a (region, lane) that the tenant's
         token bucket turned away; released into the ready index as tokens come back."""

@@ -81,8 +81,8 @@ def test_a_hard_time_limit_is_recorded_once_as_a_timeout(r, make_app, start_work
     (result,) = history(r, "stubborn")
     assert (result["status"], result["error_class"]) == ("timeout", "timeout")
     assert "hard time limit (3 s)" in result["error"]
-    log = worker.output()
-    assert "Hard time limit (3.0s) exceeded" in log
+    # the pool's error path and Request.on_timeout race: either may log and signal first
+    wait_for(lambda: "Hard time limit (3.0s) exceeded" in worker.output(), 10, what="the log")
     # Celery 5.7 sent task_failure twice: the second write found the lease gone
     wait_for(lambda: "stubborn@local not recorded" in worker.output(), 10, what="second signal")
     assert worker.process.poll() is None  # the worker lives on

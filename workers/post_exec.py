@@ -25,10 +25,10 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.app import settings_of
+from celery_app.dispatch import refill_after_run
 from celery_app.jobs import finish_run
 from celery_app.keys import Keys, split_job_id
 from celery_app.redis_client import get_redis
-from celery_app.wakeup import ring
 from scheduling_core import Params
 from workers.outcome import BadRunMessage, RunOutcome, RunRequest
 
@@ -38,8 +38,8 @@ RUN_CHECK_TASK = "checkbeat.run_check"
 
 
 def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
-    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history), then ring
-    the dispatcher's doorbell (celery_app.wakeup) so the freed slot is claimed at once.
+    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history), then refill
+    the slot it freed at once (work-conserving) rather than at beat's next tick.
 
     False when the lease is no longer this run's (reaped, deleted, already recorded).
     """
@@ -63,13 +63,21 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         results_maxlen=settings.results_history,
     )
     if written:
-        ring(client, keys, split_job_id(outcome.job_id)[1])  # the slot is free: claim now
+        refill(app, split_job_id(outcome.job_id)[1])
     else:
         log.info(
             "checkbeat: run of %s not recorded: its lease is gone (reaped, deleted or done)",
             outcome.job_id,
         )
     return written
+
+
+def refill(app: Celery, region: str) -> None:
+    """Claim and publish work for the slot just freed (the dispatcher's own atomic claim)."""
+    try:
+        refill_after_run(app, region)
+    except Exception:  # beat's next tick claims anyway
+        log.exception("checkbeat: refilling the freed slot of region %s failed", region)
 
 
 @task_postrun.connect
