@@ -160,13 +160,15 @@ class CronEngine:
         due: dict[float, list[CronTask]] = {}
         for index, ts in due_at.items():
             due.setdefault(ts, []).append(self.tasks[index])
+        if missed:
+            # Before firing: the gap script skips windows whose task already handled a later
+            # one, and this tick's claims are about to move last_window past the missed ones.
+            self._record_missed(missed, at)
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
             self._heap = saved
             raise
-        if missed:
-            self._record_missed(missed, at)
         return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:

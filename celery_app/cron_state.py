@@ -104,7 +104,9 @@ local recorded = 0
 for i = 2, #KEYS do
   local task, from, to = ARGV[3*i-3], ARGV[3*i-2], ARGV[3*i-1]
   local last = tonumber(redis.call('HGET', KEYS[i], 'last_window') or '0')
-  if last < tonumber(from) then
+  local gap_to = tonumber(redis.call('HGET', KEYS[i], 'last_gap_to') or '0')
+  -- a window some beat handled is no gap; a gap already recorded is not recorded twice
+  if last < tonumber(from) and gap_to < tonumber(to) then
     redis.call('LPUSH', KEYS[1], cjson.encode({task=task, from=tonumber(from), to=tonumber(to),
                                                detected_at=tonumber(ARGV[1]), detector=ARGV[2]}))
     redis.call('HSET', KEYS[i], 'last_gap_from', from, 'last_gap_to', to)

@@ -7,7 +7,7 @@ import threading
 import redis
 
 from celery_app.settings import get_settings
-from celery_app.tls import redis_tls_kwargs
+from celery_app.tls import is_tls_url, redis_tls_kwargs
 
 _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
@@ -31,7 +31,7 @@ def get_redis(url: str) -> redis.Redis:
                     socket_keepalive=True,
                     health_check_interval=30,
                     retry_on_timeout=True,
-                    **redis_tls_kwargs(url, get_settings()),
+                    **(redis_tls_kwargs(url, get_settings()) if is_tls_url(url) else {}),
                 )
                 _clients[url] = client
     return client

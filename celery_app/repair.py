@@ -4,7 +4,8 @@ Why: with AOF on, a Redis restart keeps everything (tested in tests/faults). Wit
 comes back from its last RDB snapshot, or empty. Definitions are the source of truth; jobs are
 derived state, so whatever of a job a restore lost can be rebuilt:
 
-- a check whose job hash is gone, or whose job sits in no index (not due, ready or leased), is
+- a check whose job hash is gone, or whose job sits in no index (not due, ready, held by the
+  rate limit, or leased), is
   placed at its next aligned tick again (keeping whatever EWMAs survived);
 - a job that holds a lease the lease index forgot is put back in that index, so the reaper
   finishes it as a lost run instead of it staying claimed forever;
@@ -124,20 +125,22 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
         for uid in chunk:
             pipe.hgetall(keys.check(uid))
         stored = [decode_check(uid, h) for uid, h in zip(chunk, pipe.execute(), strict=True) if h]
-        job_ids = [jid for s in stored for jid in s.definition.job_ids()]
+        job_ids = [(jid, s.definition.tenant) for s in stored for jid in s.definition.job_ids()]
         pipe = client.pipeline(transaction=False)
-        for jid in job_ids:
+        for jid, tenant in job_ids:
             region = jid.rpartition("@")[2]
             pipe.hgetall(keys.job(jid))
             pipe.zscore(keys.due(), jid)
             for lane in (LANE_FAST, LANE_SLOW):
                 pipe.zscore(keys.ready(region, lane), jid)
                 pipe.zscore(keys.leases(region, lane), jid)
+                pipe.zscore(keys.held(region, lane, tenant), jid)
         replies = pipe.execute()
         jobs: dict[str, JobState | None] = {}
         indexed: dict[str, bool] = {}
-        for i, jid in enumerate(job_ids):
-            h, *scores = replies[6 * i : 6 * i + 6]
+        width = 8
+        for i, (jid, _tenant) in enumerate(job_ids):
+            h, *scores = replies[width * i : width * i + width]
             jobs[jid] = JobState.from_hash(jid, h) if h else None
             indexed[jid] = any(score is not None for score in scores)
         writes = client.pipeline(transaction=False)

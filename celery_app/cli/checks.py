@@ -15,6 +15,7 @@ from celery_app.checks import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.keys import LANE_NAMES, Keys
 from celery_app.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.redaction import redact_definition, redact_target
 from celery_app.reports import read_all_jobs, summarize
 
 
@@ -170,7 +171,7 @@ def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """List checks (of one tenant)."""
     defs = _store(ctx).list(tenant=tenant)
     if as_json:
-        click.echo(json.dumps([d.as_dict() for d in defs], indent=2))
+        click.echo(json.dumps([redact_definition(d.as_dict()) for d in defs], indent=2))
         return
     if not defs:
         click.echo("no checks")
@@ -180,7 +181,7 @@ def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
         state = "on " if d.enabled else "off"
         click.echo(
             f"{d.uid:24} {d.tenant:16} {d.kind:10} {d.period:>6}s {','.join(d.regions):16} "
-            f"{state}    {d.target}"
+            f"{state}    {redact_target(d.target)}"
         )
 
 
@@ -211,7 +212,7 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
         for entry_id, f in store.redis.xrevrange(keys.results(uid), count=history)
     ]
     return {
-        "check": stored.definition.as_dict(),
+        "check": redact_definition(stored.definition.as_dict()),
         "version": stored.version,
         "jobs": jobs,
         "results": recent,

@@ -7,6 +7,7 @@ worker with its pool children, by id, as a crash or an OOM kill would.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -130,3 +131,19 @@ class Processes:
 
 def elapsed(since: float) -> float:
     return time.monotonic() - since
+
+
+class LogLines(logging.Handler):
+    """Collects one logger's lines (the worker reconfigures the root logger under caplog)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        logging.getLogger(name).addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from beat_fixtures import cron_app_fixture  # noqa: F401
 from conftest import wait_for
+from fault_procs import LogLines
 from test_cron_errors import FIELD_ERRORS
 
 from celery_app.checks import CheckStore
@@ -42,22 +43,6 @@ OTHER_BAD_SPECS = [
     "@minutely",
 ]
 BAD_SPECS = [spec for spec, *_ in FIELD_ERRORS] + OTHER_BAD_SPECS
-
-
-class LogLines(logging.Handler):
-    """Collects one logger's lines (the worker reconfigures the root logger under caplog)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-        logging.getLogger(name).addHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 def snapshot(r) -> dict[str, object]:
@@ -161,7 +146,7 @@ BAD_MESSAGES = [
     ("scheduled_at a string", (), GOOD_KWARGS | {"scheduled_at": "yesterday"}),
     ("timeout_s negative", (), GOOD_KWARGS | {"timeout_s": -1}),
     ("timeout_s a bool", (), GOOD_KWARGS | {"timeout_s": True}),
-    ("an unknown field", (), GOOD_KWARGS | {"shell": "rm -rf /"}),
+    ("lease_token empty", (), GOOD_KWARGS | {"lease_token": ""}),
     ("positional args", ("missing@local",), {}),
     ("unknown job id", (), GOOD_KWARGS),
 ]

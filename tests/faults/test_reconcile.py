@@ -56,6 +56,10 @@ def test_reconcile_rebuilds_lost_jobs_indexes_sets_and_leases(make_app, r):
     r.delete(KEYS.checks(), KEYS.tenant_checks("t0"))
     r.zrem(KEYS.due(), job_id("c2", "eu"))
     r.hset(KEYS.job(job_id("c2", "eu")), mapping={"lt": "99.1", "lx": f"{time.time() - 1:.3f}"})
+    # a rate-limited job waits in its tenant's held index: that is a place, left alone
+    held = job_id("c3", "local")
+    r.zrem(KEYS.due(), held)
+    r.zadd(KEYS.held("local", 0, "t0"), {held: time.time()})
 
     report = repair(r, KEYS, params, datetime.now(UTC))
     assert report.checks == 6 and not report.conflicts
@@ -68,9 +72,14 @@ def test_reconcile_rebuilds_lost_jobs_indexes_sets_and_leases(make_app, r):
     for uid in uids:
         for region in ("local", "eu"):
             jid = job_id(uid, region)
-            indexed = r.zscore(KEYS.due(), jid) is not None or r.zscore(KEYS.leases(region, 0), jid)
+            indexed = (
+                r.zscore(KEYS.due(), jid) is not None
+                or r.zscore(KEYS.leases(region, 0), jid) is not None
+                or r.zscore(KEYS.held(region, 0, "t0"), jid) is not None
+            )
             assert indexed, jid
     assert read_job(r, KEYS, job_id("c1", "local")).cost_ewma_ms == pytest.approx(420.0)
+    assert r.zscore(KEYS.due(), held) is None  # not placed twice
     # the restored lease is reaped as a lost run by the real dispatcher
     assert Dispatcher(app, client=r).reap(time.time()) == 1
     assert read_job(r, KEYS, job_id("c2", "eu")).lease_token is None

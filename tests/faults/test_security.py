@@ -8,6 +8,7 @@ is built with.
 
 from __future__ import annotations
 
+import logging
 import ssl
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import wait_for
-from fault_procs import Processes, process_env
+from fault_procs import LogLines, Processes, process_env
 
 from celery_app.app import create_app
 from celery_app.checks import CheckStore
@@ -39,6 +40,7 @@ pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")
 SECRET = "s3cr3t-Pa55word-7781"
+TENANT_SECRET = "t3nant-B4sic-9912"
 
 
 # --- TLS: verification is the default ------------------------------------------------------
@@ -58,11 +60,11 @@ def test_rediss_urls_demand_a_verified_certificate_everywhere():
     assert pool.connection_class is redis.SSLConnection
     assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
     assert redis_tls_kwargs(settings.redis_url, settings) == {"ssl_cert_reqs": "required"}
-    # the state client is built from the same options: redis-py maps "required" to CERT_REQUIRED
-    state = redis.Redis.from_url(
-        settings.redis_url, **redis_tls_kwargs(settings.redis_url, settings)
-    )
-    pool = state.connection_pool
+    # the state client every process shares (get_redis) verifies too
+    from celery_app.redis_client import get_redis
+
+    pool = get_redis(url).connection_pool
+    assert pool.connection_class is redis.SSLConnection
     assert pool.connection_class(**pool.connection_kwargs).cert_reqs == ssl.CERT_REQUIRED
 
 
@@ -138,6 +140,7 @@ def test_a_pickle_message_is_refused_unexecuted_and_the_worker_keeps_going(
     store.create(uid="good", tenant="acme", kind="http", target=target.url("/delay/1"), period=60)
     queue = "checks.local.fast"
     run_worker(app, [queue], concurrency=1)
+    logged = LogLines("celery")
     marker = tmp_path / "pwned"
     app.send_task(
         RUN_CHECK_TASK, kwargs={"job_id": Exploit(str(marker))}, queue=queue, serializer="pickle"
@@ -149,6 +152,8 @@ def test_a_pickle_message_is_refused_unexecuted_and_the_worker_keeps_going(
     app.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=queue)
     wait_for(lambda: read_job(r, KEYS, job_id("good", "local")).runs == 1, 20, what="a good run")
     assert not marker.exists(), "the pickle payload was deserialized"
+    logging.getLogger("celery").removeHandler(logged)
+    assert "Refusing to deserialize untrusted content of type pickle" in logged.text
     fault_report.add("pickle message, then a JSON one", runs=2, executed_pickles=0)
 
 
@@ -192,8 +197,18 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), allow_private_targets=True
         )
-        CheckStore(state, Keys(settings.key_prefix), settings).create(
+        store = CheckStore(state, Keys(settings.key_prefix), settings)
+        store.create(
             uid="authcheck", tenant="acme", kind="http", target=target.url("/delay/1"), period=1
+        )
+        # a tenant's own credentials: basic auth in the URL, a bearer token in a header
+        store.create(
+            uid="tenantcreds",
+            tenant="acme",
+            kind="http",
+            target=target.url("/delay/1").replace("http://", f"http://bob:{TENANT_SECRET}@"),
+            config={"headers": {"Authorization": f"Bearer {TENANT_SECRET}"}},
+            period=1,
         )
         procs = Processes(tmp_path, env)
         try:
@@ -202,6 +217,7 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
             procs.beat()
             keys = Keys(settings.key_prefix)
             wait_for(lambda: state.xlen(keys.results("authcheck")) >= 2, 60, what="check results")
+            wait_for(lambda: state.xlen(keys.results("tenantcreds")) >= 1, 60, what="its results")
             wait_for(
                 lambda: state.hget(keys.cron_state("auth-tick", "-"), "outcome") == "success",
                 60,
@@ -213,13 +229,18 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
                 _cli(env, tmp_path, "checks", "show", "authcheck"),
                 _cli(env, tmp_path, "checks", "show", "authcheck", "--json"),
                 _cli(env, tmp_path, "checks", "list"),
+                _cli(env, tmp_path, "checks", "list", "--json"),
+                _cli(env, tmp_path, "checks", "show", "tenantcreds"),
+                _cli(env, tmp_path, "checks", "show", "tenantcreds", "--json"),
             ]
         finally:
             procs.stop_all()
         logs = [p.output() for p in procs.started]
         assert "authcheck" in outputs[2]
+        assert "tenantcreds" in outputs[6] and "bob:***@" in outputs[6]
         for text in [*outputs, *logs]:
             assert SECRET not in text
+            assert TENANT_SECRET not in text
         assert any(":**@127.0.0.1" in log for log in logs)  # celery's banner masks it
         fault_report.add(
             "redis AUTH: beat + worker, secret in output",
@@ -241,3 +262,14 @@ def _cli(env: dict[str, str], cwd: Path, *args: str) -> str:
     )
     assert done.returncode in (0, 1), done.stderr
     return done.stdout + done.stderr
+
+
+def test_basic_auth_in_a_target_is_sent_as_a_header_not_as_part_of_the_logged_url():
+    import base64
+
+    from workers.probes.http import split_credentials
+
+    url, auth = split_credentials("https://bob:p%40ss@[2001:db8::1]:8443/x?q=1")
+    assert url == "https://[2001:db8::1]:8443/x?q=1"
+    assert auth._auth_header == "Basic " + base64.b64encode(b"bob:p@ss").decode()
+    assert split_credentials("https://example.com/") == ("https://example.com/", None)

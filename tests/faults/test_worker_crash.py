@@ -89,7 +89,10 @@ def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
         assert state.cost_ewma_ms == pytest.approx(2000.0)  # pinned to the ceiling
         (lost,) = results(r, "victim")
         assert lost["status"] in ("timeout", "lost")
-        assert "lost" in (lost.get("error") or lost.get("reason") or "")
+        # the pool's parent reports the lost child (WorkerLostError) or, if the hard time limit
+        # fires first on a loaded machine, the kill: either way a run that never reported
+        why = lost.get("error") or lost.get("reason") or ""
+        assert "lost" in why or "killed" in why, why
         assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
         # the job runs again, in the pool's replacement child, while the worker lives on
         wait_for(lambda: len(starts(r)) >= 2, 30, what="the job to run again")

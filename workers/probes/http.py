@@ -15,7 +15,7 @@ import time
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import certifi
 import httpcore
@@ -199,6 +199,21 @@ def classify_http_error(exc: BaseException) -> str:
     return "connect"
 
 
+def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
+    """The URL without its ``user:password@`` part, and that part as basic auth.
+
+    Why: httpx logs every request URL (logger ``httpx``, INFO) and errors may quote it; a
+    tenant's password must not reach the worker's log or the results history.
+    """
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    clean = urlunsplit(parts._replace(netloc=hostport))
+    return clean, httpx.BasicAuth(unquote(user), unquote(password))
+
+
 def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
     """Request ``target`` once; never raises (every failure is a result with its error class)."""
     started = time.perf_counter()
@@ -207,7 +222,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
         return (time.perf_counter() - started) * 1000.0
 
     try:
-        url = check_url(target)
+        url, auth = split_credentials(check_url(target))
         spec = HttpConfig.model_validate(dict(config))
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
@@ -223,7 +238,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
                 max_redirects=MAX_REDIRECTS,
                 trust_env=False,
             ) as client,
-            client.stream(spec.method, url, headers=headers) as response,
+            client.stream(spec.method, url, headers=headers, auth=auth) as response,
         ):
             body = bytearray()
             for chunk in response.iter_bytes():
