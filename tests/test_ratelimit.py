@@ -53,31 +53,22 @@ def simulate(r, keys, store, app, minutes: int, *, step: float = 1.0):
     return runs
 
 
+def _one_minute_checks(store, tenant: str, uids: list[str]) -> None:
+    """Checks every 60 s in region eu, created at T0."""
+    for uid in uids:
+        store.create(
+            now=at(T0), uid=uid, tenant=tenant, kind="testprobe", target="x", period=60,
+            regions=["eu"],
+        )  # fmt: skip
+
+
 @pytest.mark.timeout(120)
 def test_a_tenant_over_its_bucket_runs_every_check_within_three_windows(
     r, keys, store, dispatcher_app, broker
 ):
-    for i in range(60):
-        store.create(
-            now=at(T0),
-            uid=f"rl{i:02d}",
-            tenant="acme",
-            kind="testprobe",
-            target="x",
-            period=60,
-            regions=["eu"],
-        )
+    _one_minute_checks(store, "acme", [f"rl{i:02d}" for i in range(60)])
     # another tenant without a bucket is not held back by acme's
-    for i in range(5):
-        store.create(
-            now=at(T0),
-            uid=f"free{i}",
-            tenant="globex",
-            kind="testprobe",
-            target="x",
-            period=60,
-            regions=["eu"],
-        )
+    _one_minute_checks(store, "globex", [f"free{i}" for i in range(5)])
     set_rate_limit(r, keys, "acme", per_minute=20, burst=20)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=100, ttl=None)
     minutes = 30
@@ -152,26 +143,8 @@ def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatc
 def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
     r, keys, store, dispatcher_app, broker
 ):
-    for i in range(100):
-        store.create(
-            now=at(T0),
-            uid=f"a{i:03d}",
-            tenant="acme",
-            kind="testprobe",
-            target="x",
-            period=60,
-            regions=["eu"],
-        )
-    for i in range(5):
-        store.create(
-            now=at(T0),
-            uid=f"b{i}",
-            tenant="globex",
-            kind="testprobe",
-            target="x",
-            period=60,
-            regions=["eu"],
-        )
+    _one_minute_checks(store, "acme", [f"a{i:03d}" for i in range(100)])
+    _one_minute_checks(store, "globex", [f"b{i}" for i in range(5)])
     for i in range(100):  # acme's jobs are all older than globex's
         learned(r, keys, store.params, f"a{i:03d}@eu", scheduled_at=T0 + i * 0.01)
     for i in range(5):
@@ -189,16 +162,8 @@ def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
 def test_removing_the_bucket_releases_held_jobs_and_deleting_a_check_unholds_it(
     r, keys, store, dispatcher_app, broker
 ):
+    _one_minute_checks(store, "acme", [f"h{i}" for i in range(4)])
     for i in range(4):
-        store.create(
-            now=at(T0),
-            uid=f"h{i}",
-            tenant="acme",
-            kind="testprobe",
-            target="x",
-            period=60,
-            regions=["eu"],
-        )
         learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
     set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
