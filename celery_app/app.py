@@ -37,6 +37,9 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=False,
         broker_connection_retry_on_startup=True,
+        # Never give up on the broker: Celery's default (100 retries, about 45 min) would leave
+        # a worker exited after a long outage, and the lanes short of slots when it returns.
+        broker_connection_max_retries=None,
         # rediss:// brokers verify the server certificate (kombu alone would use CERT_NONE).
         broker_use_ssl=broker_use_ssl(settings),
         broker_transport_options={"visibility_timeout": 3600},

@@ -85,14 +85,15 @@ def test_celery_app_is_json_only_and_resolvable():
             sys.executable,
             "-c",
             "import celery_app; c = celery_app.app.conf; "
-            "print(c.accept_content, c.task_serializer, c.beat_scheduler)",
+            "print(c.accept_content, c.task_serializer, c.beat_scheduler, "
+            "c.broker_connection_max_retries)",
         ],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
-    assert result.stdout.split() == ["['json']", "json", "beat:CronScheduler"]
+    assert result.stdout.split() == ["['json']", "json", "beat:CronScheduler", "None"]
 
 
 def test_params_from_settings_carries_every_scheduling_knob(monkeypatch):
