@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "CHECKBEAT_"
@@ -45,6 +45,19 @@ def redact_url(url: str) -> str:
     user, colon, _password = creds.partition(":")
     masked = f"{user}:***" if colon else "***"
     return f"{scheme}://{masked}@{host}"
+
+
+#: Lower bounds of the numeric settings (inclusive).
+_MINIMUMS: dict[str, float] = {
+    "pool_size": 1,
+    "fast_lane_reserved": 0,
+    "results_history": 1,
+    "lease_margin": 0,
+    "slow_threshold_ms": 0,
+    "cost_timeout_factor": 0,
+    "lane_slow_threshold_ms": 0,
+    "lane_fast_threshold_ms": 0,
+}
 
 
 class SettingsError(ValueError):
@@ -279,16 +292,12 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator(
-        "slow_threshold_ms",
-        "cost_timeout_factor",
-        "lane_slow_threshold_ms",
-        "lane_fast_threshold_ms",
-    )
+    @field_validator(*_MINIMUMS)
     @classmethod
-    def _non_negative_number(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
+    def _at_least(cls, value: float, info: ValidationInfo) -> float:
+        minimum = _MINIMUMS[info.field_name]
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value}")
         return value
 
     @field_validator("dispatch_interval")
@@ -296,34 +305,6 @@ class Settings(BaseSettings):
     def _interval(cls, value: float) -> float:
         if not 0 < value <= 60:
             raise ValueError(f"must be > 0 and <= 60 seconds, got {value}")
-        return value
-
-    @field_validator("lease_margin")
-    @classmethod
-    def _lease_margin(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"must be >= 0 seconds, got {value}")
-        return value
-
-    @field_validator("results_history")
-    @classmethod
-    def _history(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
-
-    @field_validator("pool_size")
-    @classmethod
-    def _pool(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
-
-    @field_validator("fast_lane_reserved")
-    @classmethod
-    def _reserved(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
         return value
 
     @model_validator(mode="after")
