@@ -238,6 +238,20 @@ def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
 # --- reconcile (pure) -------------------------------------------------------------------------
 
 
+def job_fields(defn: CheckDefinition) -> dict[str, str]:
+    """The job hash fields copied from the definition (tenant, weight, period, regions, spread):
+    written by every reconcile, and by the repair after a restore."""
+    fields = {
+        "t": defn.tenant,
+        "w": str(defn.plan_weight),
+        "p": str(defn.period),
+        "g": ",".join(defn.regions),
+    }
+    if defn.region_spread is not None:
+        fields["s"] = repr(defn.region_spread)
+    return fields
+
+
 def _phase_changed(old: CheckDefinition, new: CheckDefinition) -> bool:
     return (
         old.period != new.period
@@ -277,14 +291,7 @@ def plan_change(
     job_changes = []
     for region, jid in zip(new.regions, new_ids, strict=True):
         existing = jobs.get(jid) if jid in old_ids else None
-        fields = {
-            "t": new.tenant,
-            "w": str(new.plan_weight),
-            "p": str(new.period),
-            "g": ",".join(new.regions),
-        }
-        if new.region_spread is not None:
-            fields["s"] = repr(new.region_spread)
+        fields = job_fields(new)
         place = existing is None or replace_all or enabling
         entry: dict[str, Any] = {"id": jid, "f": fields, "place": place, "off": not new.enabled}
         if place:

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from celery_app.checks import StoredCheck, decode_check, encode_check
+from celery_app.checks import StoredCheck, decode_check, encode_check, job_fields
 from celery_app.jobs import JobState, format_ts, to_unix
 from celery_app.keys import Keys
 from celery_app.scripts import run_script
@@ -50,19 +50,6 @@ def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
         uid = key[len(head) :]
         if uid and ":" not in uid:
             yield uid
-
-
-def _job_fields(stored: StoredCheck) -> dict[str, str]:
-    defn = stored.definition
-    fields = {
-        "t": defn.tenant,
-        "w": str(defn.plan_weight),
-        "p": str(defn.period),
-        "g": ",".join(defn.regions),
-    }
-    if defn.region_spread is not None:
-        fields["s"] = repr(defn.region_spread)
-    return fields
 
 
 def plan_repair(
@@ -93,7 +80,7 @@ def plan_repair(
         entries.append(
             {
                 "id": jid,
-                "f": _job_fields(stored),
+                "f": job_fields(stored.definition),
                 "place": True,
                 "off": False,
                 "sa": format_ts(to_unix(sa)),
