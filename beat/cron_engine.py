@@ -3,7 +3,7 @@
 Why a heap of next-fire instants: with 10,000 tasks, a tick with nothing due must cost almost
 nothing, so each task's next window is computed once (``CronTask.next_fire``) and a tick only
 looks at the heap's top. What is due goes through one claim round trip (the per-window
-``SET NX`` keys, see :mod:`celery_app.cron_state`) and one publish batch.
+``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
 
 Windows a running engine slept through are fired late while their grace lasts; older ones are
 left to ``schedule diagnose``, which reports the gap. A new engine starts at the current window:
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_state import FIRE, IN_FLIGHT, TAKEN, CronStore, FireRequest
-from celery_app.tenants import TenantsSource, read_tenants
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
+from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, TAKEN, CronStore, FireRequest
+from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from scheduling_core._time import require_aware
 
 log = logging.getLogger(__name__)

@@ -21,20 +21,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine
-from beat.drivers import Driver, build_drivers
-from celery_app.app import settings_of
+from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
-from celery_app.cron import WINDOW, cron_tasks
-from celery_app.cron_publish import CronPublisher
-from celery_app.cron_state import CronStore
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
-from celery_app.tenants import resolve_tenants
+from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.registration import WINDOW, cron_tasks
+from celery_app.cron_tasks.store import CronStore
+from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,20 @@ MAX_BACKOFF = 10.0
 HEARTBEAT_MIN_GAP = 5.0
 #: Smallest sleep: a window boundary is waited for, not spun on.
 MIN_SLEEP = 0.005
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """Anything beat runs every ``interval`` seconds besides the cron engine."""
+
+    interval: float
+
+    def tick(self, now: datetime) -> object: ...
+
+
+def build_drivers(app: Any) -> list[Driver]:
+    """Every driver beat runs for ``app``: the check dispatcher."""
+    return [Dispatcher(app)]
 
 
 @dataclass

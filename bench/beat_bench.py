@@ -35,7 +35,7 @@ from pathlib import Path
 
 import redis
 
-from celery_app.embedded_redis import RedisServer
+from celery_app.local.embedded_redis import RedisServer
 
 BROKER_DB, STATE_DB, REDBEAT_DB = 0, 1, 2
 
@@ -45,14 +45,14 @@ def _noop() -> None: ...
 
 def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[str, float]:
     from beat.cron_engine import CronEngine
-    from celery_app.app import create_app
-    from celery_app.cron import cron, cron_tasks
-    from celery_app.cron_publish import CronPublisher
-    from celery_app.cron_state import CronStore
-    from celery_app.keys import Keys
-    from celery_app.redis_client import get_redis
+    from celery_app.cron_tasks.publish import CronPublisher
+    from celery_app.cron_tasks.registration import cron, cron_tasks
+    from celery_app.cron_tasks.store import CronStore
+    from celery_app.cron_tasks.tenants import resolve_tenants
+    from celery_app.factory import create_app
+    from celery_app.redis.client import get_redis
+    from celery_app.redis.schema import Keys
     from celery_app.settings import load_settings
-    from celery_app.tenants import resolve_tenants
 
     settings = load_settings(
         redis_url=server.url(STATE_DB), broker_url=server.url(BROKER_DB), key_prefix="bench"

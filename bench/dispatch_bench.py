@@ -24,12 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from celery_app.app import create_app
-from celery_app.checks import CheckStore, validate_definition
-from celery_app.embedded_redis import RedisServer
-from celery_app.keys import Keys
-from celery_app.kinds import check_kind
+from celery_app.checks.definition import validate_definition
+from celery_app.checks.kinds import check_kind
+from celery_app.checks.store import CheckStore
+from celery_app.factory import create_app
+from celery_app.local.embedded_redis import RedisServer
 from celery_app.publish import KombuBatchPublisher
+from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 
 REGIONS = ["eu", "us", "ap"]
@@ -51,8 +52,8 @@ def _used_memory(client) -> int:  # type: ignore[no-untyped-def]
 def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
     import redis
 
-    from beat.dispatcher import Dispatcher
-    from celery_app.jobs import from_unix
+    from celery_app.checks.dispatch import Dispatcher
+    from celery_app.checks.jobs import from_unix
 
     _register_kind()
     data_dir = Path(tempfile.mkdtemp(prefix="checkbeat-bench-"))

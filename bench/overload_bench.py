@@ -45,7 +45,7 @@ import redis
 from celery import Celery
 
 from bench.http_target import DelayServer
-from celery_app.embedded_redis import RedisServer
+from celery_app.local.embedded_redis import RedisServer
 from scheduling_core import jitter_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -332,10 +332,11 @@ def _run_checkbeat(
     broker_url: str,
     state: redis.Redis,
 ) -> SystemReport:
-    from celery_app.app import create_app
-    from celery_app.checks import CheckStore, validate_definition
-    from celery_app.dispatch import Dispatcher
-    from celery_app.keys import Keys, check_queue
+    from celery_app.checks.definition import validate_definition
+    from celery_app.checks.dispatch import Dispatcher
+    from celery_app.checks.store import CheckStore
+    from celery_app.factory import create_app
+    from celery_app.redis.schema import Keys, check_queue
     from celery_app.settings import load_settings
 
     settings = load_settings()

@@ -216,8 +216,8 @@ def fast_path_supported(app: Celery) -> bool:
 def make_publisher(app: Celery) -> Publisher:
     """The fastest publisher that is correct for this app's broker."""
     if fast_path_supported(app):
-        from celery_app.app import settings_of
-        from celery_app.tls import redis_tls_kwargs
+        from celery_app.factory import settings_of
+        from celery_app.redis.tls import redis_tls_kwargs
 
         url = app.conf.broker_url
         return RedisBatchPublisher(url, **redis_tls_kwargs(url, settings_of(app)))

@@ -12,14 +12,14 @@ import redis
 from celery import Celery
 
 from beat.cron_engine import CronEngine
-from celery_app.app import create_app, settings_of
-from celery_app.cron import cron_tasks
-from celery_app.cron_publish import CronPublisher
-from celery_app.cron_state import CronStore
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
+from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.registration import cron_tasks
+from celery_app.cron_tasks.store import CronStore
+from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.factory import create_app, settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
-from celery_app.tenants import resolve_tenants
 
 #: A fixed minute in the future: windows are simulated, message expiries stay in the future.
 T0 = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)

@@ -12,9 +12,9 @@ import pytest
 import redis
 from checks_helpers import at, learned, register_fake_worker  # noqa: F401  (re-exported)
 
-from celery_app.checks import CheckStore
-from celery_app.keys import Keys
-from celery_app.kinds import CheckFieldError, check_kind, unregister_kind
+from celery_app.checks.kinds import CheckFieldError, check_kind, unregister_kind
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import Keys
 from celery_app.settings import Settings, load_settings
 
 TEST_KIND = "testprobe"
@@ -60,7 +60,7 @@ def store(r: redis.Redis, keys: Keys, settings: Settings, test_kind: str) -> Che
 @pytest.fixture
 def dispatcher_app(settings: Settings):
     """A Celery app built from the test settings (broker db 0, state db 1)."""
-    from celery_app.app import create_app
+    from celery_app.factory import create_app
 
     return create_app(settings)
 

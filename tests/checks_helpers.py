@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from celery_app.keys import Keys, check_queue
+from celery_app.redis.schema import Keys, check_queue
 
 
 def at(seconds: float) -> datetime:
@@ -55,7 +55,7 @@ def learned(
 ) -> None:
     """Put a job at ``scheduled_at`` with a learned cost and lane, through the real write path
     (a lease, then ``complete_run``), as if its previous run had just finished."""
-    from celery_app.jobs import complete_run
+    from celery_app.checks.jobs import complete_run
     from scheduling_core import PostExecState
 
     client.hset(keys.job(job_id), "lt", "setup")

@@ -22,7 +22,7 @@ import redis
 if TYPE_CHECKING:
     # Importing any celery_app module builds the app from the environment, so the real import
     # waits until pytest_configure has pointed the environment at the test server.
-    from celery_app.embedded_redis import RedisServer
+    from celery_app.local.embedded_redis import RedisServer
 
 _server: RedisServer | None = None
 _tmp: str | None = None
@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["CHECKBEAT_REDIS_URL"] = f"redis://127.0.0.1:{port}/{STATE_DB}"
     os.environ["CHECKBEAT_BROKER_URL"] = f"redis://127.0.0.1:{port}/{BROKER_DB}"
     os.environ.setdefault("CHECKBEAT_KEY_PREFIX", "cbtest")
-    from celery_app.embedded_redis import RedisServer
+    from celery_app.local.embedded_redis import RedisServer
 
     _server = RedisServer(Path(_tmp), port=port).start()
 

@@ -16,7 +16,7 @@ import redis
 from beat_fixtures import T0, make_engine
 
 import celery_app
-from celery_app.app import settings_of
+from celery_app.factory import settings_of
 
 
 def main() -> None:

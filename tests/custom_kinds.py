@@ -11,8 +11,8 @@ import time
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+from celery_app.checks.kinds import check_kind
 from celery_app.errors import CheckFieldError
-from celery_app.kinds import check_kind
 
 
 def validate_sleepy(target: str, config: dict) -> dict:

@@ -14,10 +14,10 @@ from beat_fixtures import T0, cron_app_fixture, end_runs, sends  # noqa: F401
 import beat.scheduler as scheduler_module
 from beat import CronScheduler
 from beat.scheduler import finish_tick_before_stopping
-from celery_app.app import create_app
-from celery_app.cron import GLOBAL_TENANT, cron, window_id
-from celery_app.embedded_redis import RedisServer
-from celery_app.keys import Keys
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
+from celery_app.factory import create_app
+from celery_app.local.embedded_redis import RedisServer
+from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 
 MIN = timedelta(minutes=1)

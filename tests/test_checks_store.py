@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from checks_helpers import at
 
-from celery_app.checks import CheckStore
+from celery_app.checks.jobs import CompletedRun, complete_runs, read_job
+from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError
-from celery_app.jobs import CompletedRun, complete_runs, read_job
 from scheduling_core import PostExecState
 
 pytest_plugins = ["checks_fixtures"]
@@ -183,7 +183,7 @@ def test_delete_removes_jobs_leases_and_discards_a_started_run(store, r, keys):
 
 
 def test_create_many_is_batched_and_all_or_nothing(store, r, keys):
-    from celery_app.checks import validate_definition
+    from celery_app.checks.definition import validate_definition
 
     defs = [
         validate_definition(

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from celery_app.settings import load_settings
-from workers.capacity import plan_role
+from workers.roles import plan_role
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from beat_fixtures import broker_headers
 
-from celery_app.keys import Keys
+from celery_app.redis.schema import Keys
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys("cbtest")

@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine, sends, store_of  # noqa: F401
 
-from celery_app.cron import GLOBAL_TENANT, cron, window_id
-from celery_app.keys import Keys
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
+from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
 
@@ -172,7 +172,7 @@ def test_redis_down_before_claim_leaves_the_engine_to_retry(cron_app, broker_url
 
 
 def test_no_provider_means_per_tenant_tasks_do_not_fire(cron_app, broker_url, r, monkeypatch):
-    from celery_app.app import create_app
+    from celery_app.factory import create_app
     from celery_app.settings import load_settings
 
     app = create_app(load_settings(tenants_provider="none"))
@@ -185,7 +185,7 @@ def test_no_provider_means_per_tenant_tasks_do_not_fire(cron_app, broker_url, r,
 
 
 def test_registered_provider_is_used(cron_app, broker_url):
-    from celery_app.tenants import tenants_provider
+    from celery_app.cron_tasks.tenants import tenants_provider
 
     @tenants_provider(app=cron_app)
     def active():
@@ -197,8 +197,8 @@ def test_registered_provider_is_used(cron_app, broker_url):
 
 
 def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app, broker_url, r):
-    from celery_app.cron_service import CronService
-    from celery_app.cron_state import FireRequest
+    from celery_app.cron_tasks.service import CronService
+    from celery_app.cron_tasks.store import FireRequest
 
     task = _declare(cron_app, "half-done").cron_task
     store = store_of(cron_app)
@@ -223,7 +223,7 @@ def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app,
 
 
 def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r):
-    from celery_app.cron_service import CronService
+    from celery_app.cron_tasks.service import CronService
 
     _declare(cron_app, "five-min", spec="*/5 * * * *")
     _declare(cron_app, "never-ran", spec="*/5 * * * *")

@@ -19,9 +19,9 @@ from celery.contrib.testing.worker import start_worker
 from conftest import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
-from celery_app.cron import GLOBAL_TENANT, cron, window_id, window_start
-from celery_app.cron_service import CronService
-from celery_app.keys import Keys
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id, window_start
+from celery_app.cron_tasks.service import CronService
+from celery_app.redis.schema import Keys
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from beat_fixtures import cron_app_fixture  # noqa: F401
 
-from celery_app.cron import CronSpecError, cron, cron_tasks
+from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 
 
 def test_defaults_and_registry_per_app(cron_app):

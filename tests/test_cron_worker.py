@@ -9,9 +9,9 @@ from beat_fixtures import T0, cron_app_fixture, make_engine, sends  # noqa: F401
 from celery.contrib.testing.worker import start_worker
 from conftest import wait_for
 
-from celery_app.cron import GLOBAL_TENANT, cron, window_id
-from celery_app.cron_service import CronService
-from celery_app.keys import Keys
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
+from celery_app.cron_tasks.service import CronService
+from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
 KEYS = Keys("cbtest")
@@ -135,7 +135,7 @@ def test_run_now_and_window_firing_share_one_lock(cron_app, broker_url, r):
 def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r):
     import pytest
 
-    from celery_app.cron_service import CronUsageError
+    from celery_app.cron_tasks.service import CronUsageError
 
     @cron("0 3 * * *", app=cron_app, id="nightly", name="w.nightly")
     def nightly(): ...

@@ -8,11 +8,11 @@ import threading
 import pytest
 from checks_helpers import at, learned, register_fake_worker
 
-from beat.dispatcher import Dispatcher
-from celery_app.checks import CheckStore
-from celery_app.jobs import complete_run, read_job
-from celery_app.keys import check_queue
-from celery_app.messages import RUN_CHECK_TASK, RunCheck
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import complete_run, read_job
+from celery_app.checks.run_contract import RUN_CHECK_TASK, RunCheck
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import check_queue
 from celery_app.settings import load_settings
 from scheduling_core import PostExecState
 
@@ -78,7 +78,7 @@ def test_claims_follow_effective_deadline_order_when_slots_are_short(
 
 
 def test_tier_credit_pulls_a_paid_job_ahead(r, keys, tiered, tiered_store, broker):
-    from celery_app.app import create_app
+    from celery_app.factory import create_app
 
     make_checks(tiered_store, 3)
     tiered_store.update("c002", plan_weight=2)  # 10 s of credit
@@ -158,7 +158,7 @@ def test_only_fast_workers_means_slow_jobs_wait(r, keys, store, dispatcher_app, 
 
 
 def test_no_live_worker_claims_nothing_and_diagnose_says_so(r, keys, store, dispatcher_app, broker):
-    from celery_app.capacity import diagnose_regions
+    from celery_app.checks.capacity import diagnose_regions
 
     make_checks(store, 3)
     for i in range(3):
@@ -253,7 +253,7 @@ def test_deleted_check_is_never_claimed(r, keys, store, dispatcher_app, broker):
 
 
 def test_beat_runs_the_dispatcher_as_a_driver(dispatcher_app, settings):
-    from beat.drivers import build_drivers
+    from beat.scheduler import build_drivers
 
     drivers = build_drivers(dispatcher_app)
     dispatchers = [d for d in drivers if isinstance(d, Dispatcher)]
@@ -265,7 +265,7 @@ def test_beat_runs_the_dispatcher_as_a_driver(dispatcher_app, settings):
 def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, broker):
     import redis as redis_lib
 
-    from celery_app.embedded_redis import free_port
+    from celery_app.local.embedded_redis import free_port
     from celery_app.publish import RedisBatchPublisher
 
     make_checks(store, 3)
@@ -286,8 +286,8 @@ def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, b
 def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
     r, keys, store, dispatcher_app, broker
 ):
-    from celery_app.dispatch import refill_after_run
-    from celery_app.jobs import finish_run
+    from celery_app.checks.dispatch import refill_after_run
+    from celery_app.checks.jobs import finish_run
 
     make_checks(store, 3)
     for i in range(3):

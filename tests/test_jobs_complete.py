@@ -7,7 +7,7 @@ import json
 import pytest
 from checks_helpers import at
 
-from celery_app.jobs import complete_run, finish_run, lease_is_current, read_job
+from celery_app.checks.jobs import complete_run, finish_run, lease_is_current, read_job
 from scheduling_core import Params, PostExecState
 
 pytest_plugins = ["checks_fixtures"]

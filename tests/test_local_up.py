@@ -34,7 +34,7 @@ def _up(data_dir: Path) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "celery_app.cli_main",
+            "celery_app.cli.main",
             "up",
             "--demo",
             "--no-view",
@@ -59,7 +59,7 @@ def _status(data_dir: Path) -> dict | None:
         [
             sys.executable,
             "-m",
-            "celery_app.cli_main",
+            "celery_app.cli.main",
             "status",
             "--json",
             "--data-dir",

@@ -19,8 +19,8 @@ from statistics import quantiles
 import pytest
 from checks_helpers import at, register_fake_worker
 
-from beat.dispatcher import Dispatcher
-from celery_app.jobs import finish_run
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import finish_run
 
 pytest_plugins = ["checks_fixtures"]
 
@@ -30,7 +30,7 @@ FAST_MS, SLOW_MS = 50.0, 3000.0
 
 @pytest.mark.timeout(120)
 def test_fast_checks_stay_on_time_under_overload(r, keys, store, dispatcher_app, broker):
-    from celery_app.checks import validate_definition
+    from celery_app.checks.definition import validate_definition
 
     defs = [
         validate_definition(

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from bench.http_target import BODY, DelayServer
+from celery_app.checks.kinds import get_kind, registered_kinds, validate_check_config
 from celery_app.errors import CheckFieldError
-from celery_app.kinds import get_kind, registered_kinds, validate_check_config
 from celery_app.settings import get_settings
 from workers.probes import (
     ProbeContext,

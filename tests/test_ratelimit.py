@@ -7,10 +7,10 @@ from collections import defaultdict
 import pytest
 from checks_helpers import at, learned, register_fake_worker
 
-from beat.dispatcher import Dispatcher
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.errors import CheckFieldError
-from celery_app.jobs import finish_run, read_job
-from celery_app.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 
 pytest_plugins = ["checks_fixtures"]
 

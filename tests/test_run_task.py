@@ -15,9 +15,9 @@ import pytest
 from celery.signals import task_postrun
 from conftest import wait_for
 
-from celery_app.checks import CheckStore
-from celery_app.jobs import read_job
-from celery_app.keys import Keys, check_queue, job_id
+from celery_app.checks.jobs import read_job
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import Keys, check_queue, job_id
 from celery_app.settings import load_settings
 from workers.outcome import BadRunMessage, RunRequest
 

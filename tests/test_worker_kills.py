@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from beat.dispatcher import Dispatcher
-from celery_app.checks import CheckStore
-from celery_app.jobs import read_job
-from celery_app.keys import Keys, job_id
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import read_job
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import Keys, job_id
 
 pytest_plugins = ["worker_fixtures"]
 

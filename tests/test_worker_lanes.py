@@ -13,9 +13,9 @@ from itertools import pairwise
 import pytest
 from conftest import wait_for
 
-from celery_app.checks import CheckStore
-from celery_app.jobs import read_job
-from celery_app.keys import Keys, check_queue, job_id
+from celery_app.checks.jobs import read_job
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import Keys, check_queue, job_id
 from scheduling_core import LANE_FAST, LANE_SLOW, Params, classify_lane, update_ewma
 
 pytest_plugins = ["worker_fixtures"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from conftest import wait_for
 
-from celery_app.keys import Keys
+from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
-from workers.capacity import RoleError, plan_role, role_from_queues
+from workers.roles import RoleError, plan_role, role_from_queues
 
 pytest_plugins = ["worker_fixtures"]
 

@@ -95,7 +95,7 @@ def make_app(broker_url: str, redis_url: str) -> Iterator:
     """
     import redis as redis_lib
 
-    from celery_app.app import create_app
+    from celery_app.factory import create_app
     from celery_app.settings import load_settings
 
     broker = redis_lib.Redis.from_url(broker_url)
@@ -157,8 +157,8 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     returns the run_check kwargs for it."""
     import time
 
-    from celery_app.jobs import read_job
-    from celery_app.keys import split_job_id
+    from celery_app.checks.jobs import read_job
+    from celery_app.redis.schema import split_job_id
 
     job = read_job(client, keys, job_id)
     assert job is not None, job_id
@@ -232,7 +232,7 @@ class Ticker:
 @pytest.fixture
 def dispatching() -> Iterator:
     """Factory: dispatching(app, interval=0.1) -> a started Ticker, stopped after the test."""
-    from beat.dispatcher import Dispatcher
+    from celery_app.checks.dispatch import Dispatcher
 
     tickers: list[Ticker] = []
 

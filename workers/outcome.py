@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from celery_app.keys import split_job_id
+from celery_app.redis.schema import split_job_id
 from workers.probes.result import ProbeResult
 
 _FLOAT_FIELDS = ("scheduled_at", "effective_scheduled_at", "timeout_s")

@@ -9,8 +9,8 @@ Signals:
 Celery 5.7 sends ``task_failure`` twice for one hard time limit: ``Request.on_timeout`` fires it
 (since celery/celery#10226), then the pool's ``on_failure`` for the same ``TimeLimitExceeded``
 (seen in tests/test_worker_kills.py). The write is
-:func:`celery_app.jobs.finish_run`, whose Lua checks the lease token and removes it, so the second
-call (and a reaper that got there first) writes nothing: idempotent per lease token.
+:func:`celery_app.checks.jobs.finish_run`, whose Lua checks the lease token and removes it, so
+the second call (and a reaper that got there first) writes nothing: idempotent per lease token.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from celery import Celery
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
-from celery_app.app import settings_of
-from celery_app.dispatch import refill_after_run
-from celery_app.jobs import finish_run
-from celery_app.keys import Keys, split_job_id
-from celery_app.redis_client import get_redis
+from celery_app.checks.dispatch import refill_after_run
+from celery_app.checks.jobs import finish_run
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys, split_job_id
 from scheduling_core import Params
 from workers.outcome import BadRunMessage, RunOutcome, RunRequest
 

@@ -16,13 +16,13 @@ from typing import Any
 from celery import shared_task
 from celery.exceptions import Reject
 
-from celery_app.app import settings_of
-from celery_app.checks import decode_check
+from celery_app.checks.definition import decode_check
+from celery_app.checks.jobs import JobState
+from celery_app.checks.kinds import get_kind
 from celery_app.errors import CheckFieldError
-from celery_app.jobs import JobState
-from celery_app.keys import Keys
-from celery_app.kinds import get_kind
-from celery_app.redis_client import get_redis
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
 from workers.outcome import BadRunMessage, RunOutcome, RunRequest
 from workers.probes.result import ProbeContext, ProbeResult

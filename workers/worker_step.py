@@ -14,10 +14,10 @@ from typing import Any
 from celery import bootsteps
 from celery.exceptions import ImproperlyConfigured
 
-from celery_app.app import settings_of
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
-from workers.capacity import CapacityRegistration, RoleError, plan_role, role_from_queues
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
+from workers.roles import CapacityRegistration, RoleError, plan_role, role_from_queues
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from celery_app.app import settings_of
-from celery_app.capacity import diagnose_regions, read_capacity
-from celery_app.checks import CheckStore
+from celery_app.checks.capacity import diagnose_regions, read_capacity
+from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.checks.redaction import redact_definition, redact_target
+from celery_app.checks.reports import read_all_jobs, summarize
+from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
-from celery_app.keys import LANE_NAMES, Keys
-from celery_app.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
-from celery_app.redaction import redact_definition, redact_target
-from celery_app.reports import read_all_jobs, summarize
+from celery_app.factory import settings_of
+from celery_app.redis.schema import LANE_NAMES, Keys
 
 
 def _store(ctx: click.Context) -> CheckStore:
@@ -287,7 +287,7 @@ def ratelimit(
 ) -> None:
     """Show, set (--per-minute N --burst B) or remove (--off) a tenant's token bucket."""
     settings = settings_of(ctx.obj.app)
-    from celery_app.redis_client import get_redis
+    from celery_app.redis.client import get_redis
 
     client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
     if off:
@@ -318,8 +318,8 @@ def ratelimit(
 @click.pass_context
 def reconcile(ctx: click.Context, as_json: bool) -> None:
     """Rebuild jobs from the check definitions (after a Redis restore without AOF)."""
-    from celery_app.redis_client import get_redis
-    from celery_app.repair import repair
+    from celery_app.checks.repair import repair
+    from celery_app.redis.client import get_redis
     from scheduling_core import Params
 
     settings = settings_of(ctx.obj.app)
@@ -345,7 +345,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Capacity per region and what keeps due checks from being claimed."""
     settings = settings_of(ctx.obj.app)
-    from celery_app.redis_client import get_redis
+    from celery_app.redis.client import get_redis
 
     client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
     caps = [read_capacity(client, keys, region) for region in settings.regions]

@@ -11,7 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from celery_app.cli.common import load_app, redis_errors_as_messages
-from celery_app.cron_service import CronService, CronUsageError, row_dict
+from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
 
 
 def _service(ctx: click.Context) -> CronService:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
-from celery_app.app import settings_of
 from celery_app.cli.common import redis_errors_as_messages
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
-from celery_app.tenants import TenantError, validate_tenant
+from celery_app.cron_tasks.tenants import TenantError, validate_tenant
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 
 
 def _set(ctx: click.Context) -> tuple[object, str]:

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 from celery import Celery
 
-from celery_app.app import create_app, settings_of
-from celery_app.checks import CheckStore
-from celery_app.embedded_redis import RedisServer
+from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists
-from celery_app.keys import Keys
+from celery_app.factory import create_app, settings_of
+from celery_app.local.embedded_redis import RedisServer
 from celery_app.local.status import collect_status, write_env_file
-from celery_app.redis_client import get_redis
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 from celery_app.settings import get_settings
 
 if TYPE_CHECKING:

@@ -17,12 +17,12 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.app import settings_of
-from celery_app.checks import CheckStore
-from celery_app.cron_service import CronService, row_dict
-from celery_app.jobs import read_jobs
-from celery_app.keys import LANE_NAMES, Keys, check_queue
-from celery_app.redis_client import get_redis
+from celery_app.checks.jobs import read_jobs
+from celery_app.checks.store import CheckStore
+from celery_app.cron_tasks.service import CronService, row_dict
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import LANE_NAMES, Keys, check_queue
 
 ENV_FILE = "env.json"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery_app.embedded_redis import RedisServer, free_port
+from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.local.supervisor import ChildDied, ChildSpec, Supervisor
 
 

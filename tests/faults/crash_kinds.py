@@ -13,7 +13,7 @@ import time
 
 import redis
 
-from celery_app.kinds import check_kind
+from celery_app.checks.kinds import check_kind
 
 PROBES = "faulttest:probes"
 _client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])

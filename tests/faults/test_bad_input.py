@@ -16,12 +16,12 @@ from conftest import wait_for
 from fault_procs import LogLines
 from test_cron_errors import FIELD_ERRORS
 
-from celery_app.checks import CheckStore
-from celery_app.cron import CronSpecError, cron, cron_tasks
+from celery_app.checks.jobs import finish_run, from_unix, read_job
+from celery_app.checks.run_contract import RUN_CHECK_TASK
+from celery_app.checks.store import CheckStore
+from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 from celery_app.errors import CheckFieldError
-from celery_app.jobs import finish_run, from_unix, read_job
-from celery_app.keys import Keys, job_id
-from celery_app.messages import RUN_CHECK_TASK
+from celery_app.redis.schema import Keys, job_id
 from scheduling_core import Params, PostExecInput
 
 pytest_plugins = ["fault_report", "worker_fixtures"]

@@ -14,8 +14,8 @@ from datetime import timedelta
 import pytest
 from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine  # noqa: F401
 
-from celery_app.cron import cron
-from celery_app.cron_service import CronService
+from celery_app.cron_tasks.registration import cron
+from celery_app.cron_tasks.service import CronService
 
 pytestmark = pytest.mark.faults
 

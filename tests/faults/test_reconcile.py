@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 import pytest
 from fault_procs import ROOT, process_env
 
-from beat.dispatcher import Dispatcher
-from celery_app.checks import CheckStore
-from celery_app.embedded_redis import RedisServer
-from celery_app.jobs import read_job
-from celery_app.keys import Keys, job_id
-from celery_app.repair import repair
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import read_job
+from celery_app.checks.repair import repair
+from celery_app.checks.store import CheckStore
+from celery_app.local.embedded_redis import RedisServer
+from celery_app.redis.schema import Keys, job_id
 from scheduling_core import Params
 
 pytest_plugins = ["fault_report", "worker_fixtures"]

@@ -19,14 +19,14 @@ import redis
 from conftest import wait_for
 from fault_procs import Processes, process_env
 
-from celery_app.app import create_app
-from celery_app.checks import CheckStore
+from celery_app.checks.jobs import read_jobs
+from celery_app.checks.store import CheckStore
 from celery_app.clock import TEST_CLOCK_ENV, Clock
-from celery_app.cron import GLOBAL_TENANT, window_start
-from celery_app.cron_service import CronService
-from celery_app.embedded_redis import RedisServer
-from celery_app.jobs import read_jobs
-from celery_app.keys import Keys, job_id
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
+from celery_app.cron_tasks.service import CronService
+from celery_app.factory import create_app
+from celery_app.local.embedded_redis import RedisServer
+from celery_app.redis.schema import Keys, job_id
 from celery_app.settings import load_settings
 
 pytest_plugins = ["fault_report"]

@@ -23,16 +23,16 @@ import redis
 from conftest import wait_for
 from fault_procs import LogLines, Processes, process_env
 
-from celery_app.app import create_app
-from celery_app.checks import CheckStore
+from celery_app.checks.jobs import read_job
+from celery_app.checks.run_contract import RUN_CHECK_TASK
+from celery_app.checks.store import CheckStore
 from celery_app.clock import TEST_CLOCK_ENV, Clock
-from celery_app.embedded_redis import RedisServer
-from celery_app.jobs import read_job
-from celery_app.keys import Keys, job_id
-from celery_app.messages import RUN_CHECK_TASK
+from celery_app.factory import create_app
+from celery_app.local.embedded_redis import RedisServer
 from celery_app.publish import make_publisher
+from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import SettingsError, load_settings
-from celery_app.tls import redis_tls_kwargs
 from workers import probes  # noqa: F401 - registers the http kind for the store
 
 pytest_plugins = ["fault_report", "worker_fixtures"]
@@ -61,7 +61,7 @@ def test_rediss_urls_demand_a_verified_certificate_everywhere():
     assert pool.connection_kwargs["ssl_cert_reqs"] == "required"
     assert redis_tls_kwargs(settings.redis_url, settings) == {"ssl_cert_reqs": "required"}
     # the state client every process shares (get_redis) verifies too
-    from celery_app.redis_client import get_redis
+    from celery_app.redis.client import get_redis
 
     pool = get_redis(url).connection_pool
     assert pool.connection_class is redis.SSLConnection

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from celery_app.kinds import check_kind
+from celery_app.checks.kinds import check_kind
 from celery_app.settings import get_settings
 from workers.probes.http import http_probe, validate_http_config
 from workers.probes.result import ProbeContext, ProbeResult

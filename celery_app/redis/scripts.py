@@ -1,4 +1,4 @@
-"""The Lua scripts in ``celery_app/lua``, loaded once per process and run on any client.
+"""The Lua scripts in ``celery_app/redis/lua``, loaded once per process and run on any client.
 
 Why Lua: every multi-key change of a job (claim, completion, reconcile) must be atomic across
 beats, workers and the CLI, and must cost one round trip per batch.
@@ -17,7 +17,7 @@ from redis.commands.core import Script
 
 @cache
 def lua_source(name: str) -> str:
-    return resources.files("celery_app").joinpath("lua", f"{name}.lua").read_text()
+    return resources.files("celery_app").joinpath("redis", "lua", f"{name}.lua").read_text()
 
 
 @cache
@@ -32,7 +32,7 @@ def run_script(
     keys: Sequence[str] = (),
     args: Sequence[Any] = (),
 ) -> Any:
-    """Run ``celery_app/lua/<name>.lua`` on ``client`` (a pipeline queues it instead).
+    """Run ``celery_app/redis/lua/<name>.lua`` on ``client`` (a pipeline queues it instead).
 
     EVALSHA first; redis-py loads the script on NOSCRIPT (also inside a pipeline).
     """

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from celery import Celery
 
+from celery_app.redis.tls import broker_use_ssl
 from celery_app.settings import Settings, get_settings
-from celery_app.tls import broker_use_ssl
 from celery_app.worker_options import install_worker_options
 
 #: Modules of checkbeat itself whose tasks every worker must know.
-BUILTIN_TASK_MODULES: tuple[str, ...] = ("workers.probes", "workers.tasks")
+#: The cron-run recording (signal handlers) is one of them: any worker may run a cron task.
+BUILTIN_TASK_MODULES: tuple[str, ...] = (
+    "workers.probes",
+    "workers.tasks",
+    "celery_app.cron_tasks.recording",
+)
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -48,7 +53,7 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=True,
         beat_scheduler="beat:CronScheduler",
         # A cron task's declared queue is applied by a router, not the deprecated attribute.
-        task_routes=["celery_app.cron.route_cron_task"],
+        task_routes=["celery_app.cron_tasks.registration.route_cron_task"],
         imports=[*BUILTIN_TASK_MODULES, *settings.imports],
         checkbeat_settings=settings,
     )

@@ -1,7 +1,7 @@
 """The check dispatcher: due -> ready -> claimed and published, and expired leases reaped.
 
-Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (``beat.dispatcher``, ``tick(now)``);
-any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
+Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (a driver of ``beat.CronScheduler``,
+``tick(now)``); any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
 
 1. reap: leases that expired (worker killed, message lost) are finished as timed-out runs
    (cost pinned to the ceiling by ``post_exec``), recorded as lost, rescheduled at the next tick;
@@ -34,13 +34,13 @@ from typing import Any
 import redis
 from celery import Celery
 
-from celery_app.app import settings_of
-from celery_app.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
-from celery_app.keys import LANE_NAMES, Keys
-from celery_app.messages import lease_seconds, run_check_message
+from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
+from celery_app.checks.run_contract import lease_seconds, run_check_message
+from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
-from celery_app.redis_client import get_redis
-from celery_app.scripts import run_script
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import LANE_NAMES, Keys
+from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import redis
 from celery import Celery, current_app
 
-from celery_app.app import settings_of
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 
 TenantsFn = Callable[[], Iterable[str]]
 

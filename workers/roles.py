@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.keys import LANE_NAMES, Keys, check_queue
+from celery_app.redis.schema import LANE_NAMES, Keys, check_queue
 from celery_app.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 
 from celery_app.errors import CheckFieldError
-from celery_app.keys import Keys
+from celery_app.redis.schema import Keys
 
 
 @dataclass(frozen=True)

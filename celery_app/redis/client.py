@@ -6,8 +6,8 @@ import threading
 
 import redis
 
+from celery_app.redis.tls import is_tls_url, redis_tls_kwargs
 from celery_app.settings import get_settings
-from celery_app.tls import is_tls_url, redis_tls_kwargs
 
 _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
@@ -18,7 +18,7 @@ def get_redis(url: str) -> redis.Redis:
 
     Clients retry a dropped connection once and keep TCP keepalive on, so a Redis restart
     costs one failed call at most, not a restart of beat or the workers. A ``rediss://`` URL
-    verifies the server certificate per ``CHECKBEAT_REDIS_TLS_*`` (see celery_app.tls).
+    verifies the server certificate per ``CHECKBEAT_REDIS_TLS_*`` (see celery_app.redis.tls).
     """
     client = _clients.get(url)
     if client is None:

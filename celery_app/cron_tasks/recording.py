@@ -17,12 +17,12 @@ from celery import Celery, states
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
-from celery_app.app import settings_of
-from celery_app.cron import GLOBAL_TENANT, CronTask
-from celery_app.cron_publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
-from celery_app.cron_state import CronStore
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
+from celery_app.cron_tasks.publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
+from celery_app.cron_tasks.store import CronStore
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 
 log = logging.getLogger(__name__)
 

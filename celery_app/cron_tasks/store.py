@@ -4,10 +4,10 @@ Why here and not in beat: the beat fires, the worker records the run (signals) a
 task now through the same lock, and those three never import each other. Every write of a batch
 is one round trip (a pipeline of Lua calls over chunks), never one per task.
 
-Layout (see :class:`celery_app.keys.Keys`): ``cron_window`` (SET NX PX, one per task, tenant,
-window), ``cron_inflight`` (TTL bounds a run that never reports back), ``cron_state`` (hash per
-task and tenant), ``cron_stats`` (hash per task), ``cron_pending`` (claimed, publish not yet
-confirmed) and ``cron_failing`` (pairs whose last run failed).
+Layout (see :class:`celery_app.redis.schema.Keys`): ``cron_window`` (SET NX PX, one per task,
+tenant, window), ``cron_inflight`` (TTL bounds a run that never reports back), ``cron_state``
+(hash per task and tenant), ``cron_stats`` (hash per task), ``cron_pending`` (claimed, publish
+not yet confirmed) and ``cron_failing`` (pairs whose last run failed).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from uuid import uuid4
 
 import redis
 
-from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, window_id
-from celery_app.keys import Keys
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_id
+from celery_app.redis.schema import Keys
 
 CHUNK = 500  # entries per Lua call; one pipeline carries all chunks
 

@@ -22,14 +22,21 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.app import settings_of
 from celery_app.clock import clock_from_env
-from celery_app.cron import GLOBAL_TENANT, WINDOW, CronTask, cron_tasks, window_id, window_start
-from celery_app.cron_publish import CronPublisher
-from celery_app.cron_state import FIRE, IN_FLIGHT, CronStore, FireRequest, split_member
-from celery_app.keys import Keys
-from celery_app.redis_client import get_redis
-from celery_app.tenants import TenantsSource, read_tenants, resolve_tenants
+from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.registration import (
+    GLOBAL_TENANT,
+    WINDOW,
+    CronTask,
+    cron_tasks,
+    window_id,
+    window_start,
+)
+from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, CronStore, FireRequest, split_member
+from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = collect_status(app)
     except redis.RedisError as exc:
-        from celery_app.app import settings_of
+        from celery_app.factory import settings_of
         from celery_app.settings import redact_url
 
         url = redact_url(settings_of(app).redis_url)

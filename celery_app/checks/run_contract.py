@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from celery_app.keys import check_queue, split_job_id
 from celery_app.publish import TaskMessage
+from celery_app.redis.schema import check_queue, split_job_id
 from scheduling_core import Params
 
 RUN_CHECK_TASK = "checkbeat.run_check"

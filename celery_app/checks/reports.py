@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.jobs import JobState, read_jobs
-from celery_app.keys import LANE_NAMES, Keys, job_id
+from celery_app.checks.jobs import JobState, read_jobs
+from celery_app.redis.schema import LANE_NAMES, Keys, job_id
 
 COST_BUCKETS_MS = (100.0, 500.0, 1000.0, 5000.0, 15000.0)
 

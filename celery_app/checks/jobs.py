@@ -41,7 +41,7 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
    appends ``result`` to the capped results stream and the last-result hash, and returns True.
    Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
    never recorded twice. :func:`finish_run` does all three steps.
-4. ``celery_app.dispatch.refill_after_run(app, region)`` when it returned True: claims and
+4. ``celery_app.checks.dispatch.refill_after_run(app, region)`` when it returned True: claims and
    publishes work for the slot just freed, instead of leaving it idle until beat's next tick.
 """
 
@@ -55,8 +55,8 @@ from typing import Any
 
 import redis
 
-from celery_app.keys import Keys, split_job_id
-from celery_app.scripts import run_script
+from celery_app.redis.schema import Keys, split_job_id
+from celery_app.redis.scripts import run_script
 from scheduling_core import (
     LANE_FAST,
     Params,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.keys import Keys
+from celery_app.redis.schema import Keys
 from scheduling_core import LANE_FAST, LANE_SLOW
 
 

@@ -26,10 +26,11 @@ from typing import Any
 
 import redis
 
-from celery_app.checks import StoredCheck, decode_check, encode_check, job_fields
-from celery_app.jobs import JobState, format_ts, to_unix
-from celery_app.keys import Keys
-from celery_app.scripts import run_script
+from celery_app.checks.definition import StoredCheck, decode_check, encode_check
+from celery_app.checks.jobs import JobState, format_ts, to_unix
+from celery_app.checks.store import job_fields
+from celery_app.redis.schema import Keys
+from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
 BATCH = 500

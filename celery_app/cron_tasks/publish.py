@@ -22,8 +22,8 @@ from kombu.common import maybe_declare
 from kombu.serialization import dumps
 from kombu.utils.json import dumps as json_dumps
 
-from celery_app.cron import CronTask
-from celery_app.cron_state import FireRequest, window_deadline
+from celery_app.cron_tasks.registration import CronTask
+from celery_app.cron_tasks.store import FireRequest, window_deadline
 
 BATCH_MAX = 2000  # Redis commands buffered before kombu flushes the pipeline
 LPUSH_CHUNK = 1000  # messages per multi-value LPUSH

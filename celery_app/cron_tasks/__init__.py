@@ -1,0 +1,1 @@
+"""Cron tasks: registration, window state, firing, recording, and the tenants they fan out to."""

@@ -1,0 +1,1 @@
+"""checkbeat's Redis: the client, TLS, the key and field schema, and the Lua scripts."""
