@@ -1,15 +1,84 @@
-"""Every Redis key checkbeat writes, in one place.
+"""Every Redis key and every hash field name checkbeat writes, in one place.
 
 Why one module: beat writes what the workers read and the CLI reports, and they never import each
-other, so the names are the contract. Times stored in Redis are Unix seconds as floats (ZSET
-scores and hash fields alike); a job is ``<check uid>@<region>``.
+other, so the names are the contract. Lua scripts get their keys in KEYS (built here, never in
+Lua) and their field names from the tables below, which :mod:`celery_app.redis.scripts` renders
+as a Lua preamble (``JOB.SCHEDULED_AT`` in a script is ``JobField.SCHEDULED_AT`` here). Times
+stored in Redis are Unix seconds as floats (ZSET scores and hash fields alike); a job is
+``<check uid>@<region>``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
+
+
+class CheckField(StrEnum):
+    """Fields of a check definition hash (``Keys.check``)."""
+
+    TENANT = "t"
+    KIND = "k"
+    TARGET = "tg"
+    CONFIG = "cf"  # JSON object
+    PERIOD = "p"  # whole seconds
+    REGIONS = "g"  # comma list
+    REGION_SPREAD = "s"  # seconds; absent = the default spread
+    PLAN_WEIGHT = "w"
+    ENABLED = "e"  # "1" / "0"
+    VERSION = "v"  # bumped by every write (optimistic concurrency)
+
+
+class JobField(StrEnum):
+    """Fields of a (check, region) job hash (``Keys.job``); short names keep it a listpack."""
+
+    TENANT = "t"
+    PLAN_WEIGHT = "w"
+    PERIOD = "p"  # whole seconds
+    REGIONS = "g"  # the check's regions, comma list (phase = index in the sorted list)
+    REGION_SPREAD = "s"  # seconds; absent = the default spread
+    SCHEDULED_AT = "sa"  # Unix s
+    EFFECTIVE_AT = "ea"  # Unix s: the WFQ order key
+    COST_EWMA_MS = "c"
+    DELAY_EWMA_MS = "d"
+    LANE = "l"  # 0 fast / 1 slow
+    RUNS = "n"  # runs completed (or reaped)
+    SKIPPED = "sk"  # runs skipped by the tenant rate limit
+    LEASE_TOKEN = "lt"  # only while claimed
+    LEASE_EXPIRY = "lx"  # Unix s, only while claimed
+    DISABLED = "off"  # "1" while the check is disabled
+
+
+class WorkerField(StrEnum):
+    """Fields of a check worker's registration hash (``Keys.worker``)."""
+
+    HOSTNAME = "hostname"
+    REGION = "region"
+    ROLE = "role"  # "fast" | "shared"
+    QUEUES = "queues"  # comma list
+    CONCURRENCY = "concurrency"
+    PID = "pid"
+    HEARTBEAT = "heartbeat"  # Unix s
+
+
+class BucketField(StrEnum):
+    """Fields of a tenant's token bucket (``Keys.rate_limit``)."""
+
+    RATE = "rate"  # runs per minute
+    BURST = "burst"
+    TOKENS = "tokens"
+    UPDATED = "ts"  # Unix s of the last refill
+
+
+#: The field tables Lua scripts see, by the name they have there (see redis.scripts).
+LUA_FIELD_TABLES: dict[str, type[StrEnum]] = {
+    "CHECK": CheckField,
+    "JOB": JobField,
+    "WORKER": WorkerField,
+    "BUCKET": BucketField,
+}
 
 
 def job_id(uid: str, region: str) -> str:

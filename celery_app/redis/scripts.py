@@ -14,10 +14,26 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from celery_app.redis.schema import LUA_FIELD_TABLES
+
+
+@cache
+def lua_preamble() -> str:
+    """The field-name tables of :mod:`celery_app.redis.schema` as Lua locals, e.g.
+    ``local JOB = {SCHEDULED_AT='sa', ...}``: every script is loaded with them in front, so no
+    script spells a field name of its own."""
+    lines = []
+    for table, fields in LUA_FIELD_TABLES.items():
+        items = ", ".join(f"{member.name}='{member.value}'" for member in fields)
+        lines.append(f"local {table} = {{{items}}}")
+    return "\n".join(lines) + "\n"
+
 
 @cache
 def lua_source(name: str) -> str:
-    return resources.files("celery_app").joinpath("redis", "lua", f"{name}.lua").read_text()
+    """``celery_app/redis/lua/<name>.lua`` with the field tables in front."""
+    body = resources.files("celery_app").joinpath("redis", "lua", f"{name}.lua").read_text()
+    return lua_preamble() + body
 
 
 @cache
