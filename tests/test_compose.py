@@ -93,6 +93,20 @@ def test_a_worker_runs_cron_tasks_from_the_default_queue(compose):
     assert "--role" not in command
     assert option(command, "-Q").split(",")[0] == "celery"
     assert int(option(command, "-c")) >= 1
+    # Only a pool with child processes enforces a cron task's hard time limit.
+    assert option(command, "-P") == "prefork"
+
+
+def test_checkbeat_up_runs_cron_tasks_on_the_same_pool_as_compose(compose):
+    from celery_app.local.up import worker_specs
+
+    specs = {spec.name: spec for spec in worker_specs({}, ("local",), "threads")}
+    argv = specs["worker-tasks"].argv
+    assert argv[argv.index("--pool") + 1] == option(
+        command_of(compose["services"]["worker-tasks"]), "-P"
+    )
+    lanes = [spec for name, spec in specs.items() if name != "worker-tasks"]
+    assert lanes and all(s.argv[s.argv.index("--pool") + 1] == "threads" for s in lanes)
 
 
 def test_redis_has_aof_and_a_password_from_the_environment(raw, compose):

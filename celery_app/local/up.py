@@ -26,6 +26,9 @@ from typing import Any
 from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.local.supervisor import ChildDied, ChildSpec, Supervisor
 
+#: The pool of the cron-task worker (see worker_specs).
+CRON_TASK_POOL = "prefork"
+
 
 @dataclass
 class UpOptions:
@@ -75,7 +78,12 @@ def celery_argv(*args: str) -> list[str]:
 
 def worker_specs(env: Mapping[str, str], regions: tuple[str, ...], pool: str) -> list[ChildSpec]:
     """Per region the two lane workers, and one worker for cron tasks (Celery's default queue),
-    with the same commands as compose.yaml."""
+    with the same commands as compose.yaml.
+
+    The cron-task worker is always prefork: only a pool with child processes enforces the hard
+    time limit, so a task that overruns its timeout is killed when its in-flight key expires
+    and "skip while the previous run is in flight" stays true. Lane workers use ``pool``.
+    """
     specs = [
         ChildSpec(
             name="worker-tasks",
@@ -84,7 +92,7 @@ def worker_specs(env: Mapping[str, str], regions: tuple[str, ...], pool: str) ->
                 "--queues",
                 "celery",
                 "--pool",
-                pool,
+                CRON_TASK_POOL,
                 "--concurrency",
                 "4",
                 "--loglevel",
