@@ -6,6 +6,10 @@ private network or hit services bound to loopback. The guard vets the *resolved*
 name that resolves to 127.0.0.1 is refused like the literal), and the probes connect to exactly
 the address that was vetted, so a DNS answer that changes between the check and the connect (DNS
 rebinding) cannot slip through.
+
+An IPv6 address can carry an IPv4 one (6to4, Teredo, NAT64, IPv4-mapped and -compatible forms)
+and a relay or translator then connects to that IPv4 address: such an address is refused when
+what it carries would be (``2002:7f00:1::1`` is loopback by another name).
 """
 
 from __future__ import annotations
@@ -56,14 +60,58 @@ class AddressPolicy:
         )
 
 
+#: NAT64 prefixes whose last 32 bits are the IPv4 address the translator connects to: the
+#: well-known prefix (RFC 6052) and the local-use prefix (RFC 8215, assumed used as a /96).
+NAT64_PREFIXES = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+)
+#: ``::/96`` minus ``::`` and ``::1``: the deprecated IPv4-compatible form (RFC 4291 2.5.5.1).
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries and hands traffic to, each with a phrase
+    naming its form (``"a 6to4 address embedding"``).
+
+    6to4 (``2002::/16``, bits 16..48), Teredo (``2001::/32``: the server, bits 32..64, and the
+    client, the last 32 bits inverted), NAT64 (the last 32 bits) and IPv4-compatible
+    (``::a.b.c.d``). IPv4-mapped (``::ffff:a.b.c.d``) is not listed: it *is* the IPv4 address
+    (a socket connects to the IPv4 host) and is judged as one by :func:`refusal_reason`.
+    """
+    found: list[tuple[str, ipaddress.IPv4Address]] = []
+    if address.sixtofour is not None:
+        found.append(("a 6to4 address embedding", address.sixtofour))
+    if address.teredo is not None:
+        server, client = address.teredo
+        found.append(("a Teredo address embedding server", server))
+        found.append(("a Teredo address embedding client", client))
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if any(address in prefix for prefix in NAT64_PREFIXES):
+        found.append(("a NAT64 address embedding", low32))
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
+        found.append(("an IPv4-compatible address embedding", low32))
+    return found
+
+
 def refusal_reason(address: IPAddress) -> str | None:
     """Why ``address`` is off limits, or None when a probe may connect to it.
 
     Pure: uses only the stdlib ``ipaddress`` properties. An IPv4-mapped IPv6 address
-    (``::ffff:127.0.0.1``) is judged as the IPv4 address it carries.
+    (``::ffff:127.0.0.1``) is judged as the IPv4 address it carries. An IPv6 address that
+    embeds IPv4 addresses (6to4, Teredo, NAT64, IPv4-compatible: see :func:`embedded_ipv4`) is
+    refused when any of them would be; if they are all public it is judged as itself (today's
+    stdlib calls Teredo private and NAT64 reserved, so only a public 6to4 passes).
     """
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return refusal_reason(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return refusal_reason(address.ipv4_mapped)
+        for phrase, ipv4 in embedded_ipv4(address):
+            inner = refusal_reason(ipv4)
+            if inner is not None:
+                return f"{phrase} {ipv4} ({inner})"
+        if address.is_site_local:
+            return "a site-local address"
     if address in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if address.is_loopback:
