@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
+
+from workers.deadline import Deadline, DeadlineExceeded
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -151,13 +154,22 @@ def literal_address(host: str) -> IPAddress | None:
         return None
 
 
-def resolve(host: str, port: int) -> list[IPAddress]:
-    """Every address ``host`` resolves to (TCP), in resolver order, without duplicates."""
+def resolve(host: str, port: int, deadline: Deadline | None = None) -> list[IPAddress]:
+    """Every address ``host`` resolves to (TCP), in resolver order, without duplicates.
+
+    With a ``deadline`` the lookup runs in a helper thread and the caller stops waiting when the
+    budget is spent (DeadlineExceeded): ``getaddrinfo`` cannot be interrupted, so a resolver
+    that does not answer would otherwise hold the probe for its own timeouts (5 s x attempts
+    x servers). The abandoned thread ends when the system resolver gives up.
+    """
     literal = literal_address(host)
     if literal is not None:
         return [literal]
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        if deadline is None:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        else:
+            infos = _getaddrinfo_by(host, port, deadline)
     except (socket.gaierror, UnicodeError) as exc:
         raise ResolutionFailed(f"cannot resolve {host!r}: {exc}") from exc
     addresses: list[IPAddress] = []
@@ -170,33 +182,76 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     return addresses
 
 
-def resolve_vetted(host: str, port: int, policy: AddressPolicy) -> list[IPAddress]:
-    """Resolve ``host`` and vet every answer: one refused address refuses the target.
+def _getaddrinfo_by(host: str, port: int, deadline: Deadline) -> list[Any]:
+    """``socket.getaddrinfo`` in a daemon thread, waited for until ``deadline`` at most."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            outcome["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except BaseException as exc:  # handed to the waiting caller
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="checkbeat-resolve", daemon=True).start()
+    if not done.wait(deadline.bound(what=f"resolving {host!r}")):
+        raise DeadlineExceeded(f"resolving {host!r} did not finish within {deadline.timeout_s:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["infos"]
+
+
+def resolve_vetted(
+    host: str, port: int, policy: AddressPolicy, deadline: Deadline | None = None
+) -> list[IPAddress]:
+    """Resolve ``host`` (within ``deadline`` if given) and vet every answer: one refused
+    address refuses the target.
 
     Refusing on any bad answer (rather than picking a good one) keeps a name that mixes a
     public and a private address from reaching the private one on a later resolution.
     """
-    addresses = resolve(host, port)
+    addresses = resolve(host, port, deadline)
     for address in addresses:
         vet_address(address, host, policy)
     return addresses
 
 
 def connect_vetted(
-    host: str, port: int, timeout: float, policy: AddressPolicy
+    host: str,
+    port: int,
+    timeout: float,
+    policy: AddressPolicy,
+    *,
+    deadline: Deadline | None = None,
 ) -> tuple[socket.socket, IPAddress]:
     """Open a TCP connection to a vetted address of ``host`` (tried in resolver order).
 
     The socket is connected to the very address that was vetted: there is no second lookup
     for a rebinding DNS server to answer differently.
+
+    One budget covers the whole call: ``deadline`` if given (``timeout`` then caps each
+    connect), else ``timeout`` from now. Resolution and every address tried share it, so six
+    black-holed addresses cost the budget once, not six times. Raises DeadlineExceeded (a
+    TimeoutError) when it is spent, TimeoutError/OSError from the last address otherwise.
     """
+    deadline = deadline if deadline is not None else Deadline(timeout)
+    addresses = resolve_vetted(host, port, policy, deadline)
     last_error: OSError | None = None
-    for address in resolve_vetted(host, port, policy):
+    tried = 0
+    for address in addresses:
+        if deadline.expired:
+            break
+        budget = deadline.bound(timeout, what=f"connecting to {host}")
+        tried += 1
         try:
-            sock = socket.create_connection((str(address), port), timeout=timeout)
+            return socket.create_connection((str(address), port), timeout=budget), address
         except OSError as exc:
             last_error = exc
-            continue
-        return sock, address
-    assert last_error is not None
+    if last_error is None or deadline.expired:
+        raise DeadlineExceeded(
+            f"no address of {host} answered within {deadline.timeout_s:g} s "
+            f"(tried {tried} of {len(addresses)})"
+        ) from last_error
     raise last_error

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.deadline import Deadline
 from workers.target_guard import AddressPolicy
 
 #: Error classes a result may carry. ``refused`` = the target guard said no; ``error`` = a
@@ -64,14 +65,21 @@ class ProbeContext:
     """What a probe may know about its run besides its config.
 
     ``timeout_s`` is the run's soft limit: the probe must return by then (the threads pool
-    cannot interrupt it). ``policy`` is what the target guard allows; a custom kind that opens
-    connections itself should use :func:`workers.target_guard.connect_vetted` with it.
+    cannot interrupt it). ``deadline`` is that limit as a budget started with the run (the
+    runner sets it): give each blocking step ``deadline.bound(per_op)``. ``policy`` is what the
+    target guard allows; a custom kind that opens connections itself should use
+    :func:`workers.target_guard.connect_vetted` with it (and ``deadline=context.deadline``).
     """
 
     timeout_s: float
     policy: AddressPolicy = field(default_factory=AddressPolicy)
     region: str = ""
+    deadline: Deadline | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+    def run_deadline(self) -> Deadline:
+        """The run's budget: the runner's :attr:`deadline`, else ``timeout_s`` from now."""
+        return self.deadline if self.deadline is not None else Deadline(self.timeout_s)

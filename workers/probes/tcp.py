@@ -1,14 +1,19 @@
-"""The ``tcp`` probe: how long a TCP connect to ``host:port`` takes (nothing is sent)."""
+"""The ``tcp`` probe: how long a TCP connect to ``host:port`` takes (nothing is sent or read).
+
+One :class:`~workers.deadline.Deadline` covers the run: resolution (in a helper thread) and
+every resolved address tried share ``timeout_s``, so the probe returns by then whatever the
+resolver or the addresses do.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from celery_app.errors import CheckFieldError
+from workers.deadline import honours_deadline
 from workers.probes.config import parse_config
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
@@ -61,27 +66,26 @@ def validate_tcp_config(
     return {}
 
 
+@honours_deadline
 def tcp_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
-    """Connect once; never raises (every failure is a result with its error class)."""
-    started = time.perf_counter()
-
-    def elapsed_ms() -> float:
-        return (time.perf_counter() - started) * 1000.0
-
+    """Connect once within the run's deadline; never raises (every failure is a result)."""
+    deadline = context.run_deadline()
     try:
         host, port = parse_host_port(target)
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid target: {exc}", 0.0)
     try:
-        sock, address = connect_vetted(host, port, context.timeout_s, context.policy)
+        sock, address = connect_vetted(
+            host, port, context.timeout_s, context.policy, deadline=deadline
+        )
     except ResolutionFailed as exc:
-        return ProbeResult.down("dns", str(exc), elapsed_ms())
+        return ProbeResult.down("dns", str(exc), deadline.elapsed_ms())
     except TargetRefused as exc:
-        return ProbeResult.down("refused", str(exc), elapsed_ms())
-    except TimeoutError as exc:
-        return ProbeResult.down("timeout", f"connect timed out: {exc}", elapsed_ms())
+        return ProbeResult.down("refused", str(exc), deadline.elapsed_ms())
+    except TimeoutError as exc:  # a connect timeout, or the deadline (DeadlineExceeded)
+        return ProbeResult.down("timeout", f"connect timed out: {exc}", deadline.elapsed_ms())
     except OSError as exc:
-        return ProbeResult.down("connect", f"{type(exc).__name__}: {exc}", elapsed_ms())
-    latency = elapsed_ms()
+        return ProbeResult.down("connect", f"{type(exc).__name__}: {exc}", deadline.elapsed_ms())
+    latency = deadline.elapsed_ms()
     sock.close()
     return ProbeResult.up(latency, address=str(address))
