@@ -5,13 +5,19 @@ would have run, so a DNS server could answer with a public address to the guard 
 to the connect (rebinding). The backend below is the only place a name is resolved: it vets the
 answers and connects to the vetted address, for the first request and every redirect alike.
 Proxies from the environment are ignored for the same reason (a proxy would connect for us).
+
+One :class:`~workers.deadline.Deadline` covers the run (httpx's timeout bounds each read, not the
+request): the backend resolves within it, every address tried shares it, and every socket
+operation of every connection (connect, TLS handshake, each write and each read) gets
+``min(per-op timeout, remaining)``, so a server that drips its headers or body a byte at a time
+is cut off at the deadline. Redirects are followed here, one hop at a time, so a redirect's body
+is never read; the final body is read up to :data:`MAX_BODY_BYTES` and the connection closed.
 """
 
 from __future__ import annotations
 
 import functools
 import ssl
-import time
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -24,6 +30,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from celery_app.errors import CheckFieldError
+from workers.deadline import Deadline, DeadlineExceeded, honours_deadline
 from workers.probes.config import parse_config
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
@@ -35,8 +42,11 @@ from workers.target_guard import (
     vet_address,
 )
 
-#: The most body a probe reads to look for ``body_contains`` (the rest is not downloaded).
+#: The most body a probe reads to look for ``body_contains``: reading stops there and the
+#: connection is closed, so the rest is not downloaded (the kernel may hold a few MB more).
 MAX_BODY_BYTES = 1 << 20
+#: Largest piece handed to one socket write, so a stalled send cannot outlive the deadline.
+WRITE_PIECE_BYTES = 16 * 1024
 MAX_REDIRECTS = 5
 USER_AGENT = "checkbeat-probe/1"
 
@@ -127,11 +137,53 @@ def validate_http_config(
     return parsed.model_dump(mode="json")
 
 
-class VettingNetworkBackend(httpcore.SyncBackend):
-    """httpcore backend that resolves, vets and connects to the vetted address (see module doc)."""
+class DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose every operation is bounded by the run's deadline as well."""
 
-    def __init__(self, policy: AddressPolicy) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, deadline: Deadline) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def _bound(self, timeout: float | None, error: type[Exception], what: str) -> float:
+        try:
+            return self._deadline.bound(timeout, what=what)
+        except DeadlineExceeded as exc:
+            raise error(str(exc)) from None
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        budget = self._bound(timeout, httpcore.ReadTimeout, "reading the response")
+        return self._inner.read(max_bytes, budget)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for start in range(0, len(buffer), WRITE_PIECE_BYTES):
+            budget = self._bound(timeout, httpcore.WriteTimeout, "sending the request")
+            self._inner.write(buffer[start : start + WRITE_PIECE_BYTES], budget)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        # CPython bounds a whole handshake by the socket timeout (not each recv of it).
+        budget = self._bound(timeout, httpcore.ConnectTimeout, "the TLS handshake")
+        tls = self._inner.start_tls(ssl_context, server_hostname, budget)
+        return DeadlineStream(tls, self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class VettingNetworkBackend(httpcore.SyncBackend):
+    """httpcore backend that resolves, vets and connects to the vetted address (see module doc),
+    all within ``deadline``."""
+
+    def __init__(self, policy: AddressPolicy, deadline: Deadline) -> None:
         self._policy = policy
+        self._deadline = deadline
         self.connected: list[str] = []
 
     def connect_tcp(
@@ -142,19 +194,32 @@ class VettingNetworkBackend(httpcore.SyncBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        addresses = resolve_vetted(host, port, self._policy)
+        deadline = self._deadline
+        try:
+            addresses = resolve_vetted(host, port, self._policy, deadline)
+        except DeadlineExceeded as exc:
+            raise httpcore.ConnectTimeout(str(exc)) from None
         last_error: Exception | None = None
+        tried = 0
         for address in addresses:
+            if deadline.expired:
+                break
+            budget = deadline.bound(timeout, what=f"connecting to {host}")
+            tried += 1
             try:
                 stream = super().connect_tcp(
-                    str(address), port, timeout, local_address, socket_options
+                    str(address), port, budget, local_address, socket_options
                 )
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last_error = exc
                 continue
             self.connected.append(str(address))
-            return stream
-        assert last_error is not None
+            return DeadlineStream(stream, deadline)
+        if last_error is None or deadline.expired:
+            raise httpcore.ConnectTimeout(
+                f"no address of {host} answered within {deadline.timeout_s:g} s "
+                f"(tried {tried} of {len(addresses)})"
+            ) from last_error
         raise last_error
 
 
@@ -167,10 +232,10 @@ def _tls_context() -> ssl.SSLContext:
 class VettingTransport(httpx.HTTPTransport):
     """httpx transport whose every connection goes through :class:`VettingNetworkBackend`."""
 
-    def __init__(self, policy: AddressPolicy) -> None:
+    def __init__(self, policy: AddressPolicy, deadline: Deadline) -> None:
         # verify=<context>: httpx would otherwise load the CA bundle again (~20 ms CPU) per probe.
         super().__init__(verify=_tls_context(), trust_env=False, retries=0)
-        self.backend = VettingNetworkBackend(policy)
+        self.backend = VettingNetworkBackend(policy, deadline)
         # httpx has no public knob for the network backend, so the pool is rebuilt with one.
         self._pool = httpcore.ConnectionPool(
             ssl_context=_tls_context(),
@@ -187,7 +252,7 @@ def classify_http_error(exc: BaseException) -> str:
         return "dns"
     if isinstance(exc, TargetRefused):
         return "refused"
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return "timeout"
     if isinstance(exc, httpx.TooManyRedirects):
         return "status"
@@ -214,49 +279,88 @@ def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
     return clean, httpx.BasicAuth(unquote(user), unquote(password))
 
 
+def _send(
+    client: httpx.Client,
+    spec: HttpConfig,
+    url: str,
+    headers: Mapping[str, str],
+    auth: httpx.BasicAuth | None,
+) -> httpx.Response:
+    """Send the request, following redirects one hop at a time; a streaming response.
+
+    httpx's own redirect handling reads each redirect's body to the end, whatever its size;
+    here a redirect is closed unread. Same rules otherwise: httpx builds the next request (so
+    credentials are dropped on a change of origin), at most :data:`MAX_REDIRECTS` hops.
+    """
+    request = client.build_request(spec.method, url, headers=headers)
+    response = client.send(request, auth=auth, stream=True, follow_redirects=False)
+    hops = 0
+    while spec.follow_redirects and response.next_request is not None:
+        response.close()
+        hops += 1
+        if hops > MAX_REDIRECTS:
+            raise httpx.TooManyRedirects(
+                "Exceeded maximum allowed redirects.", request=response.next_request
+            )
+        response = client.send(response.next_request, stream=True, follow_redirects=False)
+    return response
+
+
+def _read_body(response: httpx.Response, deadline: Deadline) -> bytes:
+    """Up to :data:`MAX_BODY_BYTES` of the (decoded) body; stops there, the rest is not read.
+
+    Each read is bounded by the deadline (the stream) and the deadline is checked between
+    chunks, so a dripping body raises DeadlineExceeded.
+    """
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        deadline.check("reading the body")
+        body.extend(chunk[: MAX_BODY_BYTES - len(body)])
+        if len(body) >= MAX_BODY_BYTES:
+            break
+    return bytes(body)
+
+
+@honours_deadline
 def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
-    """Request ``target`` once; never raises (every failure is a result with its error class)."""
-    started = time.perf_counter()
-
-    def elapsed_ms() -> float:
-        return (time.perf_counter() - started) * 1000.0
-
+    """Request ``target`` once within the run's deadline; never raises (every failure is a
+    result with its error class)."""
+    deadline = context.run_deadline()
     try:
         url, auth = split_credentials(check_url(target))
         spec = HttpConfig.model_validate(dict(config))
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
-    deadline = started + context.timeout_s
-    transport = VettingTransport(context.policy)
+    transport = VettingTransport(context.policy, deadline)
     headers = {"User-Agent": USER_AGENT, **spec.headers}
     try:
-        with (
-            httpx.Client(
-                transport=transport,
-                timeout=httpx.Timeout(context.timeout_s),
-                follow_redirects=spec.follow_redirects,
-                max_redirects=MAX_REDIRECTS,
-                trust_env=False,
-            ) as client,
-            client.stream(spec.method, url, headers=headers, auth=auth) as response,
-        ):
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                if time.perf_counter() > deadline:
-                    return ProbeResult.down(
-                        "timeout",
-                        f"body not read within {context.timeout_s:g} s",
-                        elapsed_ms(),
-                        status_code=response.status_code,
-                    )
-                if len(body) < MAX_BODY_BYTES:
-                    body.extend(chunk[: MAX_BODY_BYTES - len(body)])
-            latency = elapsed_ms()
+        with httpx.Client(
+            transport=transport,
+            timeout=httpx.Timeout(context.timeout_s),
+            follow_redirects=False,
+            trust_env=False,
+        ) as client:
+            response = _send(client, spec, url, headers, auth)
+            try:
+                body = _read_body(response, deadline)
+            except (TimeoutError, httpx.TimeoutException):
+                return ProbeResult.down(
+                    "timeout",
+                    f"body not read within {context.timeout_s:g} s",
+                    deadline.elapsed_ms(),
+                    status_code=response.status_code,
+                )
+            finally:
+                response.close()  # unread rest: httpcore closes the connection, not reused
+            latency = deadline.elapsed_ms()
     except SoftTimeLimitExceeded:
         raise  # the runner records the soft limit (prefork and gevent pools raise it here)
     except Exception as exc:  # a probe never raises: every failure is a result
         error_class = classify_http_error(exc)
-        return ProbeResult.down(error_class, f"{type(exc).__name__}: {exc}", elapsed_ms())
+        message = f"{type(exc).__name__}: {exc}"
+        if error_class == "timeout":
+            message = f"no answer within {context.timeout_s:g} s ({message})"
+        return ProbeResult.down(error_class, message, deadline.elapsed_ms())
     if latency > context.timeout_s * 1000.0:
         return ProbeResult.down("timeout", f"no answer within {context.timeout_s:g} s", latency)
     detail = {"status_code": response.status_code}
