@@ -3,6 +3,9 @@ its allowed range; durations take seconds or ISO 8601, dispatch interval and lea
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -137,3 +140,19 @@ def test_an_allowed_prefix_works_in_reconciles_scan_pattern(r, redis_url, monkey
 def test_regions_are_matched_whole(monkeypatch, regions):
     message = refused(monkeypatch, "CHECKBEAT_REGIONS", regions)
     assert "CHECKBEAT_REGIONS" in message and "letters, digits" in message
+
+
+@pytest.mark.parametrize("value", ["inf", "1e20"])
+def test_the_checkbeat_command_prints_the_message_not_a_traceback(tmp_path, value):
+    env = dict(os.environ, CHECKBEAT_CHECK_TIMEOUT=value)
+    result = subprocess.run(
+        [sys.executable, "-m", "celery_app.cli.main", "status", "--data-dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"CHECKBEAT_CHECK_TIMEOUT='{value}'" in result.stderr
+    assert "<= 86,400 s (1 day)" in result.stderr
+    assert "Traceback" not in result.stderr
