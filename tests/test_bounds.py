@@ -227,3 +227,40 @@ def test_settings_bounds_keep_the_worst_case_credit_inside_the_calendar():
     params = Params.from_settings(worst)
     deadline = params.effective_scheduled_at(NOW, 0.0, 1_000_000)
     assert EARLIEST < deadline < NOW  # a million hours back: 1912, no saturation needed
+
+
+def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
+    r, keys, settings, test_kind, broker
+):
+    """The issue's incident: a job hash holding w=1e11 (written before the bound existed) with
+    tier credit on made every tick raise OverflowError before it claimed anything."""
+    from checks_helpers import register_fake_worker
+
+    from celery_app.checks.dispatch import Dispatcher
+    from celery_app.checks.jobs import finish_run
+    from celery_app.factory import create_app
+
+    credit_on = settings.model_copy(update={"tier_credit_per_weight": timedelta(seconds=1)})
+    app = create_app(credit_on)
+    store = CheckStore(r, keys, credit_on)
+    t0 = 1_780_000_000.0
+    for uid, tenant in (("huge", "acme"), ("other", "globex")):
+        store.create(now=at(t0), uid=uid, tenant=tenant, kind="testprobe", target="x",
+                     period=60, regions=["eu"])  # fmt: skip
+    r.hset(keys.job("huge@eu"), "w", str(10**11))  # around the validation, as old data
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
+    dispatcher = Dispatcher(app, client=r)
+    ran: set[str] = set()
+    now = t0
+    while now < t0 + 130:
+        for claim in dispatcher.tick(now).claims:
+            assert finish_run(
+                r, keys, store.params, claim.job_id, claim.lease_token, duration_ms=20.0,
+                timed_out=False, exec_start=at(now), now=at(now + 0.05), result={"ok": True},
+            )  # fmt: skip
+            ran.add(claim.job_id)
+        now += 1.0
+    assert ran == {"huge@eu", "other@eu"}
+    huge = read_job(r, keys, "huge@eu")
+    assert huge is not None and huge.runs >= 2
+    assert huge.effective_scheduled_at == to_unix(EARLIEST)  # saturated: sorts first
