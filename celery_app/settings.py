@@ -5,20 +5,32 @@ knobs; reading them in one place, failing loudly on a bad value and naming the v
 keeps a typo in a deployment from turning into a scheduler that silently does something else.
 
 Durations accept seconds (``"1.5"``) or ISO 8601 (``"PT1.5S"``). Lists accept commas
-(``"eu,us"``) or JSON (``'["eu","us"]'``).
+(``"eu,us"``) or JSON (``'["eu","us"]'``). Every number is bounded (:data:`BOUNDS`): NaN,
+infinities and absurd magnitudes are refused with the variable's name and its allowed range,
+because a NaN compares false with every minimum and an infinite lease is never reaped.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
+import re
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "CHECKBEAT_"
@@ -47,17 +59,97 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{masked}@{host}"
 
 
-#: Lower bounds of the numeric settings (inclusive).
-_MINIMUMS: dict[str, float] = {
-    "pool_size": 1,
-    "fast_lane_reserved": 0,
-    "results_history": 1,
-    "lease_margin": 0,
-    "slow_threshold_ms": 0,
-    "cost_timeout_factor": 0,
-    "lane_slow_threshold_ms": 0,
-    "lane_fast_threshold_ms": 0,
+@dataclass(frozen=True)
+class Bound:
+    """The allowed range of one numeric setting (``low`` exclusive when ``low_open``)."""
+
+    low: float
+    high: float
+    unit: str = ""
+    low_open: bool = False
+    note: str = ""
+
+    def allows(self, value: float) -> bool:
+        """In range (NaN compares false with both ends; a huge int is compared, not floated)."""
+        above = value > self.low if self.low_open else value >= self.low
+        return above and value <= self.high
+
+    def text(self) -> str:
+        def number(x: float) -> str:
+            return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+        low = f"{'>' if self.low_open else '>='} {number(self.low)}{self.unit}"
+        note = f" ({self.note})" if self.note else ""
+        return f"{low} and <= {number(self.high)}{self.unit}{note}"
+
+
+_DAY_S = 86_400
+_DAY_MS = _DAY_S * 1000
+
+#: The range of every numeric setting. Durations are in seconds whatever their spelling.
+BOUNDS: dict[str, Bound] = {
+    "pool_size": Bound(1, 10_000),
+    "fast_lane_reserved": Bound(0, 9_999),
+    "results_history": Bound(1, 100_000),
+    "slow_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
+    "cost_timeout_factor": Bound(0, 1_000),
+    "lane_slow_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
+    "lane_fast_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
+    "dispatch_interval": Bound(0, 60, " s", low_open=True),
+    "lease_margin": Bound(0, 3_600, " s", note="1 hour"),
+    "tier_credit_per_weight": Bound(0, 3_600, " s", note="1 hour"),
+    "tier_credit_max": Bound(0, _DAY_S, " s", note="1 day"),
+    "check_timeout": Bound(0, _DAY_S, " s", note="1 day"),
+    "cost_timeout_floor": Bound(0, _DAY_S, " s", note="1 day"),
+    "cron_grace": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
+    "beat_heartbeat_stale": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
 }
+
+#: Settings read as durations: seconds (``10``, ``1.5``) or ISO 8601 (``PT10S``).
+_TIMEDELTAS = (
+    "tier_credit_per_weight",
+    "tier_credit_max",
+    "check_timeout",
+    "cost_timeout_floor",
+    "cron_grace",
+    "beat_heartbeat_stale",
+)
+#: Durations kept as float seconds, the type their callers (dispatcher, beat) compute with.
+_FLOAT_SECONDS = ("dispatch_interval", "lease_margin")
+_DURATION_FORMS = "seconds such as 10 or 1.5, or ISO 8601 such as PT10S"
+_ISO_DURATION = TypeAdapter(timedelta)
+
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}")
+_REGION = re.compile(r"(?=.*[A-Za-z0-9])[A-Za-z0-9_\-]{1,64}")
+
+
+def _described(text: str, name: str) -> str:
+    """A field's description with its allowed range, so the README table states it too."""
+    return f"{text} Allowed: {BOUNDS[name].text()}."
+
+
+def _duration(value: Any) -> timedelta:
+    """A duration setting as a timedelta; ValueError (never OverflowError) when unreadable."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"must be a duration ({_DURATION_FORMS}), got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                return _ISO_DURATION.validate_python(text)
+            except (ValidationError, OverflowError):
+                raise ValueError(f"must be a duration ({_DURATION_FORMS})") from None
+    elif isinstance(value, int | float):
+        seconds = float(value) if abs(value) < 1e300 else math.inf
+    else:
+        raise ValueError(f"must be a duration ({_DURATION_FORMS}), got {value!r}")
+    if not math.isfinite(seconds) or abs(seconds) > 1e12:  # beyond what timedelta can hold
+        return timedelta.max if not seconds < 0 else timedelta.min  # NaN too: refused by bounds
+    return timedelta(seconds=seconds)
 
 
 class SettingsError(ValueError):
@@ -95,7 +187,13 @@ class Settings(BaseSettings):
     redis_tls_keyfile: str | None = Field(
         None, description="Private key (PEM) of CHECKBEAT_REDIS_TLS_CERTFILE."
     )
-    key_prefix: str = Field("checkbeat", description="Prefix of every Redis key checkbeat writes.")
+    key_prefix: str = Field(
+        "checkbeat",
+        description=(
+            "Prefix of every Redis key checkbeat writes: 1-100 letters, digits, '_', '.', ':' "
+            "or '-', starting with a letter or digit."
+        ),
+    )
     timezone: str = Field("UTC", description="Default timezone of cron tasks (IANA name).")
     imports: CommaList = Field(
         default_factory=list,
@@ -105,9 +203,10 @@ class Settings(BaseSettings):
     # --- cron tasks ----------------------------------------------------------------------
     cron_grace: timedelta = Field(
         timedelta(seconds=60),
-        description=(
+        description=_described(
             "How long after a cron window ends its messages may still be sent and run: a beat "
-            "that was briefly stalled fires a missed window within it, a message expires at it."
+            "that was briefly stalled fires a missed window within it, a message expires at it.",
+            "cron_grace",
         ),
     )
     tenants_provider: str = Field(
@@ -121,49 +220,97 @@ class Settings(BaseSettings):
     )
     beat_heartbeat_stale: timedelta = Field(
         timedelta(seconds=120),
-        description="A beat whose last heartbeat is older than this counts as not running.",
+        description=_described(
+            "A beat whose last heartbeat is older than this counts as not running.",
+            "beat_heartbeat_stale",
+        ),
     )
 
     # --- topology ----------------------------------------------------------------------
     regions: CommaList = Field(
         default_factory=lambda: ["local"],
-        description="Regions checks run in; the first is the default region of a new check.",
+        description=(
+            "Regions checks run in (letters, digits, '-' and '_'); the first is the default "
+            "region of a new check."
+        ),
     )
-    pool_size: int = Field(8, description="Probe slots per region (fast + shared worker).")
-    fast_lane_reserved: int = Field(2, description="Slots of pool_size only fast checks may use.")
+    pool_size: int = Field(
+        8, description=_described("Probe slots per region (fast + shared worker).", "pool_size")
+    )
+    fast_lane_reserved: int = Field(
+        2,
+        description=_described(
+            "Slots of pool_size only fast checks may use (fewer than pool_size).",
+            "fast_lane_reserved",
+        ),
+    )
 
     # --- scheduling knobs (the seed's Params; 0 = off) ------------------------------------
     slow_threshold_ms: float = Field(
-        0.0, description="Dead band: weighted cost below this many ms adds no offset."
+        0.0,
+        description=_described(
+            "Dead band: weighted cost below this many ms adds no offset.", "slow_threshold_ms"
+        ),
     )
     tier_credit_per_weight: timedelta = Field(
-        timedelta(0), description="Deadline credit per unit of plan weight."
+        timedelta(0),
+        description=_described(
+            "Deadline credit per unit of plan weight.", "tier_credit_per_weight"
+        ),
     )
-    tier_credit_max: timedelta = Field(timedelta(0), description="Cap on the total tier credit.")
+    tier_credit_max: timedelta = Field(
+        timedelta(0),
+        description=_described("Cap on the total tier credit; 0 = no cap.", "tier_credit_max"),
+    )
     check_timeout: timedelta = Field(
-        timedelta(0), description="Execution ceiling per check; 0 means 15 s."
+        timedelta(0),
+        description=_described("Execution ceiling per check; 0 means 15 s.", "check_timeout"),
     )
     cost_timeout_factor: float = Field(
-        0.0, description="Timeout = factor x cost EWMA (clamped); 0 = flat ceiling."
+        0.0,
+        description=_described(
+            "Timeout = factor x cost EWMA (clamped); 0 = flat ceiling.", "cost_timeout_factor"
+        ),
     )
-    cost_timeout_floor: timedelta = Field(timedelta(0), description="Lowest cost-aware timeout.")
+    cost_timeout_floor: timedelta = Field(
+        timedelta(0),
+        description=_described("Lowest cost-aware timeout.", "cost_timeout_floor"),
+    )
     lane_slow_threshold_ms: float = Field(
-        1000.0, description="Cost EWMA at which a check moves to the slow lane; 0 = no lanes."
+        1000.0,
+        description=_described(
+            "Cost EWMA at which a check moves to the slow lane; 0 = no lanes.",
+            "lane_slow_threshold_ms",
+        ),
     )
     lane_fast_threshold_ms: float = Field(
-        500.0, description="Cost EWMA below which a slow check returns to the fast lane."
+        500.0,
+        description=_described(
+            "Cost EWMA below which a slow check returns to the fast lane (below the slow "
+            "threshold).",
+            "lane_fast_threshold_ms",
+        ),
     )
 
     # --- check dispatch ------------------------------------------------------------------
     dispatch_interval: float = Field(
-        0.5, description="Seconds between dispatcher ticks in beat (claim, publish, reap)."
+        0.5,
+        description=_described(
+            "Time between dispatcher ticks in beat (claim, publish, reap).", "dispatch_interval"
+        ),
     )
     lease_margin: float = Field(
         5.0,
-        description="Seconds a claim outlives the hard time limit before it is reaped as lost.",
+        description=_described(
+            "How long a claim outlives the hard time limit before it is reaped as lost.",
+            "lease_margin",
+        ),
     )
     results_history: int = Field(
-        100, description="Results kept per check in its capped results stream."
+        100,
+        description=_described(
+            "Results kept per check in its capped results stream.", "results_history"
+        ),
     )
 
     # --- probes --------------------------------------------------------------------------
@@ -186,8 +333,11 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("must name at least one region, e.g. 'eu,us'")
         for region in value:
-            if not region.replace("-", "").replace("_", "").isalnum():
-                raise ValueError(f"region {region!r} may contain only letters, digits, '-' and '_'")
+            if not _REGION.fullmatch(region):
+                raise ValueError(
+                    f"region {region!r} may contain only letters, digits, '-' and '_' "
+                    "(1-64 ASCII characters)"
+                )
         if len(set(value)) != len(value):
             raise ValueError(f"regions must be distinct, got {value}")
         return value
@@ -237,44 +387,29 @@ class Settings(BaseSettings):
     @field_validator("key_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if not value or any(c.isspace() for c in value):
-            raise ValueError("must be a non-empty string without spaces")
+        """Validated rather than escaped where used: the prefix is part of SCAN patterns
+        (reconcile finds checks by ``<prefix>:check:*``), of every key and of Lua-built names,
+        so glob characters (``*?[]\\``), spaces and control characters are refused once here."""
+        if not _KEY_PREFIX.fullmatch(value):
+            raise ValueError(
+                "must be 1-100 letters, digits, '_', '.', ':' or '-', starting with a letter "
+                "or digit (glob characters such as '*', '?', '[' and '\\' would break the SCAN "
+                "patterns of reconcile)"
+            )
         return value
 
-    @field_validator(
-        "tier_credit_per_weight",
-        "tier_credit_max",
-        "check_timeout",
-        "cost_timeout_floor",
-        "cron_grace",
-        "beat_heartbeat_stale",
-        mode="before",
-    )
+    @field_validator(*_TIMEDELTAS, *_FLOAT_SECONDS, mode="before")
     @classmethod
-    def _seconds(cls, value: Any) -> Any:
-        """A bare number is seconds: ``CHECKBEAT_CHECK_TIMEOUT=10`` reads as it looks."""
-        if isinstance(value, str):
-            try:
-                return timedelta(seconds=float(value))
-            except ValueError:
-                return value
-        return value
-
-    @field_validator(
-        "tier_credit_per_weight", "tier_credit_max", "check_timeout", "cost_timeout_floor"
-    )
-    @classmethod
-    def _non_negative_duration(cls, value: timedelta) -> timedelta:
-        if value < timedelta(0):
-            raise ValueError(f"must be a duration >= 0 seconds, got {value.total_seconds()} s")
-        return value
-
-    @field_validator("cron_grace", "beat_heartbeat_stale")
-    @classmethod
-    def _positive_duration(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError(f"must be a duration > 0 seconds, got {value.total_seconds()} s")
-        return value
+    def _durations(cls, value: Any, info: ValidationInfo) -> Any:
+        """Seconds or ISO 8601, range-checked before a timedelta is built (``1e20`` seconds or
+        ``inf`` would otherwise raise OverflowError, a raw traceback instead of a message)."""
+        name = info.field_name
+        assert name is not None
+        duration = _duration(value)
+        seconds = duration.total_seconds()
+        if not BOUNDS[name].allows(seconds):
+            raise ValueError(f"must be a duration {BOUNDS[name].text()} ({_DURATION_FORMS})")
+        return seconds if name in _FLOAT_SECONDS else duration
 
     @field_validator("tenants_provider")
     @classmethod
@@ -292,19 +427,14 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator(*_MINIMUMS)
+    @field_validator(*(name for name in BOUNDS if name not in (*_TIMEDELTAS, *_FLOAT_SECONDS)))
     @classmethod
-    def _at_least(cls, value: float, info: ValidationInfo) -> float:
-        minimum = _MINIMUMS[info.field_name]
-        if value < minimum:
-            raise ValueError(f"must be >= {minimum}, got {value}")
-        return value
-
-    @field_validator("dispatch_interval")
-    @classmethod
-    def _interval(cls, value: float) -> float:
-        if not 0 < value <= 60:
-            raise ValueError(f"must be > 0 and <= 60 seconds, got {value}")
+    def _within(cls, value: float, info: ValidationInfo) -> float:
+        assert info.field_name is not None
+        bound = BOUNDS[info.field_name]
+        if not bound.allows(value):
+            kind = "an integer" if isinstance(value, int) else "a finite number"
+            raise ValueError(f"must be {kind} {bound.text()}")
         return value
 
     @model_validator(mode="after")
@@ -350,6 +480,15 @@ class Settings(BaseSettings):
         return self.pool_size - self.fast_lane_reserved
 
 
+def _shown(given: Any, limit: int = 80) -> str:
+    """The offending value for an error line: its repr, cut at ``limit`` characters."""
+    try:
+        text = repr(given)
+    except ValueError:  # an int too long to print (Python refuses > 4300 digits)
+        return "<an integer of more than 4300 digits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read the environment (plus ``overrides``); raise SettingsError naming each bad variable."""
     try:
@@ -359,13 +498,14 @@ def load_settings(**overrides: Any) -> Settings:
         for error in exc.errors():
             field = ".".join(str(part) for part in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
-            if error["type"].startswith("time_delta"):
-                message += " (allowed: seconds >= 0 such as 10 or 1.5, or ISO 8601 such as PT10S)"
+            bound = BOUNDS.get(field)
+            if bound is not None and bound.text() not in message:
+                message += f" (allowed: {bound.text()})"
             given = error.get("input")
             if field in ("redis_url", "broker_url") and isinstance(given, str):
                 given = redact_url(given)
             if field:
-                lines.append(f"{ENV_PREFIX}{field.upper()}={given!r}: {message}")
+                lines.append(f"{ENV_PREFIX}{field.upper()}={_shown(given)}: {message}")
             else:
                 lines.append(message)
         raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(lines)) from None

@@ -26,6 +26,8 @@ _ZERO = timedelta(0)
 _ONE_MS = timedelta(milliseconds=1)
 _ONE_US = timedelta(microseconds=1)
 _MAX_OFFSET_MS = MAX_DEPRIORITIZE_OFFSET / _ONE_MS
+#: The largest credit: -timedelta.min, so ``offset - credit`` is still a timedelta.
+_MAX_CREDIT_US = -timedelta.min // _ONE_US
 _DURATION_FIELDS = frozenset(
     {"tier_credit_per_weight", "tier_credit_max", "check_timeout", "cost_timeout_floor"}
 )
@@ -136,11 +138,13 @@ class Params:
         """
         if plan_weight <= 0 or self.tier_credit_per_weight <= _ZERO:
             return _ZERO
-        # Integer microseconds: a huge weight must hit the cap exactly, not overflow first.
+        # Integer microseconds: a huge weight must hit the cap exactly, not overflow first; with
+        # no cap, the credit saturates at ~2.7 million years (the deadline at the earliest
+        # instant) instead of raising OverflowError.
         credit_us = (self.tier_credit_per_weight // _ONE_US) * plan_weight
         if self.tier_credit_max > _ZERO:
             credit_us = min(credit_us, self.tier_credit_max // _ONE_US)
-        return timedelta(microseconds=credit_us)
+        return timedelta(microseconds=min(credit_us, _MAX_CREDIT_US))
 
     def effective_scheduled_at(
         self, scheduled_at: datetime, cost_ewma_ms: float, plan_weight: int
@@ -155,7 +159,8 @@ class Params:
         EWMA is deliberately absent: penalising victims spiraled under overload. Claims gate
         on the real scheduled_at, so this only decides who wins when slots are contended.
         A fresh job (cost 0) and the zero Params both leave the order at scheduled_at.
-        Offsets are rounded to the microsecond.
+        Offsets are rounded to the microsecond; a credit beyond the calendar saturates at
+        ``_instant.EARLIEST`` (the job sorts first), never an OverflowError.
         """
         require_aware(scheduled_at, "scheduled_at")
         offset_ms = cost_ewma_ms * COST_OFFSET_WEIGHT

@@ -93,7 +93,8 @@ def next_aligned(
 
     ``base_period <= 0`` or ``job_period <= 0`` falls back to ``now + job_period`` (never
     produced by reconcile; avoids a modulo by zero). A positive ``job_period`` must be a whole
-    number of seconds, since the alignment is on Unix seconds.
+    number of seconds, since the alignment is on Unix seconds. Any period or spread a timedelta
+    can hold is computed without OverflowError (the result saturates like ``_instant.add``).
     """
     require_aware(now, "now")
     if base_period <= _ZERO or job_period <= _ZERO:
@@ -104,8 +105,10 @@ def next_aligned(
             "next_aligned aligns on Unix seconds"
         )
     period_s = job_period // _ONE_SECOND
-    jitter = jitter_for(check_uid, base_period)
-    offset = region_index(region, regions) * spread
-    phase_s = ((jitter + offset) % job_period) // _ONE_SECOND
+    # Integer microseconds: ``index × spread`` as a timedelta overflows for a huge spread, and
+    # the modulo makes any spread equivalent to one below the period anyway.
+    jitter_us = jitter_for(check_uid, base_period) // _ONE_US
+    offset_us = region_index(region, regions) * (spread // _ONE_US)
+    phase_s = ((jitter_us + offset_us) % (job_period // _ONE_US)) // 1_000_000
     ahead_s = (phase_s - _instant.unix_second(now)) % period_s
     return _instant.add(now, timedelta(seconds=ahead_s or period_s))

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
+from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_characters
 from celery_app.redis.schema import job_id
 from celery_app.settings import Settings
 from scheduling_core import next_aligned, region_spread
 
-_FORBIDDEN = set("@:")
-_MAX_NAME = 200
+#: Bounds of the numbers a definition holds (inclusive). A period of at most 31 days keeps every
+#: Unix-second and timedelta computation of the phase far from overflow; the weight bound keeps
+#: per-weight tier credit finite.
+MIN_PERIOD_S = 1
+MAX_PERIOD_S = 31 * 24 * 3600
+MAX_PLAN_WEIGHT = 1_000_000
+MAX_TARGET = 2048
 
 
 @dataclass(frozen=True)
@@ -76,56 +82,79 @@ class StoredCheck:
 # --- validation (pure) -----------------------------------------------------------------------
 
 
-def _name(field_name: str, value: Any) -> str:
+def _id(field_name: str, value: Any, valid: Callable[[Any], bool], rule: str) -> str:
     if not isinstance(value, str) or not value:
-        raise CheckFieldError(field_name, "must be a non-empty string")
-    bad = sorted({c for c in value if c in _FORBIDDEN or c.isspace()})
-    if bad:
-        raise CheckFieldError(
-            field_name,
-            f"{value!r} contains {''.join(bad)!r}; '@', ':' and whitespace are not allowed",
-        )
-    if len(value) > _MAX_NAME:
-        raise CheckFieldError(field_name, f"is longer than {_MAX_NAME} characters")
+        raise CheckFieldError(field_name, f"must be a non-empty string ({rule})")
+    if not valid(value):
+        raise CheckFieldError(field_name, f"{value!r} is not allowed: use {rule}")
     return value
 
 
-def _int(field_name: str, value: Any, *, minimum: int) -> int:
+def _text(field_name: str, value: Any, max_length: int) -> str:
+    """Free text (a target): any Unicode but control and format characters, bounded."""
+    if not isinstance(value, str) or not value.strip():
+        raise CheckFieldError(field_name, "must be a non-empty string")
+    bad = refused_characters(value)
+    if bad:
+        raise CheckFieldError(
+            field_name,
+            f"contains {', '.join(bad)}: control and format characters are not allowed",
+        )
+    if len(value) > max_length:
+        raise CheckFieldError(
+            field_name, f"is {len(value)} characters long; at most {max_length} are allowed"
+        )
+    return value
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, but a huge integer by its size (its repr alone could be 4,000 digits)."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
+def _int(field_name: str, value: Any, *, minimum: int, maximum: int, unit: str = "") -> int:
+    allowed = f"must be an integer >= {minimum:,} and <= {maximum:,}{unit}"
     if isinstance(value, bool):
-        raise CheckFieldError(field_name, f"must be an integer >= {minimum}, got {value!r}")
+        raise CheckFieldError(field_name, f"{allowed}, got {value!r}")
     if isinstance(value, str):
         try:
             value = int(value.strip())
         except ValueError:
-            raise CheckFieldError(
-                field_name, f"must be an integer >= {minimum}, got {value!r}"
-            ) from None
-    if isinstance(value, float) and value.is_integer():
+            raise CheckFieldError(field_name, f"{allowed}, got {value!r}") from None
+    if isinstance(value, float) and value.is_integer():  # inf and nan are not
         value = int(value)
-    if not isinstance(value, int) or value < minimum:
-        raise CheckFieldError(field_name, f"must be an integer >= {minimum}, got {value!r}")
+    if not isinstance(value, int) or not minimum <= value <= maximum:
+        raise CheckFieldError(field_name, f"{allowed}, got {_shown(value)}")
     return value
 
 
 def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
     """A valid, normalized CheckDefinition from raw fields, or CheckFieldError naming the field.
 
-    Fields: uid, tenant, kind, target, period (whole seconds >= 1), regions (default: the
-    default region; each among CHECKBEAT_REGIONS), region_spread (0 <= s < period, optional),
-    plan_weight (int >= 0), config (JSON object, validated by the kind), enabled.
+    Fields: uid (:data:`~celery_app.names.ID_RULE`), tenant (the one tenant rule, as for cron
+    tasks), kind, target (no control or format characters, at most MAX_TARGET characters),
+    period (whole seconds, 1 s to 31 days), regions (default: the default region; each among
+    CHECKBEAT_REGIONS), region_spread (0 <= s < period, optional), plan_weight (integer 0 to
+    1,000,000), config (JSON object, validated by the kind), enabled.
     """
     unknown = set(raw) - set(CheckDefinition.__dataclass_fields__)
     if unknown:
         raise CheckFieldError(sorted(unknown)[0], "unknown field")
-    uid = _name("uid", raw.get("uid"))
-    tenant = _name("tenant", raw.get("tenant"))
+    uid = _id("uid", raw.get("uid"), is_id, ID_RULE)
+    tenant = _id("tenant", raw.get("tenant"), is_tenant, TENANT_RULE)
     kind = raw.get("kind")
     if not isinstance(kind, str) or not kind:
         raise CheckFieldError("kind", "must be a non-empty string")
-    target = raw.get("target")
-    if not isinstance(target, str) or not target.strip():
-        raise CheckFieldError("target", "must be a non-empty string")
-    period = _int("period", raw.get("period"), minimum=1)
+    target = _text("target", raw.get("target"), MAX_TARGET)
+    period = _int(
+        "period",
+        raw.get("period"),
+        minimum=MIN_PERIOD_S,
+        maximum=MAX_PERIOD_S,
+        unit=" seconds (31 days)",
+    )
 
     regions_raw = raw.get("regions")
     if regions_raw is None or regions_raw == "" or regions_raw == ():
@@ -133,6 +162,8 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
     else:
         if isinstance(regions_raw, str):
             regions_raw = [r.strip() for r in regions_raw.split(",") if r.strip()]
+        if not isinstance(regions_raw, list | tuple):
+            raise CheckFieldError("regions", f"must be a list of regions, got {regions_raw!r}")
         regions = tuple(regions_raw)
         if not regions:
             raise CheckFieldError("regions", "must name at least one region")
@@ -150,7 +181,7 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
     if spread_raw is not None and spread_raw != "":
         try:
             spread = float(spread_raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise CheckFieldError(
                 "region_spread", f"must be a number of seconds, got {spread_raw!r}"
             ) from None
@@ -160,7 +191,9 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
                 f"must satisfy 0 <= region_spread < period ({period}), got {spread}",
             )
 
-    plan_weight = _int("plan_weight", raw.get("plan_weight", 0) or 0, minimum=0)
+    plan_weight = _int(
+        "plan_weight", raw.get("plan_weight", 0) or 0, minimum=0, maximum=MAX_PLAN_WEIGHT
+    )
     config = raw.get("config") or {}
     if isinstance(config, str):
         try:
@@ -169,7 +202,7 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
             raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
     config = validate_check_config(kind, target, config)
     try:
-        json.dumps(config)
+        json.dumps(config, allow_nan=False)  # NaN and infinities are not JSON either
     except (TypeError, ValueError) as exc:
         raise CheckFieldError("config", f"must be JSON-serializable: {exc}") from None
     enabled = raw.get("enabled", True)

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import redis
 
 from celery_app.errors import CheckFieldError
+from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.schema import Keys
+
+#: Bounds of a bucket. A rate may be a fraction (0.5 = one run every two minutes); a burst below
+#: one token could never admit a run, so it is refused rather than quietly raised.
+MAX_PER_MINUTE = 1_000_000.0
+MIN_BURST = 1.0
+MAX_BURST = 1_000_000.0
 
 
 @dataclass(frozen=True)
@@ -31,17 +38,45 @@ class RateLimit:
 def set_rate_limit(
     client: redis.Redis, keys: Keys, tenant: str, *, per_minute: float, burst: float
 ) -> RateLimit:
-    """Create or change a tenant's bucket (a new bucket starts full)."""
-    if not (isinstance(per_minute, int | float) and math.isfinite(per_minute) and per_minute > 0):
-        raise CheckFieldError("per_minute", f"must be a number > 0, got {per_minute!r}")
-    if not (isinstance(burst, int | float) and math.isfinite(burst) and burst >= 1):
-        raise CheckFieldError("burst", f"must be a number >= 1, got {burst!r}")
+    """Create or change a tenant's bucket (a new bucket starts full).
+
+    CheckFieldError names ``tenant``, ``per_minute`` (> 0 and <= 1,000,000) or ``burst``
+    (>= 1 and <= 1,000,000) before anything is written.
+    """
+    if not is_tenant(tenant):
+        raise CheckFieldError("tenant", f"{tenant!r} is not allowed: use {TENANT_RULE}")
+    if not _number_within(per_minute, 0, MAX_PER_MINUTE, low_open=True):
+        raise CheckFieldError(
+            "per_minute",
+            f"must be a number > 0 and <= {MAX_PER_MINUTE:,.0f} runs per minute (fractions such "
+            f"as 0.5 allowed), got {per_minute!r}",
+        )
+    if not _number_within(burst, MIN_BURST, MAX_BURST, low_open=False):
+        raise CheckFieldError(
+            "burst", f"must be a number >= {MIN_BURST:g} and <= {MAX_BURST:,.0f}, got {burst!r}"
+        )
     key = keys.rate_limit(tenant)
     pipe = client.pipeline()
     pipe.hset(key, mapping={"rate": repr(float(per_minute)), "burst": repr(float(burst))})
     pipe.hsetnx(key, "tokens", repr(float(burst)))
     pipe.execute()
     return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
+
+
+def default_burst(per_minute: float) -> float:
+    """The bucket size when none is given: one minute of runs, but at least one token (a rate
+    of 0.5/min still gets a bucket that can hold the one run it allows every two minutes)."""
+    return max(MIN_BURST, float(per_minute))
+
+
+def _number_within(value: object, low: float, high: float, *, low_open: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int) and abs(value) > high:  # float() of a huge int overflows
+        return False
+    number = float(value)
+    above = number > low if low_open else number >= low
+    return math.isfinite(number) and above and number <= high
 
 
 def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:

@@ -29,7 +29,7 @@ from celery_app.checks.definition import (
 )
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 from celery_app.settings import Settings
 from scheduling_core import Params
@@ -90,6 +90,7 @@ def plan_change(
     new_ids = new.job_ids()
     replace_all = old_def is not None and _phase_changed(old_def, new)
     enabling = old_def is not None and new.enabled and not old_def.enabled
+    reweighed = old_def is not None and old_def.plan_weight != new.plan_weight
     job_changes = []
     for region, jid in zip(new.regions, new_ids, strict=True):
         existing = jobs.get(jid) if jid in old_ids else None
@@ -102,6 +103,13 @@ def plan_change(
             ea = params.effective_scheduled_at(sa, cost, new.plan_weight)
             entry["sa"] = format_ts(to_unix(sa))
             entry["ea"] = format_ts(to_unix(ea))
+        elif reweighed and existing is not None and existing.scheduled_at:
+            # The deadline follows the new weight from the job's current tick and cost, so it
+            # is promoted by the new weight now, not by the old one until its next run.
+            ea = params.effective_scheduled_at(
+                from_unix(existing.scheduled_at), existing.cost_ewma_ms, new.plan_weight
+            )
+            fields[JobField.EFFECTIVE_AT] = format_ts(to_unix(ea))
         job_changes.append(entry)
     change.update(
         op="put", check=encode_check(new), remove=sorted(old_ids - set(new_ids)), jobs=job_changes

@@ -10,10 +10,16 @@ from typing import Any
 import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
-from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.checks.ratelimit import (
+    clear_rate_limit,
+    default_burst,
+    get_rate_limit,
+    set_rate_limit,
+)
 from celery_app.checks.redaction import redact_definition, redact_target
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
+from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
 from celery_app.redis.schema import LANE_NAMES, Keys
@@ -136,7 +142,7 @@ def rm(ctx: click.Context, uid: str) -> None:
     """Delete check UID, its jobs, leases and results."""
     if not _store(ctx).delete(uid):
         raise click.ClickException(f"no check with uid {uid!r}")
-    click.echo(f"deleted {uid}")
+    click.echo(f"deleted {escape(uid)}")
 
 
 @checks.command("enable")
@@ -148,7 +154,7 @@ def enable(ctx: click.Context, uid: str) -> None:
         _store(ctx).set_enabled(uid, True)
     except CheckNotFound as exc:
         raise _fail(exc) from None
-    click.echo(f"enabled {uid}")
+    click.echo(f"enabled {escape(uid)}")
 
 
 @checks.command("disable")
@@ -160,7 +166,7 @@ def disable(ctx: click.Context, uid: str) -> None:
         _store(ctx).set_enabled(uid, False)
     except CheckNotFound as exc:
         raise _fail(exc) from None
-    click.echo(f"disabled {uid}")
+    click.echo(f"disabled {escape(uid)}")
 
 
 @checks.command("list")
@@ -180,8 +186,8 @@ def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     for d in defs:
         state = "on " if d.enabled else "off"
         click.echo(
-            f"{d.uid:24} {d.tenant:16} {d.kind:10} {d.period:>6}s {','.join(d.regions):16} "
-            f"{state}    {redact_target(d.target)}"
+            f"{escape(d.uid):24} {escape(d.tenant):16} {escape(d.kind):10} {d.period:>6}s "
+            f"{escape(','.join(d.regions)):16} {state}    {escape(redact_target(d.target))}"
         )
 
 
@@ -234,10 +240,10 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2))
         return
     for name, value in data["check"].items():
-        click.echo(f"{name:14} {value}")
+        click.echo(f"{name:14} {escape(value)}")
     for job in data["jobs"]:
         click.echo(
-            f"\n[{job['region']}] lane={job['lane']} runs={job['runs']} "
+            f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
             f"skipped={job['skipped_by_rate_limit']}"
         )
         click.echo(f"  scheduled_at           {job['scheduled_at']}")
@@ -249,7 +255,8 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
     if data["results"]:
         click.echo("\nrecent results:")
         for entry in data["results"]:
-            click.echo(f"  {entry['id']} {entry['region']} {json.dumps(entry['result'])}")
+            region = escape(entry["region"])
+            click.echo(f"  {entry['id']} {region} {json.dumps(entry['result'])}")
 
 
 @checks.command("costs")
@@ -278,8 +285,16 @@ def costs(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
 
 @checks.command("ratelimit")
 @click.argument("tenant")
-@click.option("--per-minute", type=float, help="Runs per minute the tenant may start.")
-@click.option("--burst", type=float, help="Bucket size (default: the per-minute rate).")
+@click.option(
+    "--per-minute",
+    type=float,
+    help="Runs per minute the tenant may start: > 0 (fractions such as 0.5 allowed).",
+)
+@click.option(
+    "--burst",
+    type=float,
+    help="Bucket size, >= 1 (default: the per-minute rate, at least 1).",
+)
 @click.option("--off", is_flag=True, help="Remove the tenant's bucket.")
 @click.pass_context
 def ratelimit(
@@ -292,21 +307,26 @@ def ratelimit(
     client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
     if off:
         removed = clear_rate_limit(client, keys, tenant)
-        click.echo(f"rate limit of {tenant} removed" if removed else f"{tenant} had no rate limit")
+        name = escape(tenant)
+        click.echo(f"rate limit of {name} removed" if removed else f"{name} had no rate limit")
         return
     if per_minute is None:
         if burst is not None:
             raise click.UsageError("--burst needs --per-minute")
         current = get_rate_limit(client, keys, tenant)
         click.echo(
-            f"{tenant}: no rate limit"
+            f"{escape(tenant)}: no rate limit"
             if current is None
-            else f"{tenant}: {current.per_minute:g}/min, burst {current.burst:g}"
+            else f"{escape(tenant)}: {current.per_minute:g}/min, burst {current.burst:g}"
         )
         return
     try:
         bucket = set_rate_limit(
-            client, keys, tenant, per_minute=per_minute, burst=burst or per_minute
+            client,
+            keys,
+            tenant,
+            per_minute=per_minute,
+            burst=default_burst(per_minute) if burst is None else burst,
         )
     except CheckFieldError as exc:
         raise _fail(exc) from None
@@ -360,6 +380,6 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
             f"{cap.in_flight_slow} slow, free {cap.free} ({cap.free_slow} for slow)"
         )
     for problem in problems:
-        click.echo(f"PROBLEM: {problem}")
+        click.echo(f"PROBLEM: {escape(problem)}")
     if not problems:
         click.echo("no problems")

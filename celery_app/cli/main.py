@@ -48,7 +48,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run one command; a bad CHECKBEAT_* variable is a message and exit code 2, no traceback."""
+    from celery_app.settings import SettingsError
+
+    try:
+        return _run(_parser().parse_args(argv))
+    except SettingsError as exc:
+        print(f"checkbeat: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "settings":
         from celery_app.settings import settings_markdown
 

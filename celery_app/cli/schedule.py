@@ -11,6 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from celery_app.cli.common import load_app, redis_errors_as_messages
+from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
 
 
@@ -54,10 +55,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                 outcome,
             )
         )
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]
+    table = [tuple(escape(cell) for cell in row) for row in table]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
-        cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
-        click.echo("  ".join([*cells, str(row[-1])]))
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        click.echo("  ".join([*cells, row[-1]]))
 
 
 @schedule.command(cls=CeleryCommand, name="run")
@@ -84,7 +86,7 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
         if outcome == "success":
             click.echo("outcome: success")
             return
-        click.echo(f"outcome: {outcome}: {state.get('last_error', '')}".rstrip(": "))
+        click.echo(escape(f"outcome: {outcome}: {state.get('last_error', '')}".rstrip(": ")))
         ctx.exit(1)
 
 
@@ -99,7 +101,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(findings, indent=2))
     elif findings:
         for finding in findings:
-            click.echo(f"- {finding}")
+            click.echo(f"- {escape(finding)}")
     else:
         click.echo("ok: no findings")
     if findings:

@@ -10,6 +10,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from celery_app.cli.common import redis_errors_as_messages
+from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.tenants import TenantError, validate_tenant
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
@@ -61,4 +62,4 @@ def list_(ctx: click.Context) -> None:
     """List the active tenants, one per line."""
     client, key = _set(ctx)
     for name in sorted(client.smembers(key)):
-        click.echo(name)
+        click.echo(escape(name))

@@ -11,7 +11,6 @@ only knows the tasks registered on it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import Celery, shared_task
 
+from celery_app.names import ID_RULE, is_id
 from scheduling_core.cron import CronError, Schedule, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
@@ -29,8 +29,6 @@ GLOBAL_TENANT = "-"
 #: Extra seconds between the soft time limit (the timeout) and the hard kill.
 HARD_LIMIT_MARGIN = 5.0
 WINDOW = timedelta(minutes=1)
-
-_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 class CronSpecError(ValueError):
@@ -97,10 +95,8 @@ def make_cron_task(
     queue: str | None = None,
 ) -> CronTask:
     """Validate one declaration; raise CronSpecError naming the task on any bad field."""
-    if not _ID_RE.match(task_id):
-        raise CronSpecError(
-            f"cron task id {task_id!r}: may contain only letters, digits, '_', '.' and '-'"
-        )
+    if not is_id(task_id):
+        raise CronSpecError(f"cron task id {task_id!r}: may contain only {ID_RULE}")
     try:
         schedule = parse(spec)
     except CronError as exc:

@@ -10,7 +10,6 @@ else the Redis set), ``redis`` (the set managed by ``celery -A celery_app tenant
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -18,12 +17,12 @@ import redis
 from celery import Celery, current_app
 
 from celery_app.factory import settings_of
+from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 
 TenantsFn = Callable[[], Iterable[str]]
 
-_TENANT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\-]{0,127}$")
 _ATTR = "checkbeat_tenants_provider"
 
 
@@ -32,12 +31,10 @@ class TenantError(ValueError):
 
 
 def validate_tenant(name: str) -> str:
-    """Tenant names become key components, so ``:``, ``|`` and spaces are refused."""
-    if not isinstance(name, str) or not _TENANT_RE.match(name):
-        raise TenantError(
-            f"tenant {name!r} is not allowed: use 1-128 letters, digits, '_', '.', '@' or '-', "
-            "starting with a letter or digit"
-        )
+    """Tenant names become key components, so ``:``, ``|``, spaces and control characters are
+    refused; the rule is :data:`celery_app.names.TENANT_RULE`, the same as a check's tenant."""
+    if not is_tenant(name):
+        raise TenantError(f"tenant {name!r} is not allowed: use {TENANT_RULE}")
     return name
 
 
