@@ -54,7 +54,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
     settings = settings_of(self.app)
-    client = get_redis(settings.redis_url)
+    client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(request.job_id))

@@ -167,7 +167,7 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
             raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
-    config = validate_check_config(kind, target, config)
+    config = validate_check_config(kind, target, config, settings)
     try:
         json.dumps(config)
     except (TypeError, ValueError) as exc:

@@ -5,21 +5,43 @@ and they never import each other. Built-in kinds (http, tcp) register from ``wor
 user kinds from modules in ``CHECKBEAT_IMPORTS``; CLI commands call
 ``app.loader.import_default_modules()`` so every kind is known before a definition is checked.
 
-A validator is ``validate(target: str, config: dict) -> dict`` returning the normalized config.
-It raises :class:`~celery_app.errors.CheckFieldError` naming the field (``"target"`` or
-``"config.<key>"``); a plain ``ValueError`` is reported against ``config``.
+A validator is ``validate(target: str, config: dict, settings: Settings) -> dict`` returning the
+normalized config; ``settings`` are those of the app (or store) doing the validation, so a check
+is judged by the configuration it will run under, not by the environment of the process. A
+two-argument ``validate(target, config)`` (a kind that needs no settings) works too. It raises
+:class:`~celery_app.errors.CheckFieldError` naming the field (``"target"`` or ``"config.<key>"``);
+a plain ``ValueError`` is reported against ``config``.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from celery_app.errors import CheckFieldError
 
-Validator = Callable[[str, dict[str, Any]], dict[str, Any]]
+if TYPE_CHECKING:
+    from celery_app.settings import Settings
+
+Validator = Callable[..., dict[str, Any]]
 Probe = Callable[..., Any]
+
+
+def _takes_settings(validate: Validator) -> bool:
+    """Whether ``validate`` accepts a third positional argument (the settings)."""
+    try:
+        parameters = inspect.signature(validate).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the documented 2 args
+        return False
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional >= 3
 
 
 @dataclass(frozen=True)
@@ -29,6 +51,19 @@ class CheckKind:
     name: str
     probe: Probe
     validate: Validator | None = None
+    takes_settings: bool = field(init=False, repr=False, compare=False, default=False)
+
+    def __post_init__(self) -> None:
+        wants = self.validate is not None and _takes_settings(self.validate)
+        object.__setattr__(self, "takes_settings", wants)
+
+    def normalize(self, target: str, config: dict[str, Any], settings: Settings) -> Any:
+        """The validator's result for ``target``/``config`` (the config itself without one)."""
+        if self.validate is None:
+            return dict(config)
+        if self.takes_settings:
+            return self.validate(target, dict(config), settings)
+        return self.validate(target, dict(config))
 
 
 _kinds: dict[str, CheckKind] = {}
@@ -78,15 +113,16 @@ def unregister_kind(name: str) -> None:
     _kinds.pop(name, None)
 
 
-def validate_check_config(kind: str, target: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Validate ``target``/``config`` with the kind's validator; return the normalized config."""
+def validate_check_config(
+    kind: str, target: str, config: dict[str, Any], settings: Settings
+) -> dict[str, Any]:
+    """Validate ``target``/``config`` with the kind's validator under ``settings``; return the
+    normalized config."""
     registered = get_kind(kind)
     if not isinstance(config, dict):
         raise CheckFieldError("config", f"must be a JSON object, got {type(config).__name__}")
-    if registered.validate is None:
-        return dict(config)
     try:
-        normalized = registered.validate(target, dict(config))
+        normalized = registered.normalize(target, config, settings)
     except CheckFieldError:
         raise
     except (ValueError, TypeError) as exc:

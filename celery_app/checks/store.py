@@ -127,7 +127,7 @@ class CheckStore:
     def from_settings(cls, settings: Settings) -> CheckStore:
         from celery_app.redis.client import get_redis
 
-        return cls(get_redis(settings.redis_url), Keys(settings.key_prefix), settings)
+        return cls(get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings)
 
     # reads
     def get(self, uid: str) -> StoredCheck | None:

@@ -289,7 +289,7 @@ def ratelimit(
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
     if off:
         removed = clear_rate_limit(client, keys, tenant)
         click.echo(f"rate limit of {tenant} removed" if removed else f"{tenant} had no rate limit")
@@ -324,7 +324,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 
     settings = settings_of(ctx.obj.app)
     report = repair(
-        get_redis(settings.redis_url),
+        get_redis(settings.redis_url, settings),
         Keys(settings.key_prefix),
         Params.from_settings(settings),
         datetime.now(UTC),
@@ -347,7 +347,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
     caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
     if as_json:

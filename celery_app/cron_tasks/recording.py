@@ -28,15 +28,16 @@ log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=8)
-def _store(redis_url: str, prefix: str, grace_s: float) -> CronStore:
+def _store(client: Any, prefix: str, grace_s: float) -> CronStore:
     from datetime import timedelta
 
-    return CronStore(get_redis(redis_url), Keys(prefix), timedelta(seconds=grace_s))
+    return CronStore(client, Keys(prefix), timedelta(seconds=grace_s))
 
 
 def store_for(app: Celery) -> CronStore:
     settings = settings_of(app)
-    return _store(settings.redis_url, settings.key_prefix, settings.cron_grace.total_seconds())
+    client = get_redis(settings.redis_url, settings)
+    return _store(client, settings.key_prefix, settings.cron_grace.total_seconds())
 
 
 def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:

@@ -90,18 +90,17 @@ def resolve_tenants(app: Celery) -> TenantsSource | None:
     keys = Keys(settings.key_prefix)
     if choice == "none":
         return None
+    redis_set = TenantsSource(
+        "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url, settings), keys)
+    )
     if choice == "redis":
-        return TenantsSource(
-            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
-        )
+        return redis_set
     if choice == "auto":
         registered = getattr(app, _ATTR, None)
         if registered is not None:
             name = f"{registered.__module__}.{registered.__qualname__}"
             return TenantsSource(f"@tenants_provider {name}", registered)
-        return TenantsSource(
-            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
-        )
+        return redis_set
     return TenantsSource(choice, _import_path(choice))
 
 
