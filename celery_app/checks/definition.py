@@ -19,6 +19,7 @@ from typing import Any
 from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
 from celery_app.redis.schema import job_id
+from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
 from scheduling_core import next_aligned, region_spread
 
@@ -107,8 +108,13 @@ def _int(field_name: str, value: Any, *, minimum: int) -> int:
     return value
 
 
-def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
+def validate_definition(
+    settings: Settings, *, registry: Registry = SHARED, **raw: Any
+) -> CheckDefinition:
     """A valid, normalized CheckDefinition from raw fields, or CheckFieldError naming the field.
+
+    The kind is looked up in ``registry`` (an app's, or the shared kinds every app knows) and
+    its config validated under ``settings``.
 
     Fields: uid, tenant, kind, target, period (whole seconds >= 1), regions (default: the
     default region; each among CHECKBEAT_REGIONS), region_spread (0 <= s < period, optional),
@@ -167,7 +173,7 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
             raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
-    config = validate_check_config(kind, target, config, settings)
+    config = validate_check_config(registry, kind, target, config, settings)
     try:
         json.dumps(config)
     except (TypeError, ValueError) as exc:

@@ -1,9 +1,10 @@
 """The registry of check kinds: a probe function plus the validator of its target and config.
 
 Why in celery_app: the store validates definitions (CLI, beat) and the workers run the probes,
-and they never import each other. Built-in kinds (http, tcp) register from ``workers.probes``,
-user kinds from modules in ``CHECKBEAT_IMPORTS``; CLI commands call
-``app.loader.import_default_modules()`` so every kind is known before a definition is checked.
+and they never import each other. Kinds live in the app's registry (:mod:`celery_app.registry`):
+built-in kinds (http, tcp) register as shared kinds from ``workers.probes``, user kinds from
+modules in ``CHECKBEAT_IMPORTS``; CLI commands call ``app.loader.import_default_modules()`` so
+every kind is known before a definition is checked.
 
 A validator is ``validate(target: str, config: dict, settings: Settings) -> dict`` returning the
 normalized config; ``settings`` are those of the app (or store) doing the validation, so a check
@@ -21,8 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from celery_app.errors import CheckFieldError
+from celery_app.registry import KINDS, Registry, declaring_registry, origin_of
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from celery_app.settings import Settings
 
 Validator = Callable[..., dict[str, Any]]
@@ -66,59 +70,50 @@ class CheckKind:
         return self.validate(target, dict(config))
 
 
-_kinds: dict[str, CheckKind] = {}
-
-
-def check_kind(name: str, *, validate: Validator | None = None) -> Callable[[Probe], Probe]:
+def check_kind(
+    name: str, *, validate: Validator | None = None, app: Celery | None = None
+) -> Callable[[Probe], Probe]:
     """Register the decorated function as the probe of kind ``name``.
 
-    Registering the same name twice with a different function is an error (two modules
-    fighting over a kind would make results depend on import order); re-importing the same
-    function is fine.
+    A shared kind (every app knows it) unless ``app`` is given. Registering the same name twice
+    with a different function is an error (two modules fighting over a kind would make results
+    depend on import order); re-importing the same function is fine.
     """
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"check kind name {name!r}: use letters, digits, '-' and '_'")
 
     def register(probe: Probe) -> Probe:
-        existing = _kinds.get(name)
-        if existing is not None and _qualname(existing.probe) != _qualname(probe):
-            raise ValueError(
-                f"check kind {name!r} is already registered by {_qualname(existing.probe)}"
-            )
-        _kinds[name] = CheckKind(name=name, probe=probe, validate=validate)
+        kind = CheckKind(name=name, probe=probe, validate=validate)
+        declaring_registry(app).add(KINDS, name, kind, origin_of(probe))
         return probe
 
     return register
 
 
-def _qualname(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+def get_kind(registry: Registry, name: str) -> CheckKind:
+    """The kind registered as ``name``, or a CheckFieldError on ``kind`` listing the known ones."""
+    entry = registry.get(KINDS, name)
+    if entry is None:
+        known = ", ".join(registered_kinds(registry)) or "none registered"
+        raise CheckFieldError("kind", f"unknown kind {name!r} (known: {known})")
+    return entry.value
 
 
-def get_kind(name: str) -> CheckKind:
-    """The registered kind, or a CheckFieldError on ``kind`` listing the known ones."""
-    try:
-        return _kinds[name]
-    except KeyError:
-        known = ", ".join(sorted(_kinds)) or "none registered"
-        raise CheckFieldError("kind", f"unknown kind {name!r} (known: {known})") from None
+def registered_kinds(registry: Registry) -> list[str]:
+    return sorted(registry.kinds())
 
 
-def registered_kinds() -> list[str]:
-    return sorted(_kinds)
-
-
-def unregister_kind(name: str) -> None:
-    """Forget a kind (tests register throwaway kinds)."""
-    _kinds.pop(name, None)
+def unregister_kind(name: str, *, app: Celery | None = None) -> None:
+    """Forget a kind (tests register throwaway kinds): a shared one unless ``app`` is given."""
+    declaring_registry(app).remove(KINDS, name)
 
 
 def validate_check_config(
-    kind: str, target: str, config: dict[str, Any], settings: Settings
+    registry: Registry, kind: str, target: str, config: dict[str, Any], settings: Settings
 ) -> dict[str, Any]:
-    """Validate ``target``/``config`` with the kind's validator under ``settings``; return the
-    normalized config."""
-    registered = get_kind(kind)
+    """Validate ``target``/``config`` with the validator of ``kind`` (as ``registry`` knows it)
+    under ``settings``; return the normalized config."""
+    registered = get_kind(registry, kind)
     if not isinstance(config, dict):
         raise CheckFieldError("config", f"must be a JSON object, got {type(config).__name__}")
     try:

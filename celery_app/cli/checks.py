@@ -23,7 +23,7 @@ def _store(ctx: click.Context) -> CheckStore:
     app = ctx.obj.app
     # Register every kind (built-in probes, user modules) before validating a definition.
     app.loader.import_default_modules()
-    return CheckStore.from_settings(settings_of(app))
+    return CheckStore.for_app(app)
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -18,7 +18,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
 from celery_app.cron_tasks.publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
@@ -133,19 +133,19 @@ def _on_hard_time_limit(
     """A hard time limit or a lost pool child ends the run without a postrun of its own: the
     pool parent reports it here, without the message headers. The run is found by its Celery
     id in the state the child's prerun wrote."""
-    declared = getattr(sender, "cron_task", None)
+    declared = declaration_of(sender)
     lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
-    if not lost or not isinstance(declared, CronTask):
+    if not lost or declared is None:
         return
     tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
     try:
         store = store_for(sender.app)
-        key = (declared.id, str(tenant))
+        key = (declared.task_id, str(tenant))
         state = store.states([key])[key]
         if state.get("celery_id") != task_id or state.get("outcome") != "running":
             return
         store.run_finished(
-            declared.id,
+            declared.task_id,
             str(tenant),
             state.get("last_run_window", ""),
             "failure",
@@ -153,4 +153,4 @@ def _on_hard_time_limit(
             datetime.now(UTC),
         )
     except Exception:
-        log.exception("cron: could not record the hard time limit of %s", declared.id)
+        log.exception("cron: could not record the hard time limit of %s", declared.task_id)

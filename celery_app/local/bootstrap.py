@@ -88,7 +88,7 @@ def add_demo_data(stack: Stack, echo: Callable[[str], None]) -> None:
     settings = settings_of(stack.app)
     client = get_redis(settings.redis_url, settings)
     client.sadd(Keys(settings.key_prefix).tenants(), *DEMO_TENANTS)
-    store = CheckStore.from_settings(settings)
+    store = CheckStore.for_app(stack.app)
     base = stack.demo_target.base_url  # type: ignore[union-attr]
     created = 0
     for tenant, weight in DEMO_TENANTS.items():
