@@ -1,7 +1,7 @@
 """The checkbeat-specific steps of ``checkbeat up``: Redis, environment, demo data, the view.
 
 Kept apart from :mod:`celery_app.local.up` (which only starts and stops processes) so the order
-of things reads top to bottom: environment first (the Celery app reads it at import), then the
+of things reads top to bottom: environment first (the app is built from it), then the
 children, then the demo data, then the watch loop.
 """
 
