@@ -121,7 +121,7 @@ class CronScheduler(Scheduler):
         settings = settings_of(app)
         tasks = list(cron_tasks(app).values())
         store = CronStore(
-            get_redis(settings.redis_url), Keys(settings.key_prefix), settings.cron_grace
+            get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
         )
         publisher = CronPublisher(app, settings.cron_grace)
         publisher.prepare(tasks)

@@ -61,7 +61,7 @@ def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[s
     for i in range(tasks):
         cron("* * * * *", app=app, id=f"task-{i}", name=f"bench.task{i}")(_noop)
     declared = list(cron_tasks(app).values())
-    store = CronStore(get_redis(settings.redis_url), Keys("bench"), settings.cron_grace)
+    store = CronStore(get_redis(settings.redis_url, settings), Keys("bench"), settings.cron_grace)
     publisher = CronPublisher(app, settings.cron_grace)
     publisher.prepare(declared)
     t0 = datetime(2030, 1, 1, tzinfo=UTC)

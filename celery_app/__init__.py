@@ -2,20 +2,27 @@
 
 ``celery -A celery_app ...`` reads ``celery_app.app``. It is built on first access, never at
 import: importing any checkbeat module builds no app and imports no user module. Building it
-imports the modules named in ``CHECKBEAT_IMPORTS``, so a bad cron spec there still fails every
-``celery -A celery_app ...`` command, naming the task, the spec and the token.
+reads the environment (:func:`get_settings`) and imports the modules named in
+``CHECKBEAT_IMPORTS``, so a bad cron spec there still fails every ``celery -A celery_app ...``
+command, naming the task, the spec and the token.
+
+A bad ``CHECKBEAT_*`` value fails the build with a SettingsError naming the variable. Celery's
+CLI would print that as a traceback of its own app loader (celery/bin/celery.py formats any
+error raised while finding the app), so under that CLI the error is printed as the one message
+it is and the command exits with status 2, like a usage error.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from celery_app.cron_tasks.registration import cron
 from celery_app.cron_tasks.tenants import tenants_provider
 from celery_app.factory import create_app, settings_of
-from celery_app.settings import Settings, get_settings, load_settings
+from celery_app.settings import Settings, SettingsError, get_settings, load_settings
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -32,13 +39,31 @@ def _build_app() -> Celery:
     return built
 
 
+def _loaded_by_celery_cli() -> bool:
+    """Whether Celery's own command line (``celery -A celery_app ...``) is loading the app."""
+    cli = sys.modules.get("celery.bin.celery")
+    if cli is None:
+        return False
+    import click
+
+    context = click.get_current_context(silent=True)
+    return context is not None and context.find_root().command is cli.celery
+
+
 def __getattr__(name: str) -> Any:
     """``celery_app.app``: the ready-made app, built once, on first use."""
     if name != "app":
         raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
     with _build_lock:
         if "app" not in globals():
-            globals()["app"] = _build_app()
+            try:
+                globals()["app"] = _build_app()
+            except SettingsError as exc:
+                if not _loaded_by_celery_cli():
+                    raise
+                # A BaseException: Celery's loader catches every Exception into a traceback.
+                print(f"Error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
     return globals()["app"]
 
 

@@ -23,8 +23,13 @@ BUILTIN_TASK_MODULES: tuple[str, ...] = (
 
 
 def create_app(settings: Settings | None = None) -> Celery:
-    """Build a configured Celery app (one per process; tests may build their own)."""
-    settings = settings or get_settings()
+    """Build a configured Celery app (one per process; tests may build their own).
+
+    Without ``settings`` the environment's are used (:func:`~celery_app.settings.get_settings`);
+    either way the app carries them and nothing built from it reads the environment again.
+    """
+    if settings is None:
+        settings = get_settings()
     app = Celery("checkbeat", broker=settings.effective_broker_url, set_as_current=True)
     app.conf.update(
         # JSON only: a pickle message from a compromised producer is code execution.
@@ -62,5 +67,12 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 def settings_of(app: Celery) -> Settings:
-    """The Settings an app was built with (falls back to the environment's)."""
-    return app.conf.get("checkbeat_settings") or get_settings()
+    """The Settings an app was built with.
+
+    An app built by :func:`create_app` carries its settings, so this never reads the
+    environment again: everything below the app takes its configuration from here. Only an app
+    built some other way (a user's own ``Celery(...)`` with checkbeat's tasks) falls back to the
+    environment, read once per process by :func:`~celery_app.settings.get_settings`.
+    """
+    settings = app.conf.get("checkbeat_settings")
+    return settings if settings is not None else get_settings()

@@ -513,7 +513,13 @@ def load_settings(**overrides: Any) -> Settings:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings, read once. Tests call ``get_settings.cache_clear()``."""
+    """The environment's settings, read once per process: what ``create_app()`` without an
+    argument (and so ``celery_app.app``) is built with.
+
+    Nothing below the app calls this: code that has an app reads ``settings_of(app)``, code that
+    has none takes the settings as an argument, so an app built with ``create_app(settings)`` is
+    never judged by the environment. Tests call ``get_settings.cache_clear()``.
+    """
     return load_settings()
 
 

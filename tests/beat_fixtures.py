@@ -36,7 +36,9 @@ def cron_app_fixture(r: redis.Redis, broker_url: str) -> Iterator[Celery]:
 
 def store_of(app: Celery) -> CronStore:
     settings = settings_of(app)
-    return CronStore(get_redis(settings.redis_url), Keys(settings.key_prefix), settings.cron_grace)
+    return CronStore(
+        get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
+    )
 
 
 def make_engine(app: Celery, *, start: datetime = T0, owner: str = "engine-1") -> CronEngine:

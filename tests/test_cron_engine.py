@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine, sends, store_of  # noqa: F401
 
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
 from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
@@ -200,7 +200,8 @@ def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app,
     from celery_app.cron_tasks.service import CronService
     from celery_app.cron_tasks.store import FireRequest
 
-    task = _declare(cron_app, "half-done").cron_task
+    _declare(cron_app, "half-done")
+    task = cron_tasks(cron_app)["half-done"]
     store = store_of(cron_app)
     # A beat took the window key, then died before publishing.
     store.claim([FireRequest(task, GLOBAL_TENANT, T0)], now=T0, owner="beat:dead")

@@ -9,9 +9,16 @@ from collections.abc import Iterator
 import pytest
 
 from bench.http_target import BODY, DelayServer
-from celery_app.checks.kinds import get_kind, registered_kinds, validate_check_config
+from celery_app.checks.kinds import (
+    check_kind,
+    get_kind,
+    registered_kinds,
+    unregister_kind,
+    validate_check_config,
+)
 from celery_app.errors import CheckFieldError
-from celery_app.settings import get_settings
+from celery_app.registry import SHARED
+from celery_app.settings import load_settings
 from workers.probes import (
     ProbeContext,
     http_probe,
@@ -111,20 +118,48 @@ def test_creation_refuses_a_literal_private_address_unless_allowed():
     assert validate_http_config("http://10.0.0.1/", {}, OPEN)["method"] == "GET"
 
 
-def test_registered_kinds_validate_through_the_registry(monkeypatch):
-    assert {"http", "tcp"} <= set(registered_kinds())
-    assert get_kind("http").probe is http_probe
+def test_registered_kinds_validate_under_the_settings_given(monkeypatch):
+    assert {"http", "tcp"} <= set(registered_kinds(SHARED))
+    assert get_kind(SHARED, "http").probe is http_probe
+    # The environment says "allowed"; the settings in hand say "refused", and they decide.
+    monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "1")
+    closed = load_settings(allow_private_targets=False)
+    with pytest.raises(CheckFieldError) as refused:
+        validate_check_config(SHARED, "tcp", "127.0.0.1:80", {}, closed)
+    assert refused.value.field == "target"
     monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "0")
-    get_settings.cache_clear()
+    opened = load_settings(allow_private_targets=True)
+    assert validate_check_config(SHARED, "tcp", "127.0.0.1:80", {}, opened) == {}
+    only_one = load_settings(allowed_target_addresses="127.0.0.1")
+    assert validate_check_config(SHARED, "tcp", "127.0.0.1:80", {}, only_one) == {}
+    with pytest.raises(CheckFieldError, match=r"127\.0\.0\.2"):
+        validate_check_config(SHARED, "tcp", "127.0.0.2:80", {}, only_one)
+
+
+def test_two_argument_validators_still_work_and_get_no_settings():
+    seen = []
+
+    def two(target, config):
+        seen.append((target, config))
+        return {"n": 1, **config}
+
+    def three(target, config, settings):
+        seen.append(settings.key_prefix)
+        return config
+
+    check_kind("two-args", validate=two)(lambda *a: None)
+    check_kind("three-args", validate=three)(lambda *a: None)
     try:
-        with pytest.raises(CheckFieldError) as refused:
-            validate_check_config("tcp", "127.0.0.1:80", {})
-        assert refused.value.field == "target"
-        monkeypatch.setenv("CHECKBEAT_ALLOW_PRIVATE_TARGETS", "1")
-        get_settings.cache_clear()
-        assert validate_check_config("tcp", "127.0.0.1:80", {}) == {}
+        settings = load_settings(key_prefix="from-the-caller")
+        assert validate_check_config(SHARED, "two-args", "t", {"x": 2}, settings) == {
+            "n": 1,
+            "x": 2,
+        }
+        assert validate_check_config(SHARED, "three-args", "t", {}, settings) == {}
+        assert seen == [("t", {"x": 2}), "from-the-caller"]
     finally:
-        get_settings.cache_clear()
+        unregister_kind("two-args")
+        unregister_kind("three-args")
 
 
 # --- config validation ----------------------------------------------------------------------

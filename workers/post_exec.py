@@ -44,7 +44,7 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     False when the lease is no longer this run's (reaped, deleted, already recorded).
     """
     settings = settings_of(app)
-    client = get_redis(settings.redis_url)
+    client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
     written = finish_run(
         client,

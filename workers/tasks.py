@@ -23,6 +23,7 @@ from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
+from celery_app.registry import registry_of
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
 from workers.outcome import BadRunMessage, RunOutcome, RunRequest
 from workers.probes.result import ProbeContext, ProbeResult
@@ -54,7 +55,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
     settings = settings_of(self.app)
-    client = get_redis(settings.redis_url)
+    client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(request.job_id))
@@ -79,7 +80,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     )
     started_at = time.time()
     try:
-        probe = get_kind(check.kind).probe
+        probe = get_kind(registry_of(self.app), check.kind).probe
     except CheckFieldError as exc:
         result, duration_ms = ProbeResult.down("error", str(exc), 0.0), 0.0
     else:

@@ -64,7 +64,7 @@ class CheckWorkerStep(bootsteps.StartStopStep):
     def create(self, w: Any) -> CapacityRegistration:
         assert self.plan is not None
         return CapacityRegistration(
-            get_redis(self._settings.redis_url),
+            get_redis(self._settings.redis_url, self._settings),
             Keys(self._settings.key_prefix),
             w.hostname,
             self.plan,

@@ -20,6 +20,7 @@ from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
 from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_characters
 from celery_app.redis.schema import job_id
+from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
 from scheduling_core import next_aligned, region_spread
 
@@ -130,8 +131,13 @@ def _int(field_name: str, value: Any, *, minimum: int, maximum: int, unit: str =
     return value
 
 
-def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
+def validate_definition(
+    settings: Settings, *, registry: Registry = SHARED, **raw: Any
+) -> CheckDefinition:
     """A valid, normalized CheckDefinition from raw fields, or CheckFieldError naming the field.
+
+    The kind is looked up in ``registry`` (an app's, or the shared kinds every app knows) and
+    its config validated under ``settings``.
 
     Fields: uid (:data:`~celery_app.names.ID_RULE`), tenant (the one tenant rule, as for cron
     tasks), kind, target (no control or format characters, at most MAX_TARGET characters),
@@ -200,7 +206,7 @@ def validate_definition(settings: Settings, **raw: Any) -> CheckDefinition:
             config = json.loads(config)
         except json.JSONDecodeError as exc:
             raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
-    config = validate_check_config(kind, target, config)
+    config = validate_check_config(registry, kind, target, config, settings)
     try:
         json.dumps(config, allow_nan=False)  # NaN and infinities are not JSON either
     except (TypeError, ValueError) as exc:

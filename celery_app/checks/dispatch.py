@@ -114,7 +114,7 @@ class Dispatcher:
         self.settings = settings
         self.interval = settings.dispatch_interval
         self.keys = Keys(settings.key_prefix)
-        self.redis = client or get_redis(settings.redis_url)
+        self.redis = client or get_redis(settings.redis_url, settings)
         self.params = Params.from_settings(settings)
         self.regions = tuple(regions or settings.regions)
         self.lease_s = lease_seconds(self.params, settings.lease_margin)

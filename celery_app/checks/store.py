@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -31,8 +31,12 @@ from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
 from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
+from celery_app.registry import SHARED, Registry, registry_of
 from celery_app.settings import Settings
 from scheduling_core import Params
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 _RETRIES = 5
 
@@ -124,18 +128,34 @@ class CheckStore:
     """Create, update, delete, read and list checks; every write reconciles the jobs."""
 
     def __init__(
-        self, client: redis.Redis, keys: Keys, settings: Settings, params: Params | None = None
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        settings: Settings,
+        params: Params | None = None,
+        registry: Registry = SHARED,
     ) -> None:
+        """``registry`` knows the kinds definitions are validated against: an app's
+        (:meth:`for_app`), else the shared kinds every app knows."""
         self.redis = client
         self.keys = keys
         self.settings = settings
         self.params = params or Params.from_settings(settings)
+        self.registry = registry
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> CheckStore:
+    def from_settings(cls, settings: Settings, registry: Registry = SHARED) -> CheckStore:
         from celery_app.redis.client import get_redis
 
-        return cls(get_redis(settings.redis_url), Keys(settings.key_prefix), settings)
+        client = get_redis(settings.redis_url, settings)
+        return cls(client, Keys(settings.key_prefix), settings, registry=registry)
+
+    @classmethod
+    def for_app(cls, app: Celery) -> CheckStore:
+        """The store of an app: its settings, its Redis and the kinds its registry knows."""
+        from celery_app.factory import settings_of
+
+        return cls.from_settings(settings_of(app), registry_of(app))
 
     # reads
     def get(self, uid: str) -> StoredCheck | None:
@@ -176,7 +196,7 @@ class CheckStore:
 
     def create(self, now: datetime | None = None, **raw: Any) -> CheckDefinition:
         """Validate and create a check; CheckExists if the uid is taken."""
-        defn = validate_definition(self.settings, **raw)
+        defn = validate_definition(self.settings, registry=self.registry, **raw)
         status = self._apply([plan_change(None, defn, {}, self._now(now), self.params)])
         if status[0] == "exists":
             raise CheckExists(f"check {defn.uid!r} already exists (use update)")
@@ -243,7 +263,7 @@ class CheckStore:
 
         def make(old: CheckDefinition) -> CheckDefinition:
             merged = old.as_dict() | {k: v for k, v in changes.items() if k != "uid"}
-            return validate_definition(self.settings, **merged)
+            return validate_definition(self.settings, registry=self.registry, **merged)
 
         result = self._write(uid, make, now)
         assert result is not None

@@ -29,7 +29,7 @@ def _store(ctx: click.Context) -> CheckStore:
     app = ctx.obj.app
     # Register every kind (built-in probes, user modules) before validating a definition.
     app.loader.import_default_modules()
-    return CheckStore.from_settings(settings_of(app))
+    return CheckStore.for_app(app)
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -304,7 +304,7 @@ def ratelimit(
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
     if off:
         removed = clear_rate_limit(client, keys, tenant)
         name = escape(tenant)
@@ -344,7 +344,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 
     settings = settings_of(ctx.obj.app)
     report = repair(
-        get_redis(settings.redis_url),
+        get_redis(settings.redis_url, settings),
         Keys(settings.key_prefix),
         Params.from_settings(settings),
         datetime.now(UTC),
@@ -367,7 +367,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
     caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
     if as_json:

@@ -19,7 +19,7 @@ from celery_app.redis.schema import Keys
 
 def _set(ctx: click.Context) -> tuple[object, str]:
     settings = settings_of(ctx.obj.app)
-    return get_redis(settings.redis_url), Keys(settings.key_prefix).tenants()
+    return get_redis(settings.redis_url, settings), Keys(settings.key_prefix).tenants()
 
 
 @click.group(name="tenants")

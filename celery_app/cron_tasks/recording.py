@@ -18,7 +18,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
 from celery_app.cron_tasks.publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
@@ -28,15 +28,16 @@ log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=8)
-def _store(redis_url: str, prefix: str, grace_s: float) -> CronStore:
+def _store(client: Any, prefix: str, grace_s: float) -> CronStore:
     from datetime import timedelta
 
-    return CronStore(get_redis(redis_url), Keys(prefix), timedelta(seconds=grace_s))
+    return CronStore(client, Keys(prefix), timedelta(seconds=grace_s))
 
 
 def store_for(app: Celery) -> CronStore:
     settings = settings_of(app)
-    return _store(settings.redis_url, settings.key_prefix, settings.cron_grace.total_seconds())
+    client = get_redis(settings.redis_url, settings)
+    return _store(client, settings.key_prefix, settings.cron_grace.total_seconds())
 
 
 def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:
@@ -132,19 +133,19 @@ def _on_hard_time_limit(
     """A hard time limit or a lost pool child ends the run without a postrun of its own: the
     pool parent reports it here, without the message headers. The run is found by its Celery
     id in the state the child's prerun wrote."""
-    declared = getattr(sender, "cron_task", None)
+    declared = declaration_of(sender)
     lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
-    if not lost or not isinstance(declared, CronTask):
+    if not lost or declared is None:
         return
     tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
     try:
         store = store_for(sender.app)
-        key = (declared.id, str(tenant))
+        key = (declared.task_id, str(tenant))
         state = store.states([key])[key]
         if state.get("celery_id") != task_id or state.get("outcome") != "running":
             return
         store.run_finished(
-            declared.id,
+            declared.task_id,
             str(tenant),
             state.get("last_run_window", ""),
             "failure",
@@ -152,4 +153,4 @@ def _on_hard_time_limit(
             datetime.now(UTC),
         )
     except Exception:
-        log.exception("cron: could not record the hard time limit of %s", declared.id)
+        log.exception("cron: could not record the hard time limit of %s", declared.task_id)

@@ -4,9 +4,10 @@ Why the spec is parsed here: a schedule that cannot be parsed must fail the impo
 that declares it, so every ``celery -A celery_app ...`` command fails naming the task, the spec
 and the offending token, instead of a task that silently never runs.
 
-The registry is the app's own task registry: a cron task is a Celery task carrying a
-``cron_task`` attribute, so there is no module-level list to reset, and an app built by a test
-only knows the tasks registered on it.
+A declaration lives in the app's registry (:mod:`celery_app.registry`): shared (every app's)
+without ``app=``, that app's only with it; the function also becomes a Celery task of the same
+scope, which is what a worker runs. A task declared without a timezone follows the
+``CHECKBEAT_TIMEZONE`` of the app reading it, resolved by :func:`cron_tasks`, never at import.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import Celery, shared_task
 
+from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, is_id
+from celery_app.registry import CRON, declaring_registry, origin_of, registry_of
 from scheduling_core.cron import CronError, Schedule, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
@@ -88,10 +91,10 @@ def make_cron_task(
     task_id: str,
     name: str,
     spec: str,
+    timezone: str,
     singleton: bool = True,
     per_tenant: bool = False,
     timeout: timedelta = DEFAULT_TIMEOUT,
-    timezone: str | None = None,
     queue: str | None = None,
 ) -> CronTask:
     """Validate one declaration; raise CronSpecError naming the task on any bad field."""
@@ -103,10 +106,6 @@ def make_cron_task(
         raise CronSpecError(f"cron task {task_id!r}: invalid spec {spec!r}: {exc}") from None
     if not isinstance(timeout, timedelta) or timeout <= timedelta(0):
         raise CronSpecError(f"cron task {task_id!r}: timeout must be a positive timedelta")
-    if timezone is None:
-        from celery_app.settings import get_settings
-
-        timezone = get_settings().timezone
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -129,6 +128,44 @@ def make_cron_task(
     )
 
 
+@dataclass(frozen=True)
+class CronDeclaration:
+    """A ``@cron`` declaration as written, what the registry holds: ``timezone`` None means
+    "the ``CHECKBEAT_TIMEZONE`` of the app that reads it"."""
+
+    task_id: str
+    name: str
+    spec: str
+    singleton: bool = True
+    per_tenant: bool = False
+    timeout: timedelta = DEFAULT_TIMEOUT
+    timezone: str | None = None
+    queue: str | None = None
+
+    def resolve(self, default_timezone: str) -> CronTask:
+        """The task as scheduled by an app whose default timezone is ``default_timezone``."""
+        return _resolve(self, self.timezone or default_timezone)
+
+    def validate(self) -> None:
+        """Fail now (at decoration) on a bad field; an undeclared timezone is the app's, which
+        its settings validate."""
+        self.resolve("UTC")
+
+
+@lru_cache(maxsize=1024)
+def _resolve(declaration: CronDeclaration, timezone: str) -> CronTask:
+    return make_cron_task(
+        task_id=declaration.task_id,
+        name=declaration.name,
+        spec=declaration.spec,
+        singleton=declaration.singleton,
+        per_tenant=declaration.per_tenant,
+        timeout=declaration.timeout,
+        timezone=timezone,
+        queue=declaration.queue,
+    )
+
+
 def cron(
     spec: str,
     *,
@@ -147,11 +184,12 @@ def cron(
     The function becomes a Celery task (a shared task, or one of ``app`` when given). A per-tenant
     task is called with ``tenant=<name>``. No retry: a failure is recorded and the next window
     runs again. ``queue`` is applied through ``task_routes`` (see :func:`route_cron_task`).
+    Without ``timezone`` the task follows the ``CHECKBEAT_TIMEZONE`` of the app running it.
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
         task_name = name or f"{fun.__module__}.{fun.__name__}"
-        declared = make_cron_task(
+        declaration = CronDeclaration(
             task_id=id or task_name,
             name=task_name,
             spec=spec,
@@ -161,7 +199,9 @@ def cron(
             timezone=timezone,
             queue=queue,
         )
-        options = {"name": task_name, "cron_task": declared, "max_retries": 0, **task_options}
+        declaration.validate()
+        declaring_registry(app).add(CRON, task_name, declaration, origin_of(fun))
+        options = {"name": task_name, "max_retries": 0, **task_options}
         if app is not None:
             # shared=False: Celery would otherwise add the task to every app created later.
             return app.task(shared=False, **options)(fun)
@@ -170,13 +210,21 @@ def cron(
     return decorate
 
 
+def unregister_cron(name: str, *, app: Celery | None = None) -> None:
+    """Forget the declaration of task ``name`` (tests): a shared one unless ``app`` is given.
+
+    The Celery task stays known to workers; it is only no longer scheduled.
+    """
+    declaring_registry(app).remove(CRON, name)
+
+
 def cron_tasks(app: Celery) -> dict[str, CronTask]:
-    """Every cron task the app knows, by id (sorted); duplicate ids are a CronSpecError."""
+    """Every cron task the app's registry knows, by id (sorted), each in its declared timezone
+    or else the app's; duplicate ids are a CronSpecError."""
+    default_timezone = settings_of(app).timezone
     found: dict[str, CronTask] = {}
-    for task in list(app.tasks.values()):
-        declared = getattr(task, "cron_task", None)
-        if not isinstance(declared, CronTask):
-            continue
+    for declaration in registry_of(app).cron_declarations():
+        declared = declaration.resolve(default_timezone)
         other = found.get(declared.id)
         if other is not None and other.name != declared.name:
             raise CronSpecError(
@@ -189,8 +237,16 @@ def cron_tasks(app: Celery) -> dict[str, CronTask]:
 def route_cron_task(
     name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **_: Any
 ) -> dict[str, str] | None:
-    """Celery router (listed in ``task_routes``): send a cron task to its declared queue."""
-    declared = getattr(task, "cron_task", None)
-    if isinstance(declared, CronTask) and declared.queue:
+    """Celery router (listed in ``task_routes``): send a cron task to its declared queue, as the
+    registry of the task's app knows it."""
+    declared = declaration_of(task)
+    if declared is not None and declared.queue:
         return {"queue": declared.queue}
     return None
+
+
+def declaration_of(task: Any) -> CronDeclaration | None:
+    """The cron declaration of a Celery task as its app's registry knows it (None: not cron)."""
+    app, name = getattr(task, "app", None), getattr(task, "name", None)
+    entry = None if app is None or not name else registry_of(app).get(CRON, name)
+    return None if entry is None else entry.value

@@ -91,7 +91,7 @@ class CronService:
         self.clock = clock or clock_from_env().now
         self.keys = Keys(self.settings.key_prefix)
         self.store = CronStore(
-            get_redis(self.settings.redis_url), self.keys, self.settings.cron_grace
+            get_redis(self.settings.redis_url, self.settings), self.keys, self.settings.cron_grace
         )
         self.tasks = cron_tasks(app)
         self.tenants: TenantsSource | None = resolve_tenants(app)

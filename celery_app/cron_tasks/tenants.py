@@ -14,16 +14,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import redis
-from celery import Celery, current_app
+from celery import Celery
 
 from celery_app.factory import settings_of
 from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
+from celery_app.registry import TENANTS, THE_PROVIDER, declaring_registry, origin_of, registry_of
 
 TenantsFn = Callable[[], Iterable[str]]
-
-_ATTR = "checkbeat_tenants_provider"
 
 
 class TenantError(ValueError):
@@ -41,15 +40,21 @@ def validate_tenant(name: str) -> str:
 def tenants_provider(fun: TenantsFn | None = None, *, app: Celery | None = None) -> object:
     """Register the function that lists the active tenants (``@tenants_provider``).
 
-    It is called once per window and returns an iterable of tenant names. It is stored on the
-    app (the current one by default), so each app, and each test, has its own.
+    It is called once per window and returns an iterable of tenant names. Without ``app`` it is
+    shared: every app uses it, including one built after the import (``checkbeat up``'s). With
+    ``app`` only that app does, in place of a shared one (a test app brings its own).
     """
 
     def register(f: TenantsFn) -> TenantsFn:
-        setattr(app or current_app._get_current_object(), _ATTR, f)
+        declaring_registry(app).add(TENANTS, THE_PROVIDER, f, origin_of(f))
         return f
 
     return register(fun) if fun is not None else register
+
+
+def unregister_tenants_provider(*, app: Celery | None = None) -> None:
+    """Forget the registered provider (tests): the shared one unless ``app`` is given."""
+    declaring_registry(app).remove(TENANTS, THE_PROVIDER)
 
 
 @dataclass(frozen=True)
@@ -87,19 +92,14 @@ def resolve_tenants(app: Celery) -> TenantsSource | None:
     keys = Keys(settings.key_prefix)
     if choice == "none":
         return None
-    if choice == "redis":
-        return TenantsSource(
-            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
-        )
     if choice == "auto":
-        registered = getattr(app, _ATTR, None)
+        registered = registry_of(app).get(TENANTS, THE_PROVIDER)
         if registered is not None:
-            name = f"{registered.__module__}.{registered.__qualname__}"
-            return TenantsSource(f"@tenants_provider {name}", registered)
-        return TenantsSource(
-            "redis set " + keys.tenants(), redis_tenants(get_redis(settings.redis_url), keys)
-        )
-    return TenantsSource(choice, _import_path(choice))
+            return TenantsSource(f"@tenants_provider {registered.origin}", registered.value)
+    elif choice != "redis":
+        return TenantsSource(choice, _import_path(choice))
+    client = get_redis(settings.redis_url, settings)
+    return TenantsSource("redis set " + keys.tenants(), redis_tenants(client, keys))
 
 
 def read_tenants(source: TenantsSource) -> list[str]:

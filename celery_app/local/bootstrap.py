@@ -1,7 +1,7 @@
 """The checkbeat-specific steps of ``checkbeat up``: Redis, environment, demo data, the view.
 
 Kept apart from :mod:`celery_app.local.up` (which only starts and stops processes) so the order
-of things reads top to bottom: environment first (the Celery app reads it at import), then the
+of things reads top to bottom: environment first (the app is built from it), then the
 children, then the demo data, then the watch loop.
 """
 
@@ -21,7 +21,7 @@ from celery_app.local.embedded_redis import RedisServer
 from celery_app.local.status import collect_status, write_env_file
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
-from celery_app.settings import get_settings
+from celery_app.settings import load_settings
 
 if TYPE_CHECKING:
     from celery_app.local.up import Stack, UpOptions
@@ -74,11 +74,11 @@ def prepare_environment(options: UpOptions, stack: Stack, echo: Callable[[str], 
 def fresh_app() -> Celery:
     """A Celery app built from the environment as it is now.
 
-    ``celery_app.app`` was built when this process first imported checkbeat, before ``up`` or
-    ``status`` knew which Redis to use; shared tasks (cron tasks) register on the new app too.
+    ``up`` and ``status`` learn which Redis to use only after the process started, so they read
+    the environment again here instead of using ``celery_app.app`` (or the settings cached by
+    ``get_settings``).
     """
-    get_settings.cache_clear()
-    app = create_app()
+    app = create_app(load_settings())
     app.loader.import_default_modules()  # kinds, run task, CHECKBEAT_IMPORTS (cron tasks)
     return app
 
@@ -86,9 +86,9 @@ def fresh_app() -> Celery:
 def add_demo_data(stack: Stack, echo: Callable[[str], None]) -> None:
     """Demo tenants and checks, created once (a restart keeps what the embedded Redis has)."""
     settings = settings_of(stack.app)
-    client = get_redis(settings.redis_url)
+    client = get_redis(settings.redis_url, settings)
     client.sadd(Keys(settings.key_prefix).tenants(), *DEMO_TENANTS)
-    store = CheckStore.from_settings(settings)
+    store = CheckStore.for_app(stack.app)
     base = stack.demo_target.base_url  # type: ignore[union-attr]
     created = 0
     for tenant, weight in DEMO_TENANTS.items():

@@ -55,8 +55,8 @@ def _iso(ts: float | None) -> str | None:
 
 def _lanes(app: Celery, keys: Keys, regions: list[str]) -> list[dict[str, Any]]:
     settings = settings_of(app)
-    state = get_redis(settings.redis_url)
-    broker = get_redis(settings.effective_broker_url)
+    state = get_redis(settings.redis_url, settings)
+    broker = get_redis(settings.effective_broker_url, settings)
     pipe = state.pipeline(transaction=False)
     bpipe = broker.pipeline(transaction=False)
     cells = [(region, lane) for region in regions for lane in range(len(LANE_NAMES))]
@@ -80,7 +80,7 @@ def _lanes(app: Celery, keys: Keys, regions: list[str]) -> list[dict[str, Any]]:
 
 def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
     settings = settings_of(app)
-    client = get_redis(settings.redis_url)
+    client = get_redis(settings.redis_url, settings)
     definitions = CheckStore.from_settings(settings).list()
     job_ids = [job for d in definitions for job in d.job_ids()]
     jobs = read_jobs(client, keys, job_ids)

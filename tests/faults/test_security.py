@@ -63,9 +63,15 @@ def test_rediss_urls_demand_a_verified_certificate_everywhere():
     # the state client every process shares (get_redis) verifies too
     from celery_app.redis.client import get_redis
 
-    pool = get_redis(url).connection_pool
+    pool = get_redis(url, settings).connection_pool
     assert pool.connection_class is redis.SSLConnection
     assert pool.connection_class(**pool.connection_kwargs).cert_reqs == ssl.CERT_REQUIRED
+    # ...with the TLS options of the settings in hand: a client is shared per (url, options)
+    relaxed = load_settings(redis_url=url, broker_url=url, redis_tls_cert_reqs="none")
+    other = get_redis(url, relaxed)
+    assert other is not get_redis(url, settings)
+    assert other.connection_pool.connection_kwargs["ssl_cert_reqs"] == "none"
+    assert get_redis(url, relaxed) is other
 
 
 def test_tls_ca_and_client_certificate_are_passed_to_every_client(tmp_path):
