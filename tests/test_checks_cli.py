@@ -7,12 +7,10 @@ import json
 import pytest
 from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_main
-from checks_helpers import at, learned
 from click.testing import CliRunner
+from support.checks import at, learned
 
 from celery_app.cli.checks import checks
-
-pytest_plugins = ["checks_fixtures"]
 
 
 @pytest.fixture
