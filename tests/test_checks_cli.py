@@ -135,7 +135,7 @@ def test_ratelimit_set_show_off(cli, r, keys):
 
 
 def test_diagnose_reports_regions_without_workers(cli):
-    out = cli("diagnose")
+    out = cli("diagnose", ok=False)  # exit 1: it reports a problem
     assert "PROBLEM: region eu: no live worker" in out
 
 

@@ -1,4 +1,8 @@
-"""``celery -A celery_app checks ...``: manage checks, their rate limits, and report on them."""
+"""``celery -A celery_app checks ...``: manage checks, their rate limits, and report on them.
+
+``diagnose`` exits 1 when it reports a problem; every command exits 2 with one line when it
+cannot run (Redis unreachable, bad settings: ``cli.common``).
+"""
 
 from __future__ import annotations
 
@@ -14,15 +18,15 @@ from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_ra
 from celery_app.checks.redaction import redact_definition, redact_target
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
+from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
 from celery_app.redis.schema import LANE_NAMES, Keys
 
 
 def _store(ctx: click.Context) -> CheckStore:
-    app = ctx.obj.app
     # Register every kind (built-in probes, user modules) before validating a definition.
-    app.loader.import_default_modules()
+    app = load_app(ctx)
     return CheckStore.from_settings(settings_of(app))
 
 
@@ -51,7 +55,7 @@ def _config(value: str | None) -> Any:
         raise click.ClickException(f"config: is not valid JSON: {exc}") from None
 
 
-@click.group(name="checks")
+@click.group(name="checks", cls=CheckbeatGroup)
 def checks() -> None:
     """Manage recurring checks (definitions, rate limits) and report on their scheduling."""
 
@@ -343,7 +347,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
-    """Capacity per region and what keeps due checks from being claimed."""
+    """Capacity per region and what keeps due checks from being claimed. Exit 1 if any."""
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
@@ -352,7 +356,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     problems = diagnose_regions(client, keys, list(settings.regions))
     if as_json:
         click.echo(json.dumps({"regions": [asdict(c) for c in caps], "problems": problems}))
-        return
+        ctx.exit(EXIT_PROBLEM if problems else 0)
     for cap in caps:
         click.echo(
             f"{cap.region}: {len(cap.workers)} worker(s), {cap.total} slot(s) "
@@ -363,3 +367,5 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"PROBLEM: {problem}")
     if not problems:
         click.echo("no problems")
+    else:
+        ctx.exit(EXIT_PROBLEM)
