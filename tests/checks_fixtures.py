@@ -1,7 +1,7 @@
-"""Fixtures and test data for the check store, jobs and dispatcher tests.
+"""Fixtures of the check store, jobs and dispatcher tests (a plugin listed in tests/conftest.py).
 
-Load with ``pytest_plugins = ["checks_fixtures"]``; import test data helpers from
-``checks_helpers``.
+Their test data helpers (``at``, ``learned``, ``register_fake_worker``) are in
+:mod:`support.checks`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from checks_helpers import at, learned, register_fake_worker  # noqa: F401  (re-exported)
 
 from celery_app.checks.kinds import CheckFieldError, check_kind, unregister_kind
 from celery_app.checks.store import CheckStore

@@ -1,8 +1,15 @@
-"""Shared fixtures: one real redis-server per test session, isolated per test.
+"""The suite's one fixture set-up: a real redis-server per session, a clean environment per test.
 
-The server starts in ``pytest_configure``, before any test module imports ``celery_app``, so the
-app and every helper read its URL from the environment exactly as a deployment would. Broker
-messages use db 0 and checkbeat's state db 1; each test starts with an empty state db.
+The server starts in ``pytest_configure``, before any test builds an app, so the app and every
+helper read its URL from the environment exactly as a deployment would. Broker messages use db 0
+and checkbeat's state db 1; each test that asks for ``r`` starts with an empty state db.
+
+Every ``CHECKBEAT_*`` variable of the outer environment (a developer's shell) is dropped; the
+suite sets only the three below (:mod:`support.environment`), and resets them before each test.
+
+Fixtures are defined here and in the plugins of ``pytest_plugins``, and nowhere else: a test
+module names a fixture as an argument and imports nothing to get it. Plain helpers
+(``wait_for``, ``T0``, ...) are in the :mod:`support` package and imported by name.
 """
 
 from __future__ import annotations
@@ -11,24 +18,46 @@ import os
 import shutil
 import socket
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 import redis
+from support.environment import reset_checkbeat_environment
 
 if TYPE_CHECKING:
-    # Importing any celery_app module builds the app from the environment, so the real import
-    # waits until pytest_configure has pointed the environment at the test server.
     from celery_app.local.embedded_redis import RedisServer
 
-_server: RedisServer | None = None
-_tmp: str | None = None
+pytest_plugins = [
+    "beat_fixtures",  # cron_app
+    "checks_fixtures",  # settings, keys, store, test_kind, dispatcher_app, broker
+    "worker_fixtures",  # make_app, run_worker, start_worker_process, target, claim, ...
+    "faults.fault_report",  # fault_report, and the fault suite's table
+]
 
 BROKER_DB = 0
 STATE_DB = 1
+KEY_PREFIX = "cbtest"
+
+_server: RedisServer | None = None
+_tmp: str | None = None
+#: The only CHECKBEAT_* variables a test sees (filled in by pytest_configure).
+SUITE_ENVIRONMENT: dict[str, str] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse-order",
+        action="store_true",
+        help="run the collected tests in reverse order (a test that needs another to run "
+        "first fails)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("reverse_order"):
+        items.reverse()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,9 +68,12 @@ def pytest_configure(config: pytest.Config) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    os.environ["CHECKBEAT_REDIS_URL"] = f"redis://127.0.0.1:{port}/{STATE_DB}"
-    os.environ["CHECKBEAT_BROKER_URL"] = f"redis://127.0.0.1:{port}/{BROKER_DB}"
-    os.environ.setdefault("CHECKBEAT_KEY_PREFIX", "cbtest")
+    SUITE_ENVIRONMENT.update(
+        CHECKBEAT_REDIS_URL=f"redis://127.0.0.1:{port}/{STATE_DB}",
+        CHECKBEAT_BROKER_URL=f"redis://127.0.0.1:{port}/{BROKER_DB}",
+        CHECKBEAT_KEY_PREFIX=KEY_PREFIX,
+    )
+    reset_checkbeat_environment(os.environ, SUITE_ENVIRONMENT)
     from celery_app.local.embedded_redis import RedisServer
 
     _server = RedisServer(Path(_tmp), port=port).start()
@@ -54,6 +86,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _server = None
     if _tmp:
         shutil.rmtree(_tmp, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def checkbeat_environment() -> None:
+    """Each test starts from the suite's CHECKBEAT_* variables and no others, and reads the
+    settings afresh: what an earlier test left behind (without monkeypatch) cannot leak in."""
+    from celery_app.settings import get_settings
+
+    reset_checkbeat_environment(os.environ, SUITE_ENVIRONMENT)
+    get_settings.cache_clear()
 
 
 @pytest.fixture(scope="session")
@@ -80,17 +122,3 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
-
-
-def wait_for(
-    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = ""
-) -> object:
-    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)

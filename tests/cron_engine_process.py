@@ -1,8 +1,9 @@
 """Helper run as a subprocess by test_cron_processes: one cron engine ticking shared windows.
 
-argv: engine name, number of engines, number of windows. The engines meet at a Redis barrier
-before each window; the last to arrive releases the in-flight keys (standing in for workers
-finishing the runs). Prints a JSON count of what this engine fired.
+argv: engine name, number of engines, number of windows, the first window (ISO 8601: the
+parent's ``support.cron.T0``, so every engine and the test agree on it). The engines meet at a
+Redis barrier before each window; the last to arrive releases the in-flight keys (standing in for
+workers finishing the runs). Prints a JSON count of what this engine fired.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import redis
-from beat_fixtures import T0, make_engine
+from support.cron import make_engine
 
 import celery_app
 from celery_app.factory import settings_of
@@ -21,9 +22,10 @@ from celery_app.factory import settings_of
 
 def main() -> None:
     name, engines, windows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    start = datetime.fromisoformat(sys.argv[4])
     app = celery_app.app
     state = redis.Redis.from_url(settings_of(app).redis_url, decode_responses=True)
-    engine = make_engine(app, owner=name)
+    engine = make_engine(app, start=start, owner=name)
     fired = 0
     for k in range(windows):
         if state.incr(f"test:barrier:{k}") == engines:
@@ -35,7 +37,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name}: barrier {k} timed out")
             time.sleep(0.005)
-        fired += len(engine.tick(T0 + timedelta(minutes=k, seconds=1)).fired)
+        fired += len(engine.tick(start + timedelta(minutes=k, seconds=1)).fired)
     print(json.dumps({"engine": name, "fired": fired}))
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from beat_fixtures import T0, cron_app_fixture, end_runs, sends  # noqa: F401
+from support.cron import T0, end_runs, sends
 
 import beat.scheduler as scheduler_module
 from beat import CronScheduler

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from celery.bin.base import CLIContext
-from checks_helpers import at
 from click.testing import CliRunner
+from support.checks import at
 
 from celery_app.checks.jobs import from_unix, read_job, to_unix
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
@@ -18,8 +18,6 @@ from celery_app.errors import CheckFieldError
 from celery_app.settings import load_settings
 from scheduling_core import Params, PostExecInput, next_aligned
 from scheduling_core._instant import EARLIEST, LATEST
-
-pytest_plugins = ["checks_fixtures"]
 
 NOW = at(1_780_000_000)
 HUGE = 10**400
@@ -234,7 +232,7 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
 ):
     """The issue's incident: a job hash holding w=1e11 (written before the bound existed) with
     tier credit on made every tick raise OverflowError before it claimed anything."""
-    from checks_helpers import register_fake_worker
+    from support.checks import register_fake_worker
 
     from celery_app.checks.dispatch import Dispatcher
     from celery_app.checks.jobs import finish_run

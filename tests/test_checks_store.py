@@ -5,14 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from checks_helpers import at
+from support.checks import at
 
 from celery_app.checks.jobs import CompletedRun, complete_runs, read_job
 from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError
 from scheduling_core import PostExecState
-
-pytest_plugins = ["checks_fixtures"]
 
 NOW = at(1_780_000_000.25)
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from beat_fixtures import broker_headers
+from support.cron import broker_headers
 
 from celery_app.redis.schema import Keys
 

@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from beat_fixtures import T0, cron_app_fixture, end_runs, make_engine, sends, store_of  # noqa: F401
+from support.cron import T0, end_runs, make_engine, sends, store_of
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
 from celery_app.redis.schema import Keys
@@ -239,7 +239,7 @@ def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r
     late = CronService(cron_app, clock=lambda: T0 + 7 * MIN + timedelta(seconds=1)).diagnose()
     overdue = sorted(f for f in late if "overdue" in f)
     assert len(overdue) == 2, late
-    assert "'five-min' is overdue: window 2030-01-01T00:05Z" in overdue[0]
+    assert f"'five-min' is overdue: window {window_id(T0 + 5 * MIN)}" in overdue[0]
     assert "never fired" in overdue[1]
 
 

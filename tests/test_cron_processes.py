@@ -14,9 +14,9 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from beat_fixtures import T0, cron_app_fixture, sends  # noqa: F401
 from celery.contrib.testing.worker import start_worker
-from conftest import wait_for
+from support.cron import T0, sends
+from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id, window_start
@@ -58,7 +58,11 @@ def test_three_engine_processes_send_each_singleton_window_once(tmp_path, broker
     windows = 3
     procs = [
         subprocess.Popen(
-            [sys.executable, str(TESTS / "cron_engine_process.py"), f"p{n}", "3", str(windows)],
+            [
+                sys.executable,
+                str(TESTS / "cron_engine_process.py"),
+                *(f"p{n}", "3", str(windows), T0.isoformat()),
+            ],
             cwd=ROOT,
             env=_env(tmp_path, "proc_tasks"),
             stdout=subprocess.PIPE,

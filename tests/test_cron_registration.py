@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from beat_fixtures import cron_app_fixture  # noqa: F401
 
 from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from beat_fixtures import T0, cron_app_fixture, make_engine, sends  # noqa: F401
 from celery.contrib.testing.worker import start_worker
-from conftest import wait_for
+from support.cron import T0, make_engine, sends
+from support.polling import wait_for
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService

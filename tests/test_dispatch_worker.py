@@ -7,15 +7,13 @@ import time
 
 import pytest
 from celery.contrib.testing.worker import start_worker
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.factory import create_app
 from celery_app.publish import KombuBatchPublisher, RedisBatchPublisher, TaskMessage
 from celery_app.redis.schema import check_queue
-
-pytest_plugins = ["checks_fixtures"]
 
 QUEUES = [check_queue("eu", "fast"), check_queue("eu", "slow")]
 

@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from checks_helpers import at, learned, register_fake_worker
+from support.checks import at, learned, register_fake_worker
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import complete_run, read_job
@@ -15,8 +15,6 @@ from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import check_queue
 from celery_app.settings import load_settings
 from scheduling_core import PostExecState
-
-pytest_plugins = ["checks_fixtures"]
 
 T0 = 1_780_000_000.0
 

@@ -6,10 +6,15 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import redis
+from support.environment import reset_checkbeat_environment
 
 from celery_app.settings import SettingsError, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_real_redis_server_answers(r, redis_server):
@@ -18,13 +23,60 @@ def test_real_redis_server_answers(r, redis_server):
     assert int(info["process_id"]) == redis_server.pid
 
 
-def test_state_db_is_empty_at_start_of_each_test_part1(r):
+def test_r_empties_what_an_earlier_test_left_in_the_state_db(redis_url, request):
+    """A leftover is written first, then ``r`` is set up: one test, needing no other before it."""
+    earlier = redis.Redis.from_url(redis_url)
+    earlier.set("leftover", "1")
+    earlier.close()
+    r = request.getfixturevalue("r")
     assert r.dbsize() == 0
-    r.set("leftover", "1")
-
-
-def test_state_db_is_empty_at_start_of_each_test_part2(r):
     assert r.get("leftover") is None
+
+
+def test_a_test_sees_only_the_suites_checkbeat_variables(redis_server):
+    """Whatever the outer environment or an earlier test set, a test starts from these three."""
+    seen = {name: value for name, value in os.environ.items() if name.startswith("CHECKBEAT_")}
+    assert seen == {
+        "CHECKBEAT_REDIS_URL": redis_server.url(1),
+        "CHECKBEAT_BROKER_URL": redis_server.url(0),
+        "CHECKBEAT_KEY_PREFIX": "cbtest",
+    }
+    settings = load_settings()
+    assert settings.regions == ["local"]
+    assert settings.pool_size == 8
+    assert settings.imports == []
+
+
+#: What a developer's shell might export while running the tests.
+DEVELOPER_ENVIRONMENT = {
+    "CHECKBEAT_REGIONS": "zz",
+    "CHECKBEAT_POOL_SIZE": "3",
+    "CHECKBEAT_KEY_PREFIX": "mine",
+    "CHECKBEAT_IMPORTS": "no_such_module_of_mine",
+    "CHECKBEAT_REDIS_URL": "redis://127.0.0.1:1/7",
+}
+
+
+def test_a_developers_checkbeat_variables_do_not_reach_the_tests():
+    """pytest in a subprocess, its outer environment carrying a developer's CHECKBEAT_* values."""
+    node = f"{Path(__file__).name}::test_a_test_sees_only_the_suites_checkbeat_variables"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/{node}"],
+        cwd=REPO,
+        env={**os.environ, **DEVELOPER_ENVIRONMENT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_resetting_the_environment_keeps_only_the_suites_checkbeat_variables():
+    environ = {"CHECKBEAT_REGIONS": "zz", "CHECKBEAT_KEY_PREFIX": "mine", "PATH": "/bin"}
+    removed = reset_checkbeat_environment(environ, {"CHECKBEAT_KEY_PREFIX": "cbtest"})
+    assert removed == ["CHECKBEAT_REGIONS"]
+    assert environ == {"CHECKBEAT_KEY_PREFIX": "cbtest", "PATH": "/bin"}
 
 
 def test_settings_read_environment_with_prefix(monkeypatch):

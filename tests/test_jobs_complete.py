@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from checks_helpers import at
+from support.checks import at
 
 from celery_app.checks.jobs import complete_run, finish_run, lease_is_current, read_job
 from scheduling_core import Params, PostExecState
-
-pytest_plugins = ["checks_fixtures"]
 
 NOW = at(1_780_000_000.0)
 

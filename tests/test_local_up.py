@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

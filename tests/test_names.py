@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from beat_fixtures import cron_app_fixture  # noqa: F401
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
@@ -20,8 +19,6 @@ from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.names import is_id, is_tenant
 from celery_app.redis.schema import Keys
-
-pytest_plugins = ["checks_fixtures"]
 
 #: Characters that must never reach a key or a terminal raw: ESC (terminal escapes), NUL, a
 #: newline (``$`` matched before it), a right-to-left override, a zero width space, and the

@@ -17,12 +17,10 @@ import heapq
 from statistics import quantiles
 
 import pytest
-from checks_helpers import at, register_fake_worker
+from support.checks import at, register_fake_worker
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run
-
-pytest_plugins = ["checks_fixtures"]
 
 T0 = 1_780_000_000.0
 FAST_MS, SLOW_MS = 50.0, 3000.0

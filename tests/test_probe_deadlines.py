@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-from conftest import wait_for
 from hostile_servers import black_holes, patch_resolver
+from support.polling import wait_for
 
 from workers import runner
 from workers.deadline import HONOURS_DEADLINE_ATTR, Deadline, DeadlineExceeded, honours_deadline

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from checks_helpers import at, learned, register_fake_worker
+from support.checks import at, learned, register_fake_worker
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run, read_job
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.errors import CheckFieldError
-
-pytest_plugins = ["checks_fixtures"]
 
 T0 = 1_780_000_000.0
 

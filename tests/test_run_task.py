@@ -13,15 +13,13 @@ import time
 
 import pytest
 from celery.signals import task_postrun
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, check_queue, job_id
 from celery_app.settings import load_settings
 from workers.outcome import BadRunMessage, RunRequest
-
-pytest_plugins = ["worker_fixtures"]
 
 KEYS = Keys("cbtest")
 QUEUES = [check_queue("local", "fast"), check_queue("local", "slow")]

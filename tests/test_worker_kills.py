@@ -12,14 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, job_id
-
-pytest_plugins = ["worker_fixtures"]
 
 KEYS = Keys("cbtest")
 REPO = Path(__file__).resolve().parent.parent

@@ -11,14 +11,12 @@ from datetime import UTC, datetime
 from itertools import pairwise
 
 import pytest
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, check_queue, job_id
 from scheduling_core import LANE_FAST, LANE_SLOW, Params, classify_lane, update_ewma
-
-pytest_plugins = ["worker_fixtures"]
 
 KEYS = Keys("cbtest")
 FAST_Q, SLOW_Q = check_queue("local", "fast"), check_queue("local", "slow")

@@ -4,13 +4,11 @@ slots and keeps its capacity registered in Redis while it lives (real worker sub
 from __future__ import annotations
 
 import pytest
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 from workers.roles import RoleError, plan_role, role_from_queues
-
-pytest_plugins = ["worker_fixtures"]
 
 KEYS = Keys("cbtest")
 ENV = {

@@ -1,4 +1,8 @@
-"""``celery -A celery_app checks ...``: manage checks, their rate limits, and report on them."""
+"""``celery -A celery_app checks ...``: manage checks, their rate limits, and report on them.
+
+``diagnose`` exits 1 when it reports a problem; every command exits 2 with one line when it
+cannot run (Redis unreachable, bad settings: ``cli.common``).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from celery_app.checks.ratelimit import (
 from celery_app.checks.redaction import redact_definition, redact_target
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
+from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
@@ -26,10 +31,8 @@ from celery_app.redis.schema import LANE_NAMES, Keys
 
 
 def _store(ctx: click.Context) -> CheckStore:
-    app = ctx.obj.app
     # Register every kind (built-in probes, user modules) before validating a definition.
-    app.loader.import_default_modules()
-    return CheckStore.for_app(app)
+    return CheckStore.for_app(load_app(ctx))
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -57,7 +60,7 @@ def _config(value: str | None) -> Any:
         raise click.ClickException(f"config: is not valid JSON: {exc}") from None
 
 
-@click.group(name="checks")
+@click.group(name="checks", cls=CheckbeatGroup)
 def checks() -> None:
     """Manage recurring checks (definitions, rate limits) and report on their scheduling."""
 
@@ -363,7 +366,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
-    """Capacity per region and what keeps due checks from being claimed."""
+    """Capacity per region and what keeps due checks from being claimed. Exit 1 if any."""
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
@@ -372,7 +375,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     problems = diagnose_regions(client, keys, list(settings.regions))
     if as_json:
         click.echo(json.dumps({"regions": [asdict(c) for c in caps], "problems": problems}))
-        return
+        ctx.exit(EXIT_PROBLEM if problems else 0)
     for cap in caps:
         click.echo(
             f"{cap.region}: {len(cap.workers)} worker(s), {cap.total} slot(s) "
@@ -383,3 +386,5 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"PROBLEM: {escape(problem)}")
     if not problems:
         click.echo("no problems")
+    else:
+        ctx.exit(EXIT_PROBLEM)

@@ -1,35 +1,117 @@
-"""Helpers shared by the subcommands: load the user's modules, report errors plainly."""
+"""Helpers shared by the subcommands: load the user's modules, and one way of failing to run.
+
+Every subcommand of ``schedule``, ``checks`` and ``tenants`` is a :class:`CheckbeatCommand` (their
+groups' ``command_class``), so each reports the same way that it cannot run at all: an
+unreachable Redis or broker, or an invalid configuration, is one line on stderr naming the URL
+(password masked) or the variable, and exit code 2. Exit code 1 keeps its meaning per command: it
+ran, and refused a request or reports a problem (every ``diagnose`` exits 1 when it reports
+anything).
+"""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import redis
 from celery import Celery
+from celery.bin.base import CeleryCommand
+from kombu.exceptions import OperationalError
+
+from celery_app.factory import settings_of
+from celery_app.settings import Settings, SettingsError, redact_url
+
+#: Exit code of a command that could not run: Redis or the broker unreachable, bad settings.
+EXIT_CANNOT_RUN = 2
+#: Exit code of a command that ran and reports a problem (diagnose findings, a refused request).
+EXIT_PROBLEM = 1
+
+
+class CannotRun(click.ClickException):
+    """The command could not do its job at all; click prints ``Error: <message>``."""
+
+    exit_code = EXIT_CANNOT_RUN
 
 
 def load_app(ctx: click.Context) -> Celery:
-    """The ``-A`` app with the user modules (CHECKBEAT_IMPORTS) imported, so their cron tasks
-    and providers exist; a bad declaration fails the command with its message."""
+    """The ``-A`` app with the user modules (CHECKBEAT_IMPORTS) imported, so their cron tasks,
+    providers and check kinds exist; a bad declaration fails the command with its message."""
     app = ctx.obj.app
     try:
         app.loader.import_default_modules()
-    except ValueError as exc:  # CronSpecError, TenantError, SettingsError
+    except SettingsError:
+        raise  # cannot run: reported by CheckbeatCommand
+    except ValueError as exc:  # CronSpecError, TenantError, CheckFieldError
         raise click.ClickException(str(exc)) from None
     return app
 
 
-def redis_errors_as_messages(fun: Callable[..., Any]) -> Callable[..., Any]:
-    """A Redis outage is an operator-facing message and exit code 1, not a traceback."""
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, in the operating system's words when it gave any."""
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, redis.TimeoutError):
+        return "timed out"
+    return str(exc).strip().rstrip(".") or type(exc).__name__
 
-    @functools.wraps(fun)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fun(*args, **kwargs)
-        except redis.RedisError as exc:
-            raise click.ClickException(f"cannot reach checkbeat's Redis: {exc}") from None
 
-    return wrapper
+def _endpoint(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port or 6379}"
+
+
+def redis_unreachable(exc: redis.RedisError, settings: Settings) -> str:
+    """The one line for a Redis connection that failed: which URL, why, which variable."""
+    variable, url = "CHECKBEAT_REDIS_URL", settings.redis_url
+    broker = settings.effective_broker_url
+    if settings.broker_url and _endpoint(broker) in str(exc) and _endpoint(url) not in str(exc):
+        variable, url = "CHECKBEAT_BROKER_URL", broker
+    if isinstance(exc, redis.AuthenticationError):
+        return f"Redis at {redact_url(url)} refused the credentials ({exc}); check {variable}"
+    return f"cannot reach Redis at {redact_url(url)} ({_reason(exc)}); is it running? ({variable})"
+
+
+def broker_unreachable(exc: BaseException, settings: Settings) -> str:
+    variable = "CHECKBEAT_BROKER_URL" if settings.broker_url else "CHECKBEAT_REDIS_URL"
+    url = redact_url(settings.effective_broker_url)
+    return f"cannot reach the broker at {url} ({_reason(exc)}); is it running? ({variable})"
+
+
+def settings_invalid(exc: SettingsError) -> str:
+    """The settings error on one line: ``invalid checkbeat configuration: A=..: why; B=..: why``."""
+    head, *lines = str(exc).splitlines()
+    return f"{head} {'; '.join(line.strip() for line in lines)}".strip()
+
+
+@contextmanager
+def reported_as_cannot_run(settings: Callable[[], Settings]) -> Iterator[None]:
+    """Turn an unreachable Redis or broker, or invalid settings, into :class:`CannotRun`;
+    ``settings`` (called only then) tells which URLs the command used."""
+    try:
+        yield
+    except SettingsError as exc:
+        raise CannotRun(settings_invalid(exc)) from None
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise CannotRun(redis_unreachable(exc, settings())) from None
+    except OperationalError as exc:  # kombu: the broker connection
+        raise CannotRun(broker_unreachable(exc, settings())) from None
+
+
+class CheckbeatCommand(CeleryCommand):
+    """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with reported_as_cannot_run(lambda: settings_of(ctx.obj.app)):
+            return super().invoke(ctx)
+
+
+class CheckbeatGroup(click.Group):
+    """A group of :class:`CheckbeatCommand` subcommands."""
+
+    command_class = CheckbeatCommand

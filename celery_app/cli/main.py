@@ -71,23 +71,20 @@ def _run(args: argparse.Namespace) -> int:
             data_dir=args.data_dir, demo=args.demo, view=args.view, flower_port=args.flower_port
         )
         return run_up(options)
-    import redis
-
+    from celery_app.cli.common import CannotRun, reported_as_cannot_run
     from celery_app.local.bootstrap import fresh_app
     from celery_app.local.status import collect_status, load_env_file
+    from celery_app.settings import get_settings
 
     load_env_file(args.data_dir)
-    app = fresh_app()
     try:
-        data = collect_status(app)
-    except redis.RedisError as exc:
-        from celery_app.factory import settings_of
-        from celery_app.settings import redact_url
-
-        url = redact_url(settings_of(app).redis_url)
-        print(f"checkbeat status: cannot read Redis at {url}: {exc}", file=sys.stderr)
-        print("start a system with `checkbeat up`, or set CHECKBEAT_REDIS_URL", file=sys.stderr)
-        return 2
+        with reported_as_cannot_run(get_settings):
+            app = fresh_app()
+            data = collect_status(app)
+    except CannotRun as exc:
+        hint = "; `checkbeat up` starts one" if "cannot reach" in exc.format_message() else ""
+        print(f"checkbeat status: {exc.format_message()}{hint}", file=sys.stderr)
+        return exc.exit_code
     if args.json:
         json.dump(data, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

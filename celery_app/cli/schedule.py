@@ -1,6 +1,7 @@
 """``celery -A celery_app schedule list|run|diagnose``: cron tasks from any machine.
 
-``diagnose`` exits 1 when it reports anything, so it can serve as a health probe.
+``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
+exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
 """
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from __future__ import annotations
 import json
 
 import click
-from celery.bin.base import CeleryCommand, handle_preload_options
+from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import load_app, redis_errors_as_messages
+from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
 
@@ -19,17 +20,16 @@ def _service(ctx: click.Context) -> CronService:
     return CronService(load_app(ctx))
 
 
-@click.group(name="schedule")
+@click.group(name="schedule", cls=CheckbeatGroup)
 @click.pass_context
 @handle_preload_options
 def schedule(ctx: click.Context) -> None:
     """Cron tasks: list them, run one now, diagnose what is overdue or failing."""
 
 
-@schedule.command(cls=CeleryCommand, name="list")
+@schedule.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @click.pass_context
-@redis_errors_as_messages
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every cron task: spec, timezone, scope, next fire, last run and outcome."""
     rows = _service(ctx).rows()
@@ -62,12 +62,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         click.echo("  ".join([*cells, row[-1]]))
 
 
-@schedule.command(cls=CeleryCommand, name="run")
+@schedule.command(name="run")
 @click.argument("task_id")
 @click.option("--tenant", default=None, help="Tenant to run a per-tenant task for.")
 @click.option("--wait", is_flag=True, help="Wait for the worker to finish and print the outcome.")
 @click.pass_context
-@redis_errors_as_messages
 def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> None:
     """Run one task now, through the same window lock and recording as the beat."""
     service = _service(ctx)
@@ -77,7 +76,7 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
         raise click.ClickException(str(exc)) from None
     click.echo(result.message)
     if not result.sent:
-        ctx.exit(1)
+        ctx.exit(EXIT_PROBLEM)
     if wait:
         task = service.tasks[task_id]
         timeout = (service.settings.cron_grace.total_seconds() + 60) + task.hard_time_limit
@@ -87,13 +86,12 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
             click.echo("outcome: success")
             return
         click.echo(escape(f"outcome: {outcome}: {state.get('last_error', '')}".rstrip(": ")))
-        ctx.exit(1)
+        ctx.exit(EXIT_PROBLEM)
 
 
-@schedule.command(cls=CeleryCommand, name="diagnose")
+@schedule.command(name="diagnose")
 @click.option("--json", "as_json", is_flag=True, help="Findings as a JSON list.")
 @click.pass_context
-@redis_errors_as_messages
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
     findings = _service(ctx).diagnose()
@@ -105,4 +103,4 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     else:
         click.echo("ok: no findings")
     if findings:
-        ctx.exit(1)
+        ctx.exit(EXIT_PROBLEM)

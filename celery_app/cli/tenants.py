@@ -7,9 +7,9 @@ That set is the default tenants provider of per-tenant cron tasks (CHECKBEAT_TEN
 from __future__ import annotations
 
 import click
-from celery.bin.base import CeleryCommand, handle_preload_options
+from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import redis_errors_as_messages
+from celery_app.cli.common import CheckbeatGroup
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.tenants import TenantError, validate_tenant
 from celery_app.factory import settings_of
@@ -22,17 +22,16 @@ def _set(ctx: click.Context) -> tuple[object, str]:
     return get_redis(settings.redis_url, settings), Keys(settings.key_prefix).tenants()
 
 
-@click.group(name="tenants")
+@click.group(name="tenants", cls=CheckbeatGroup)
 @click.pass_context
 @handle_preload_options
 def tenants(ctx: click.Context) -> None:
     """Manage the active tenants (the Redis set per-tenant cron tasks fan out to)."""
 
 
-@tenants.command(cls=CeleryCommand, name="add")
+@tenants.command(name="add")
 @click.argument("names", nargs=-1, required=True)
 @click.pass_context
-@redis_errors_as_messages
 def add(ctx: click.Context, names: tuple[str, ...]) -> None:
     """Add tenants (all names are validated before any is written)."""
     try:
@@ -44,10 +43,9 @@ def add(ctx: click.Context, names: tuple[str, ...]) -> None:
     click.echo(f"added {added} tenant(s); {client.scard(key)} active")
 
 
-@tenants.command(cls=CeleryCommand, name="rm")
+@tenants.command(name="rm")
 @click.argument("names", nargs=-1, required=True)
 @click.pass_context
-@redis_errors_as_messages
 def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
     """Remove tenants."""
     client, key = _set(ctx)
@@ -55,9 +53,8 @@ def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
     click.echo(f"removed {removed} tenant(s); {client.scard(key)} active")
 
 
-@tenants.command(cls=CeleryCommand, name="list")
+@tenants.command(name="list")
 @click.pass_context
-@redis_errors_as_messages
 def list_(ctx: click.Context) -> None:
     """List the active tenants, one per line."""
     client, key = _set(ctx)

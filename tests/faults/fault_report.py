@@ -7,8 +7,10 @@ Reproduce with one command (from the repo root)::
     python -m pytest tests/faults -m faults                  # + the slow variants (60 s outage)
 
 The JSON lands in ``<pytest basetemp>/faults-report.json`` (the path is printed under the
-table); set ``CHECKBEAT_FAULTS_REPORT=/some/file.json`` to choose it. Test modules load this
-plugin with ``pytest_plugins = ["fault_report"]``.
+table); ``--faults-report=/some/file.json`` chooses it, and so does
+``CHECKBEAT_FAULTS_REPORT=/some/file.json``, read once when the plugin registers its option,
+before the suite drops every ``CHECKBEAT_*`` variable of the outer environment. tests/conftest.py
+lists this plugin in its ``pytest_plugins``.
 """
 
 from __future__ import annotations
@@ -81,11 +83,20 @@ class FaultReport:
 REPORT = FaultReport()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--faults-report",
+        default=os.environ.get("CHECKBEAT_FAULTS_REPORT"),
+        help="where the fault table is written as JSON (default: <basetemp>/faults-report.json; "
+        "or set CHECKBEAT_FAULTS_REPORT)",
+    )
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
     rows = REPORT.rows()
     if not rows:
         return
-    target = os.environ.get("CHECKBEAT_FAULTS_REPORT")
+    target = config.getoption("faults_report")
     if target:
         path = Path(target)
     else:

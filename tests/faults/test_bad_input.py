@@ -11,10 +11,9 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from beat_fixtures import cron_app_fixture  # noqa: F401
-from conftest import wait_for
 from fault_procs import LogLines
-from test_cron_errors import FIELD_ERRORS
+from support.cron_spec_errors import FIELD_ERRORS
+from support.polling import wait_for
 
 from celery_app.checks.jobs import finish_run, from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
@@ -24,12 +23,11 @@ from celery_app.errors import CheckFieldError
 from celery_app.redis.schema import Keys, job_id
 from scheduling_core import Params, PostExecInput
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")
 
-# Forms the parser refuses besides FIELD_ERRORS' (tests/test_cron_errors.py has one test each).
+# Forms the parser refuses besides FIELD_ERRORS' (tests/test_cron_errors.py tests each message).
 OTHER_BAD_SPECS = [
     "* * * * * *",  # seconds
     "0 0 0 1 1 * 2026",
@@ -191,7 +189,8 @@ def test_bad_run_messages_are_rejected_and_logged_and_the_worker_keeps_going(
 
 # --- agent-reported start times: floored, never steer order or lane ---------------------------
 
-T = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+#: Any fixed instant: the post-exec math is pure and never reads the real clock.
+T = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

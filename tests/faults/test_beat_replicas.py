@@ -19,14 +19,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from conftest import wait_for
 from fault_procs import Processes, process_env
+from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.redis.schema import Keys
 
-pytest_plugins = ["fault_report"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
 KEYS = Keys("cbtest")

@@ -22,7 +22,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
 from hostile_servers import (
     HUGE_BODY_BYTES,
     HUGE_SNDBUF,
@@ -36,6 +35,7 @@ from hostile_servers import (
     silent,
     tls_drip,
 )
+from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, check_queue, job_id
@@ -43,7 +43,6 @@ from workers.probes import ProbeContext, ProbeResult, http_probe, tcp_probe
 from workers.probes.http import MAX_BODY_BYTES
 from workers.target_guard import AddressPolicy
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(60)]
 
 GRACE_S = 0.5  # a built-in probe never runs past timeout + this

@@ -26,7 +26,6 @@ from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys, job_id
 from scheduling_core import Params
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_for
 from fault_procs import Processes, process_env
+from support.polling import wait_for
 
 from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
@@ -29,7 +29,6 @@ from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys, job_id
 from celery_app.settings import load_settings
 
-pytest_plugins = ["fault_report"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_for
 from fault_procs import LogLines, Processes, process_env
+from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
@@ -35,7 +35,6 @@ from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import SettingsError, load_settings
 from workers import probes  # noqa: F401 - registers the http kind for the store
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")

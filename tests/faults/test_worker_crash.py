@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_for
 from crash_kinds import probe_events
 from fault_procs import Processes, children, process_env
+from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, job_id
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
 
 KEYS = Keys("cbtest")

@@ -1,4 +1,5 @@
-"""Test data helpers for the check store, jobs and dispatcher tests (not fixtures).
+"""Test data helpers for the check store, jobs and dispatcher tests (their fixtures are in
+``checks_fixtures``).
 
 ``register_fake_worker`` writes the capacity entry a real worker's heartbeat writes (the
 workers' contract), for dispatcher tests that do not need probes to run: test data, not a mock.

@@ -1,0 +1,83 @@
+"""Helpers of the cron/beat tests: the simulated start instant, engines, broker reads."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import redis
+from celery import Celery
+
+from beat.cron_engine import CronEngine
+from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.registration import cron_tasks
+from celery_app.cron_tasks.store import CronStore
+from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.schema import Keys
+
+
+def day_after_tomorrow(now: datetime) -> datetime:
+    """00:00 UTC of the day after ``now``'s next day: between 24 and 48 hours ahead of ``now``."""
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight + timedelta(days=2)
+
+
+#: Where the tests' simulated cron windows start: 00:00 UTC the day after tomorrow, read from the
+#: real clock once per process. Cron messages carry an absolute ``expires`` (the window's end plus
+#: the grace) that a real worker compares with the real clock, so simulated windows must stay ahead
+#: of it for a whole run (here: at least 24 h); midnight keeps the minute, hour and day alignment
+#: the specs rely on, as the old pinned 2030-01-01 did, without a date that one day stops being in
+#: the future. A subprocess is handed this value (``T0.isoformat()``), never computes its own.
+T0 = day_after_tomorrow(datetime.now(UTC))
+
+
+def store_of(app: Celery) -> CronStore:
+    settings = settings_of(app)
+    return CronStore(
+        get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
+    )
+
+
+def make_engine(app: Celery, *, start: datetime = T0, owner: str = "engine-1") -> CronEngine:
+    settings = settings_of(app)
+    tasks = list(cron_tasks(app).values())
+    publisher = CronPublisher(app, settings.cron_grace)
+    publisher.prepare(tasks)
+    return CronEngine(
+        tasks,
+        store_of(app),
+        publisher,
+        resolve_tenants(app),
+        grace=settings.cron_grace,
+        owner=owner,
+        start=start,
+        clock=lambda: start,
+    )
+
+
+def broker_headers(broker_url: str, queues: Iterable[str] = ("celery",)) -> list[dict]:
+    """The Celery headers of every message waiting in ``queues``."""
+    client = redis.Redis.from_url(broker_url)
+    out = []
+    for queue in queues:
+        for raw in client.lrange(queue, 0, -1):
+            out.append(json.loads(raw)["headers"])
+    return out
+
+
+def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
+    """(cron task id, tenant, window) -> number of messages in the broker."""
+    return Counter(
+        (h["cron_task"], h["cron_tenant"], h["cron_window"])
+        for h in broker_headers(broker_url, queues)
+    )
+
+
+def end_runs(r: redis.Redis) -> None:
+    """Stand in for workers finishing every run: release all in-flight keys."""
+    for key in r.scan_iter("cbtest:cron:inflight:*"):
+        r.delete(key)

@@ -1,0 +1,20 @@
+"""Waiting for real processes without sleeping a fixed time: poll with a deadline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> object:
+    """Poll ``predicate`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
