@@ -169,14 +169,12 @@ def test_past_the_cap_the_runner_waits_for_the_probe_as_before(monkeypatch):
     """At MAX_STUCK_PROBES the runner holds the slot again: the result comes when the probe
     returns, and is a timeout because it came after the limit."""
     monkeypatch.setattr(runner, "MAX_STUCK_PROBES", stuck_probes())
-    release = threading.Event()
-    timer = threading.Timer(0.5, release.set)  # the probe's own duration: 0.5 s
-    timer.start()
-    try:
-        result, elapsed = run_probe(blocking(release), "t", {}, ProbeContext(0.2), in_thread=True)
-    finally:
-        timer.cancel()
-        release.set()
+
+    def probe(target, config):
+        time.sleep(0.5)  # the probe's own duration (work, not synchronisation)
+        return True
+
+    result, elapsed = run_probe(probe, "t", {}, ProbeContext(0.2), in_thread=True)
     assert elapsed >= 500
     assert result.error_class == "timeout"
     assert "over its 0.2 s limit" in result.error
