@@ -205,8 +205,9 @@ def install(app: Celery) -> Celery:
       ``queue``, so the app's own routes still decide everything else);
     * ``beat_scheduler = "beat:CronScheduler"`` unless the app chose a scheduler.
 
-    Serializers are left alone: Celery's defaults are already JSON only, and checkbeat's check
-    messages are JSON whatever the app's ``task_serializer``; an app whose ``accept_content``
+    Serializers are left alone: Celery's defaults are already JSON only, forcing them would break
+    the app's own tasks that chose otherwise, and on a Redis broker checkbeat writes its check
+    messages as JSON whatever the app's ``task_serializer``; an app whose ``accept_content``
     excludes JSON is refused at first use (its workers would reject every check). Safe to call
     before or after the app is configured, and more than once. Returns ``app``.
     """

@@ -225,3 +225,19 @@ def test_an_uninstalled_app_imports_nothing_of_checkbeat(tmp_path, monkeypatch):
     import sys
 
     assert "proj_not_imported" not in sys.modules
+
+
+def test_the_readme_example_app_is_configured_as_it_says():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    example = readme.split("# proj/celery.py\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(example, "README proj/celery.py", "exec"), namespace)
+    app = namespace["app"]
+    settings = settings_of(app)
+    assert settings.regions == ["eu", "us"]
+    assert settings.cron_grace == timedelta(seconds=30)
+    assert settings.redis_url == "redis://localhost:6379/0"  # the broker holds the state
+    assert app.conf.beat_scheduler == BEAT_SCHEDULER
+    assert CRON_ROUTER in app.conf.task_routes

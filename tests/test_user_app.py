@@ -170,7 +170,7 @@ def test_a_misspelt_conf_key_is_refused_naming_it_and_its_close_match(project):
     project.add_conf("app.conf.checkbeat_pool_sise = 4")
     for command in (("schedule", "list"), ("tenants", "list")):
         refused = project.celery(*command)
-        assert refused.returncode != 0
+        assert refused.returncode == 2, refused.stderr
         assert "app.conf.checkbeat_pool_sise: not a checkbeat setting" in refused.stderr
         assert "did you mean checkbeat_pool_size?" in refused.stderr
         assert "Traceback" not in refused.stderr
@@ -179,7 +179,7 @@ def test_a_misspelt_conf_key_is_refused_naming_it_and_its_close_match(project):
 def test_a_bad_value_is_refused_naming_the_key_as_the_user_wrote_it(project):
     project.add_conf("app.conf.checkbeat_pool_size = 0")
     by_conf = project.celery("schedule", "list")
-    assert by_conf.returncode != 0
+    assert by_conf.returncode == 2, by_conf.stderr
     assert "app.conf.checkbeat_pool_size=0: must be an integer >= 1" in by_conf.stderr
     by_env = project.celery("schedule", "list", CHECKBEAT_POOL_SIZE="-3")
     assert by_env.returncode != 0
