@@ -1,4 +1,5 @@
-"""checkbeat's public API: the decorators, the settings, and the ready-made Celery app.
+"""checkbeat's public API: the decorators, the settings, the ready-made Celery app, and
+:func:`install` for an app of the user's own.
 
 ``celery -A celery_app ...`` reads ``celery_app.app``. It is built on first access, never at
 import: importing any checkbeat module builds no app and imports no user module. Building it
@@ -15,13 +16,12 @@ it is and the command exits with status 2, like a usage error.
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from celery_app.cron_tasks.registration import cron
 from celery_app.cron_tasks.tenants import tenants_provider
-from celery_app.factory import create_app, settings_of
+from celery_app.factory import create_app, exit_under_celery_cli, install, settings_of
 from celery_app.settings import Settings, SettingsError, get_settings, load_settings
 
 if TYPE_CHECKING:
@@ -39,17 +39,6 @@ def _build_app() -> Celery:
     return built
 
 
-def _loaded_by_celery_cli() -> bool:
-    """Whether Celery's own command line (``celery -A celery_app ...``) is loading the app."""
-    cli = sys.modules.get("celery.bin.celery")
-    if cli is None:
-        return False
-    import click
-
-    context = click.get_current_context(silent=True)
-    return context is not None and context.find_root().command is cli.celery
-
-
 def __getattr__(name: str) -> Any:
     """``celery_app.app``: the ready-made app, built once, on first use."""
     if name != "app":
@@ -59,11 +48,8 @@ def __getattr__(name: str) -> Any:
             try:
                 globals()["app"] = _build_app()
             except SettingsError as exc:
-                if not _loaded_by_celery_cli():
-                    raise
-                # A BaseException: Celery's loader catches every Exception into a traceback.
-                print(f"Error: {exc}", file=sys.stderr)
-                raise SystemExit(2) from None
+                exit_under_celery_cli(exc)
+                raise
     return globals()["app"]
 
 
@@ -73,6 +59,7 @@ __all__ = [
     "create_app",
     "cron",
     "get_settings",
+    "install",
     "load_settings",
     "settings_of",
     "tenants_provider",

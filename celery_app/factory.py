@@ -1,16 +1,37 @@
-"""The Celery application every checkbeat process shares: beat, workers and the CLI.
+"""Celery apps that run checkbeat: the ready-made one, and the user's own.
 
-``celery -A celery_app ...`` finds ``celery_app.app``. The configuration comes from
-:mod:`celery_app.settings`; user modules named in ``CHECKBEAT_IMPORTS`` are imported with the
-app, so their cron tasks and check kinds are registered (and a bad cron spec fails every command).
+``celery -A celery_app ...`` finds ``celery_app.app``, built by :func:`create_app` from the
+environment; user modules named in ``CHECKBEAT_IMPORTS`` are imported with the app, so their cron
+tasks and check kinds are registered (and a bad cron spec fails every command).
+
+A user's own app (``celery -A proj ...``) is adopted instead: ``beat_scheduler =
+"beat:CronScheduler"`` alone fires its cron tasks, and :func:`install` adds what workers need to
+run checks. Its settings are read from its ``app.conf.checkbeat_*`` keys with the environment
+overriding (:func:`settings_of`), once, at first use.
 """
 
 from __future__ import annotations
 
-from celery import Celery
+import importlib
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from celery import Celery, signals
 
 from celery_app.redis.tls import broker_use_ssl
-from celery_app.settings import Settings, get_settings
+from celery_app.settings import (
+    CONF_PREFIX,
+    SETTINGS_CONF_KEY,
+    ConfEntry,
+    ConfValues,
+    Settings,
+    SettingsError,
+    conf_values,
+    get_settings,
+    load_settings,
+)
 from celery_app.worker_options import install_worker_options
 
 #: Modules of checkbeat itself whose tasks every worker must know.
@@ -20,6 +41,17 @@ BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "workers.tasks",
     "celery_app.cron_tasks.recording",
 )
+#: The beat scheduler that fires cron tasks and dispatches checks.
+BEAT_SCHEDULER = "beat:CronScheduler"
+#: A cron task's declared queue is applied by a router, not the deprecated attribute.
+CRON_ROUTER = "celery_app.cron_tasks.registration.route_cron_task"
+#: Broker schemes whose URL can also hold checkbeat's state when no Redis URL is given.
+_REDIS_SCHEMES = ("redis", "rediss")
+#: What Celery's ``accept_content`` must allow: check messages are JSON.
+_JSON = ("json", "application/json")
+
+_INSTALLED = "_checkbeat_installed"
+_settings_lock = threading.Lock()
 
 
 def create_app(settings: Settings | None = None) -> Celery:
@@ -56,23 +88,155 @@ def create_app(settings: Settings | None = None) -> Celery:
         # Flower shows tasks only when workers send events.
         worker_send_task_events=True,
         task_send_sent_event=True,
-        beat_scheduler="beat:CronScheduler",
-        # A cron task's declared queue is applied by a router, not the deprecated attribute.
-        task_routes=["celery_app.cron_tasks.registration.route_cron_task"],
+        beat_scheduler=BEAT_SCHEDULER,
+        task_routes=[CRON_ROUTER],
         imports=[*BUILTIN_TASK_MODULES, *settings.imports],
-        checkbeat_settings=settings,
+        **{SETTINGS_CONF_KEY: settings},
     )
     install_worker_options(app)
     return app
 
 
+# --- settings of any app -----------------------------------------------------------------------
 def settings_of(app: Celery) -> Settings:
-    """The Settings an app was built with.
+    """The Settings of an app, so everything below the app takes its configuration from here.
 
-    An app built by :func:`create_app` carries its settings, so this never reads the
-    environment again: everything below the app takes its configuration from here. Only an app
-    built some other way (a user's own ``Celery(...)`` with checkbeat's tasks) falls back to the
-    environment, read once per process by :func:`~celery_app.settings.get_settings`.
+    An app built by :func:`create_app` carries the settings it was built with. Any other app's
+    are read from its conf (``app.conf.checkbeat_*``) and the environment on first use, then kept
+    in ``app.conf.checkbeat_settings``: a ``checkbeat_*`` key changed later is not seen.
     """
-    settings = app.conf.get("checkbeat_settings")
-    return settings if settings is not None else get_settings()
+    settings = app.conf.get(SETTINGS_CONF_KEY)
+    if settings is None:
+        with _settings_lock:
+            settings = app.conf.get(SETTINGS_CONF_KEY)
+            if settings is None:
+                try:
+                    settings = settings_from_conf(app)
+                except SettingsError as exc:
+                    exit_under_celery_cli(exc)
+                    raise
+                app.conf[SETTINGS_CONF_KEY] = settings
+    return settings
+
+
+def loaded_by_celery_cli() -> bool:
+    """Whether Celery's own command line (``celery -A ... ``) is running this process."""
+    cli = sys.modules.get("celery.bin.celery")
+    if cli is None:
+        return False
+    import click
+
+    context = click.get_current_context(silent=True)
+    return context is not None and context.find_root().command is cli.celery
+
+
+def exit_under_celery_cli(exc: SettingsError) -> None:
+    """Under Celery's CLI, print a SettingsError as the one message it is and exit with status 2,
+    like a usage error; elsewhere return (the caller re-raises).
+
+    SystemExit because it is a BaseException: Celery's app loader, its signal dispatch and the
+    worker's start-up turn every Exception into a traceback of their own.
+    """
+    if loaded_by_celery_cli():
+        print(f"Error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def settings_from_conf(app: Celery) -> Settings:
+    """Read a user app's settings: the environment over its ``checkbeat_*`` keys over defaults.
+
+    The app's own configuration decides what checkbeat must agree with: its ``broker_url`` is
+    the broker (``checkbeat_broker_url`` is refused, ``CHECKBEAT_BROKER_URL`` is not used), a
+    ``redis://``/``rediss://`` broker also holds checkbeat's state unless a Redis URL is given,
+    and its ``timezone`` is the default timezone of cron tasks.
+    """
+    conf = app.conf
+    given = conf_values(_checkbeat_entries(app))
+    if "broker_url" in given.values:
+        raise SettingsError(
+            f"invalid checkbeat configuration:\n  {given.names['broker_url']}: your app sends "
+            "through its own broker_url; set app.conf.broker_url instead"
+        )
+    _require_json(app)
+    values, names = dict(given.values), dict(given.names)
+    broker = conf.broker_url
+    if "redis_url" not in values and broker and broker.split("://", 1)[0] in _REDIS_SCHEMES:
+        values["redis_url"], names["redis_url"] = broker, "app.conf.broker_url"
+    timezone = conf.timezone
+    if "timezone" not in values and timezone:
+        values["timezone"], names["timezone"] = str(timezone), "app.conf.timezone"
+    return load_settings(ConfValues(values, names), broker_url=broker)
+
+
+def _checkbeat_entries(app: Celery) -> Iterator[ConfEntry]:
+    """The conf keys in checkbeat's namespace, also under the app's own Celery namespace
+    (``Celery(namespace="CELERY")`` reads ``CELERY_CHECKBEAT_POOL_SIZE``)."""
+    namespace = f"{app.namespace.rstrip('_')}_".lower() if app.namespace else ""
+    conf = app.conf
+    for key in list(conf.keys()):
+        if not isinstance(key, str):
+            continue
+        bare = key[len(namespace) :] if namespace and key.lower().startswith(namespace) else key
+        if bare.lower().startswith(CONF_PREFIX):
+            yield ConfEntry(f"app.conf.{key}", bare, conf[key])
+
+
+def _require_json(app: Celery) -> None:
+    """Refuse an app whose workers would reject checkbeat's JSON check messages."""
+    accepted = app.conf.accept_content
+    accepted = [accepted] if isinstance(accepted, str) else list(accepted or ())
+    if not any(kind in _JSON for kind in accepted):
+        raise SettingsError(
+            f"invalid checkbeat configuration:\n  app.conf.accept_content={accepted!r}: "
+            "checkbeat's check messages are JSON; include 'json' (Celery's default is ['json'])"
+        )
+
+
+# --- adopting a user's app ---------------------------------------------------------------------
+def install(app: Celery) -> Celery:
+    """Make ``app`` run checkbeat's checks as well: the one call a user's own app needs.
+
+    Adds, without replacing anything the app configures:
+
+    * checkbeat's task modules (probes, ``run_check``, cron-run recording) and the modules of
+      ``checkbeat_imports``, imported wherever the app imports its own (worker, beat, CLI);
+    * ``celery worker --role fast|shared --region R`` and the capacity bootstep;
+    * the cron router, first in ``task_routes`` (it answers only for cron tasks that declare a
+      ``queue``, so the app's own routes still decide everything else);
+    * ``beat_scheduler = "beat:CronScheduler"`` unless the app chose a scheduler.
+
+    Serializers are left alone: Celery's defaults are already JSON only, forcing them would break
+    the app's own tasks that chose otherwise, and on a Redis broker checkbeat writes its check
+    messages as JSON whatever the app's ``task_serializer``; an app whose ``accept_content``
+    excludes JSON is refused at first use (its workers would reject every check). Safe to call
+    before or after the app is configured, and more than once. Returns ``app``.
+    """
+    if getattr(app, _INSTALLED, False):
+        return app
+    setattr(app, _INSTALLED, True)
+    install_worker_options(app)
+    app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
+    if app.configured:
+        _complete_conf(app)
+    return app
+
+
+def _complete_conf(sender: Celery, **_: Any) -> None:
+    """Add the cron router and the scheduler to a configured app (again after a reload)."""
+    conf = sender.conf
+    given = conf.task_routes
+    routes = [] if given is None else list(given) if isinstance(given, list | tuple) else [given]
+    if CRON_ROUTER not in routes:
+        conf.task_routes = [CRON_ROUTER, *routes]
+    if not conf.value_set_for("beat_scheduler"):
+        conf.beat_scheduler = BEAT_SCHEDULER
+
+
+@signals.import_modules.connect(weak=False)
+def _import_checkbeat_modules(sender: Any = None, **_: Any) -> None:
+    """Before an installed app imports its task modules, import checkbeat's and the user's
+    ``checkbeat_imports`` (reading its settings there, so a bad value fails the command)."""
+    if sender is None or not getattr(sender, _INSTALLED, False):
+        return
+    for module in (*BUILTIN_TASK_MODULES, *settings_of(sender).imports):
+        importlib.import_module(module)

@@ -1,8 +1,15 @@
-"""Every knob of checkbeat, read from ``CHECKBEAT_*`` environment variables and validated once.
+"""Every knob of checkbeat, read from ``CHECKBEAT_*`` environment variables and, for a Celery app
+of the user's own, from its ``app.conf.checkbeat_*`` keys, and validated once.
 
 Why one class: beat, the workers and the CLI must agree on Redis, regions and the scheduling
 knobs; reading them in one place, failing loudly on a bad value and naming the variable, is what
 keeps a typo in a deployment from turning into a scheduler that silently does something else.
+
+Precedence, highest first: explicit overrides (code), the environment, the app's conf, defaults.
+An error names a value as its source spells it (``CHECKBEAT_POOL_SIZE=0`` or
+``app.conf.checkbeat_pool_size=0``), and an unknown ``checkbeat_*`` key in a conf is an error
+listing close matches: a typo there must not be ignored. (Unknown ``CHECKBEAT_*`` variables are
+ignored: an environment is shared with compose files and other tools.)
 
 Durations accept seconds (``"1.5"``) or ISO 8601 (``"PT1.5S"``). Lists accept commas
 (``"eu,us"``) or JSON (``'["eu","us"]'``). Every number is bounded (:data:`BOUNDS`): NaN,
@@ -12,12 +19,15 @@ because a NaN compares false with every minimum and an infinite lease is never r
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
 from typing import Annotated, Any
@@ -31,9 +41,19 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 ENV_PREFIX = "CHECKBEAT_"
+#: The namespace of checkbeat's keys in a Celery app's configuration (``app.conf.checkbeat_x``).
+CONF_PREFIX = "checkbeat_"
+#: The conf key where an app keeps its validated Settings; not a setting itself.
+SETTINGS_CONF_KEY = "checkbeat_settings"
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -156,18 +176,127 @@ class SettingsError(ValueError):
     """A configuration value is invalid; the message names the variable and what is allowed."""
 
 
+@dataclass(frozen=True)
+class ConfEntry:
+    """One key of a Celery app's configuration: as written, within checkbeat's namespace."""
+
+    written: str  # how an error names it, e.g. "app.conf.checkbeat_pool_size"
+    key: str  # the key without Celery's own namespace, e.g. "checkbeat_pool_size"
+    value: Any
+
+
+@dataclass(frozen=True)
+class ConfValues:
+    """Settings given by an app's configuration, each with the name an error gives it.
+
+    ``values`` may also hold defaults the app implies (its redis:// broker as ``redis_url``),
+    named after the key they came from (``app.conf.broker_url``).
+    """
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    names: Mapping[str, str] = field(default_factory=dict)
+
+
+def conf_values(entries: Iterable[ConfEntry]) -> ConfValues:
+    """The ``checkbeat_*`` entries as settings; SettingsError naming every unknown key (with its
+    close matches) or a setting given twice. Other keys are Celery's and are left alone."""
+    known = tuple(Settings.model_fields)
+    values: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    problems: list[str] = []
+    for entry in entries:
+        key = entry.key.lower()
+        if not key.startswith(CONF_PREFIX) or key == SETTINGS_CONF_KEY:
+            continue
+        name = key.removeprefix(CONF_PREFIX)
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = (
+                "did you mean " + " or ".join(f"{CONF_PREFIX}{c}" for c in close) + "?"
+                if close
+                else "`checkbeat settings` lists every setting"
+            )
+            problems.append(f"{entry.written}: not a checkbeat setting; {hint}")
+        elif name in names:
+            problems.append(f"{entry.written}: given twice (also as {names[name]})")
+        else:
+            values[name], names[name] = entry.value, entry.written
+    if problems:
+        raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(problems))
+    return ConfValues(values, names)
+
+
+@dataclass(frozen=True)
+class _Loading:
+    """What :func:`load_settings` is reading now: the conf's values and each field's name."""
+
+    conf: ConfValues
+    names: Mapping[str, str]
+
+
+_LOADING: ContextVar[_Loading | None] = ContextVar("checkbeat_settings_loading", default=None)
+
+
+def env_name(name: str) -> str:
+    """The environment variable of setting ``name`` (``pool_size`` -> ``CHECKBEAT_POOL_SIZE``)."""
+    return f"{ENV_PREFIX}{name.upper()}"
+
+
+def _name(name: str) -> str:
+    """How the value of setting ``name`` being validated now was given, for an error message."""
+    loading = _LOADING.get()
+    return loading.names[name] if loading is not None else env_name(name)
+
+
+class _AppConfSource(PydanticBaseSettingsSource):
+    """The app's conf values as a settings source, ranked below the environment."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        loading = _LOADING.get()
+        return dict(loading.conf.values) if loading is not None else {}
+
+
 class Settings(BaseSettings):
-    """checkbeat's configuration. Field ``x`` is read from ``CHECKBEAT_X``."""
+    """checkbeat's configuration. Field ``x`` is read from ``CHECKBEAT_X``, else (own apps) from
+    ``app.conf.checkbeat_x``."""
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Overrides, then the environment, then the app's conf (see :func:`load_settings`)."""
+        return (
+            init_settings,
+            env_settings,
+            _AppConfSource(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
 
     # --- connections -------------------------------------------------------------------
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
-        description="Redis holding checkbeat's state (checks, jobs, cron state, leases).",
+        description=(
+            "Redis holding checkbeat's state (checks, jobs, cron state, leases). In your own "
+            "app it defaults to the app's broker_url when that is a redis:// or rediss:// URL."
+        ),
     )
     broker_url: str | None = Field(
-        None, description="Celery broker URL; defaults to CHECKBEAT_REDIS_URL."
+        None,
+        description=(
+            "Celery broker URL of the ready-made app (celery -A celery_app); defaults to "
+            "CHECKBEAT_REDIS_URL. Your own app keeps its own broker_url."
+        ),
     )
     redis_tls_cert_reqs: str = Field(
         "required",
@@ -194,7 +323,13 @@ class Settings(BaseSettings):
             "or '-', starting with a letter or digit."
         ),
     )
-    timezone: str = Field("UTC", description="Default timezone of cron tasks (IANA name).")
+    timezone: str = Field(
+        "UTC",
+        description=(
+            "Default timezone of cron tasks (IANA name). In your own app it defaults to the "
+            "app's timezone setting."
+        ),
+    )
     imports: CommaList = Field(
         default_factory=list,
         description="User modules to import at start-up (cron tasks, check kinds, providers).",
@@ -441,15 +576,15 @@ class Settings(BaseSettings):
     def _cross_field(self) -> Settings:
         if self.fast_lane_reserved >= self.pool_size:
             raise ValueError(
-                f"CHECKBEAT_FAST_LANE_RESERVED ({self.fast_lane_reserved}) must be smaller than "
-                f"CHECKBEAT_POOL_SIZE ({self.pool_size}): slow checks need at least one slot"
+                f"{_name('fast_lane_reserved')} ({self.fast_lane_reserved}) must be smaller than "
+                f"{_name('pool_size')} ({self.pool_size}): slow checks need at least one slot"
             )
         if self.lane_slow_threshold_ms > 0 and (
             self.lane_fast_threshold_ms >= self.lane_slow_threshold_ms
         ):
             raise ValueError(
-                f"CHECKBEAT_LANE_FAST_THRESHOLD_MS ({self.lane_fast_threshold_ms}) must be below "
-                f"CHECKBEAT_LANE_SLOW_THRESHOLD_MS ({self.lane_slow_threshold_ms}): the band "
+                f"{_name('lane_fast_threshold_ms')} ({self.lane_fast_threshold_ms}) must be below "
+                f"{_name('lane_slow_threshold_ms')} ({self.lane_slow_threshold_ms}): the band "
                 "between them stops a check from flipping lanes every run"
             )
         return self
@@ -489,8 +624,27 @@ def _shown(given: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Read the environment (plus ``overrides``); raise SettingsError naming each bad variable."""
+def _source_names(conf: ConfValues, overrides: Mapping[str, Any]) -> dict[str, str]:
+    """Each field's name as given by the source that wins for it (overrides are named like the
+    environment, as before)."""
+    in_env = {key.lower() for key in os.environ}
+    names = {}
+    for name in Settings.model_fields:
+        given_by_conf = name in conf.names and name not in overrides
+        names[name] = (
+            conf.names[name]
+            if given_by_conf and env_name(name).lower() not in in_env
+            else env_name(name)
+        )
+    return names
+
+
+def load_settings(conf: ConfValues | None = None, /, **overrides: Any) -> Settings:
+    """Read ``overrides``, then the environment, then ``conf`` (an app's ``checkbeat_*`` keys);
+    raise SettingsError naming each bad value as its source spells it."""
+    conf = conf if conf is not None else ConfValues()
+    names = _source_names(conf, overrides)
+    token = _LOADING.set(_Loading(conf, names))
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -505,10 +659,12 @@ def load_settings(**overrides: Any) -> Settings:
             if field in ("redis_url", "broker_url") and isinstance(given, str):
                 given = redact_url(given)
             if field:
-                lines.append(f"{ENV_PREFIX}{field.upper()}={_shown(given)}: {message}")
+                lines.append(f"{names.get(field, env_name(field))}={_shown(given)}: {message}")
             else:
                 lines.append(message)
         raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(lines)) from None
+    finally:
+        _LOADING.reset(token)
 
 
 @lru_cache(maxsize=1)

@@ -188,6 +188,8 @@ def cron(
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
+        import celery_app.cron_tasks.recording  # noqa: F401  any worker knowing it records runs
+
         task_name = name or f"{fun.__module__}.{fun.__name__}"
         declaration = CronDeclaration(
             task_id=id or task_name,
