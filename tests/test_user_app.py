@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import wait_for
+from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT
