@@ -148,3 +148,21 @@ def test_imports_point_only_downwards(package):
 def test_the_rule_itself(source, target, allowed):
     """The rule refuses what the docstring forbids (so the scan above can fail)."""
     assert (violation(source, target) is None) is allowed
+
+
+def test_fixtures_come_from_one_mechanism():
+    """Fixtures live in conftest.py and the plugins the root conftest lists; helpers are
+    imported from tests/support. No module lists its own plugins or imports from conftest."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            plugins = isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+            )
+            from_conftest = isinstance(node, ast.ImportFrom) and node.module == "conftest"
+            if plugins or from_conftest:
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, offenders
