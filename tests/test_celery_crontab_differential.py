@@ -88,7 +88,7 @@ def utc(t: datetime) -> datetime:
     return t.astimezone(UTC)
 
 
-# -- random Celery crontab specs ------------------------------------------------------------------
+# -- random Celery crontab specs -------------------------------------------------------------------
 
 
 def random_part(rng: random.Random, lo: int, hi: int, names: tuple[str, ...] | None) -> str:
@@ -213,7 +213,7 @@ def special_region(zone: str, x: datetime) -> tuple[datetime, timedelta, timedel
     return None
 
 
-# -- 1. random instants ---------------------------------------------------------------------------
+# -- 1. random instants ----------------------------------------------------------------------------
 
 
 def check_random_instants(seed: int, cases: int) -> dict[str, int]:
@@ -269,7 +269,7 @@ def test_random_instants_in_the_repeated_pass_and_gap_shadows():
         assert found is not None and utc(found) == truth, (zone, c, x)
 
 
-# -- 2. chains and minutes around every DST transition ------------------------------------------
+# -- 2. chains and minutes around every DST transition ---------------------------------------------
 
 
 def check_transition(zone: str, at: datetime, rng: random.Random, clock: Clock) -> None:
@@ -319,7 +319,7 @@ def test_random_instants_big_run():
     assert counts["normal"] > 19_000
 
 
-# -- 3. a literal beat ----------------------------------------------------------------------------
+# -- 3. a literal beat -----------------------------------------------------------------------------
 
 
 def beat_sends(c: crontab, clock: Clock, start: datetime, end: datetime) -> list[datetime]:
@@ -406,7 +406,7 @@ def test_pinned_celery_history_a_beat_started_after_a_gap_differs_from_a_running
         assert our_firings(mine, start, utc(end)) == running
 
 
-# -- readable vectors -----------------------------------------------------------------------------
+# -- readable vectors ------------------------------------------------------------------------------
 
 VECTORS = [
     # Celery ANDs the day fields: Friday the 13th, not every 13th and every Friday
