@@ -52,7 +52,7 @@ Celery behaviour not replicated, on purpose
 -------------------------------------------
 Celery's answers depend on ``last_run_at``, which a set of instants has not; these are the
 places where that history makes Celery differ from its own continuous chain. The differential
-test pins each of them.
+test pins the first two.
 
 1. From a ``last_run_at`` in the repeated pass of an overlap, Celery answers with the first pass:
    an instant *before* ``last_run_at``. A beat (re)started in the repeated hour therefore finds

@@ -6,6 +6,9 @@ at which it fires, both read in ``t``'s own timezone; ``Schedule.next_after(t)``
 firing strictly after ``t``. Bad specs raise :class:`CronError`, a ``ValueError`` whose message
 names the field, the token and what is allowed (also as ``.field`` and ``.token``).
 ``Schedule.spec``, ``describe()``, ``never`` and ``fixed_time`` are for ``schedule list``.
+``from_value_sets`` builds a schedule from sets another parser expanded (Celery's ``crontab``,
+see :mod:`scheduling_core.celery_crontab`), and ``Schedule.next_wall`` searches wall-clock time
+with no DST rule, for callers that map wall times to instants by their own.
 
 Syntax (cronie, the cron of most Linux machines)
 -------------------------------------------------

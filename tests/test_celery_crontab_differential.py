@@ -303,6 +303,27 @@ def test_chains_around_dst_transitions_match_celery_firing_for_firing(zone):
         check_transition(zone, at, rng, clock)
 
 
+def test_samoas_skipped_day_is_one_gap_like_any_other():
+    """Pacific/Apia skipped 2011-12-30 (UTC-10 to UTC+14): Celery reads the whole day with the
+    old offset, so its first matching time fires a day late and beat continues from there."""
+    zone, rng, clock = "Pacific/Apia", random.Random("apia"), Clock()
+    tz = ZoneInfo(zone)
+    at = datetime(2011, 12, 30, 10, 0, tzinfo=UTC)
+    assert (at - MINUTE).astimezone(tz).utcoffset() == -timedelta(hours=10)
+    assert at.astimezone(tz).utcoffset() == timedelta(hours=14)
+    for _ in range(20):
+        c = random_crontab(rng, zone, clock, near=at.astimezone(tz))
+        mine = ours(c)
+        start, end = (at - timedelta(hours=30)).astimezone(tz), at + timedelta(hours=30)
+        chain = celery_chain(c, clock, start, end, rng)
+        assert our_firings(mine, start, chain[-1]) == chain[:-1], c
+        m = at - timedelta(hours=3)
+        while m <= at + timedelta(hours=29):
+            found = mine.next(m.astimezone(tz))
+            assert found is not None and utc(found) == first_at_or_after(chain, m), (c, m)
+            m += 7 * MINUTE
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("zone", DST_ZONES)
 def test_chains_around_every_dst_transition_2000_2040(zone):

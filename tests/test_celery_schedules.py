@@ -575,3 +575,25 @@ def test_the_spec_keeps_how_the_crontab_was_written():
     assert entry.describe() == "crontab */15 * * * mon-fri (UTC)"
     sets = beat_entry("e", {"task": "t", "schedule": crontab(minute={0, 1, 2, 30})}, make_app())
     assert sets.describe() == "crontab 0-2,30 * * * * (UTC)"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "expected"),
+    [
+        ({"hour": "22-2"}, "hour", {22, 23, 0, 1, 2}),  # ranges wrap (cron refuses 22-2)
+        ({"day_of_week": "fri-mon"}, "day_of_week", {5, 6, 0, 1}),
+        ({"day_of_week": "saturnalia"}, "day_of_week", {6}),  # the first three letters count
+        ({"month_of_year": "jan,Dec"}, "month_of_year", {1, 12}),
+    ],
+)
+def test_celerys_syntax_as_the_module_docstring_describes_it(fields, field, expected):
+    c = crontab(**fields)
+    assert getattr(c, field) == expected
+    entry = beat_entry("e", {"task": "t", "schedule": crontab(**fields)}, make_app())
+    assert getattr(entry.schedule, field) == expected
+
+
+@pytest.mark.parametrize("fields", [{"minute": "5/15"}, {"day_of_week": 7}, {"day_of_week": "7"}])
+def test_celery_refuses_n_slash_s_and_day_of_week_7(fields):
+    with pytest.raises(ValueError):
+        crontab(**fields)
