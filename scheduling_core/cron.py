@@ -6,6 +6,9 @@ at which it fires, both read in ``t``'s own timezone; ``Schedule.next_after(t)``
 firing strictly after ``t``. Bad specs raise :class:`CronError`, a ``ValueError`` whose message
 names the field, the token and what is allowed (also as ``.field`` and ``.token``).
 ``Schedule.spec``, ``describe()``, ``never`` and ``fixed_time`` are for ``schedule list``.
+``from_value_sets`` builds a schedule from sets another parser expanded (Celery's ``crontab``,
+see :mod:`scheduling_core.celery_crontab`), and ``Schedule.next_wall`` searches wall-clock time
+with no DST rule, for callers that map wall times to instants by their own.
 
 Syntax (cronie, the cron of most Linux machines)
 -------------------------------------------------
@@ -83,12 +86,13 @@ takes the DST-aware path, which needs PEP 495 semantics (``zoneinfo``; not ``pyt
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any, NoReturn
 
 from scheduling_core._time import require_aware
 
-__all__ = ["CronError", "Schedule", "parse"]
+__all__ = ["CronError", "Schedule", "from_value_sets", "parse"]
 
 _UTC = UTC
 # cron.c classifies the wall-clock jump it wakes up to: more than 180 minutes either way is a
@@ -302,6 +306,52 @@ def parse(spec: str) -> Schedule:
     return Schedule._build(spec, masks, day_or=not (dom_star or dow_star), wildcard=wildcard)
 
 
+def _set_mask(values: Iterable[int], index: int) -> int:
+    """The bitmask of an already-expanded set of values of field ``index``, range-checked."""
+    lo, hi = _BOUNDS[index]
+    if index == _DOW:
+        hi = 6
+    mask = 0
+    for value in values:
+        if type(value) is not int or not lo <= value <= hi:
+            raise CronError(
+                f"{FIELD_NAMES[index]} field: {value!r} is not a whole number in {lo}-{hi}",
+                field=FIELD_NAMES[index],
+                token=repr(value),
+            )
+        mask |= 1 << value
+    if not mask:
+        raise CronError(f"{FIELD_NAMES[index]} field: no values", field=FIELD_NAMES[index])
+    return mask
+
+
+def from_value_sets(
+    spec: str,
+    *,
+    minutes: Iterable[int],
+    hours: Iterable[int],
+    days_of_month: Iterable[int],
+    months: Iterable[int],
+    days_of_week: Iterable[int],
+    day_or: bool,
+    fixed_time: bool,
+) -> Schedule:
+    """A schedule from already-expanded value sets (day of week 0-6, Sunday = 0), for schedules
+    another system parsed (Celery's ``crontab``).
+
+    ``day_or`` is the day rule: True ORs day-of-month and day-of-week (cronie, when both are
+    restricted), False ANDs them. ``fixed_time`` picks the DST rule of :meth:`Schedule.next`;
+    callers with their own DST rule use :meth:`Schedule.next_wall`, which has none. ``spec`` is
+    the text ``repr``, ``describe`` and pickling show (pickling re-parses it, so a schedule built
+    here pickles only if ``spec`` is a valid cron spec with the same meaning).
+    """
+    masks = [
+        _set_mask(values, index)
+        for index, values in enumerate((minutes, hours, days_of_month, months, days_of_week))
+    ]
+    return Schedule._build(spec, masks, day_or=day_or, wildcard=not fixed_time)
+
+
 def _day_masks(dom: int, dow: int, day_or: bool) -> tuple[int, ...]:
     """Matching days (bit d = day d) per month shape, indexed ``weekday_of_1st * 4 + len - 28``.
 
@@ -488,6 +538,16 @@ class Schedule:
             days = self._day_mask(year, month)
             if days:
                 return year, month, _low(days), self._first_hour, self._first_minute
+
+    def next_wall(self, wall: datetime) -> datetime | None:
+        """The earliest matching wall-clock minute at or after the naive ``wall`` (seconds round
+        up), naive, with no timezone rule at all: for callers that map wall times to instants
+        by their own DST rule. ``None`` when nothing matches before year 10000."""
+        if wall.tzinfo is not None:
+            raise ValueError(f"wall must be a naive wall-clock time, got {wall.isoformat()}")
+        minute = wall.minute + (1 if wall.second or wall.microsecond else 0)
+        found = self._next_wall(wall.year, wall.month, wall.day, wall.hour, minute)
+        return None if found is None else datetime(*found)
 
     def matches(self, t: datetime) -> bool:
         """Whether the schedule fires in the minute of ``t``, read in ``t``'s own timezone.
