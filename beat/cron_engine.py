@@ -20,8 +20,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, TAKEN, CronStore, FireRequest
+from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
+from celery_app.redis.schema import CronClaimCode
 from scheduling_core._time import require_aware
 
 log = logging.getLogger(__name__)
@@ -239,11 +240,11 @@ class CronEngine:
         codes = claim.codes
         to_send: list[FireRequest] = []
         for req, code in zip(requests, codes, strict=True):
-            if code == FIRE:
+            if code == CronClaimCode.FIRE:
                 to_send.append(req)
-            elif code == IN_FLIGHT:
+            elif code == CronClaimCode.IN_FLIGHT:
                 skipped.append(Skipped(req.task.id, req.tenant, req.window, "in-flight"))
-            elif code == TAKEN:
+            elif code == CronClaimCode.TAKEN:
                 skipped.append(Skipped(req.task.id, req.tenant, req.window, "taken"))
         if not to_send:
             return [], skipped

@@ -32,11 +32,11 @@ from celery_app.cron_tasks.registration import (
     window_id,
     window_start,
 )
-from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, CronStore, FireRequest, split_member
+from celery_app.cron_tasks.store import CronStore, FireRequest, split_member
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import CronClaimCode, Keys
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0
@@ -160,7 +160,7 @@ class CronService:
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
         claim = self.store.claim([req], now=now, owner=owner, manual=True)
         code = claim[0]
-        if code == IN_FLIGHT:
+        if code == CronClaimCode.IN_FLIGHT:
             return RunNowResult(
                 False,
                 task.id,
@@ -169,7 +169,7 @@ class CronService:
                 f"not sent: the previous run of {task.id!r} is still in flight "
                 "(recorded as skipped)",
             )
-        if code != FIRE:
+        if code != CronClaimCode.FIRE:
             who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
             return RunNowResult(
                 False,
