@@ -22,7 +22,7 @@ from typing import Protocol
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
 from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
-from celery_app.redis.schema import CronClaimCode
+from celery_app.redis.schema import CronClaimCode, CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 
 log = logging.getLogger(__name__)
@@ -44,15 +44,12 @@ class Fired:
 
 @dataclass(frozen=True)
 class Skipped:
-    """Not sent by this engine. ``reason``: taken (another replica or a manual run has the
-    window), in-flight (the previous run is still going; recorded), no-provider,
-    provider-failed, send-failed (recorded), missed (the window's grace passed; recorded as a
-    gap), superseded (a later window of the task was due in the same tick and ran instead)."""
+    """Not sent by this engine, and why (see :class:`CronSkipReason`)."""
 
     task_id: str
     tenant: str
     window: datetime
-    reason: str
+    reason: CronSkipReason
 
 
 @dataclass(frozen=True)
@@ -137,7 +134,7 @@ class CronEngine:
             task = self.tasks[index]
             resume = ts + 60
             if now_ts >= ts + 60 + grace_s:
-                missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), "missed"))
+                missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
                 self._missed_tasks[task.id] = task
                 log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
                 # Skip straight to the oldest window whose grace has not passed.
@@ -148,7 +145,9 @@ class CronEngine:
                 if latest is not None:
                     # Two windows of one task due in one tick (a stall): run the newer only,
                     # or the older's in-flight key would make the newer one skip.
-                    superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
+                    superseded.append(
+                        Skipped(task.id, ALL_TENANTS, _utc(latest), CronSkipReason.SUPERSEDED)
+                    )
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
             memo = (task.spec, task.timezone, resume)
@@ -192,7 +191,7 @@ class CronEngine:
         stats = self.store.stats([task.id for task in self.tasks])
         gaps: list[tuple[CronTask, datetime, datetime]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
-            last = stats.get(task.id, {}).get("last_window")
+            last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
@@ -219,7 +218,9 @@ class CronEngine:
                     requests.append(FireRequest(task, GLOBAL_TENANT, window))
                     continue
                 if self.tenants is None:
-                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "no-provider"))
+                    skipped.append(
+                        Skipped(task.id, ALL_TENANTS, window, CronSkipReason.NO_PROVIDER)
+                    )
                     continue
                 if tenants is None and tenants_error is None:
                     try:
@@ -230,7 +231,9 @@ class CronEngine:
                             "cron: tenants provider %s failed: %s", self.tenants.describe, exc
                         )
                 if tenants_error is not None:
-                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "provider-failed"))
+                    skipped.append(
+                        Skipped(task.id, ALL_TENANTS, window, CronSkipReason.PROVIDER_FAILED)
+                    )
                     continue
                 marks.append((task, window))
                 requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
@@ -243,9 +246,11 @@ class CronEngine:
             if code == CronClaimCode.FIRE:
                 to_send.append(req)
             elif code == CronClaimCode.IN_FLIGHT:
-                skipped.append(Skipped(req.task.id, req.tenant, req.window, "in-flight"))
+                skipped.append(
+                    Skipped(req.task.id, req.tenant, req.window, CronSkipReason.IN_FLIGHT)
+                )
             elif code == CronClaimCode.TAKEN:
-                skipped.append(Skipped(req.task.id, req.tenant, req.window, "taken"))
+                skipped.append(Skipped(req.task.id, req.tenant, req.window, CronSkipReason.TAKEN))
         if not to_send:
             return [], skipped
         try:
@@ -258,7 +263,9 @@ class CronEngine:
                 self.store.record_send_failure(to_send, error, at, claim)
             except Exception:
                 log.exception("cron: could not record the failed publish (left as pending)")
-            skipped.extend(Skipped(r.task.id, r.tenant, r.window, "send-failed") for r in to_send)
+            skipped.extend(
+                Skipped(r.task.id, r.tenant, r.window, CronSkipReason.SEND_FAILED) for r in to_send
+            )
             return [], skipped
         try:
             self.store.confirm_sent(claim)

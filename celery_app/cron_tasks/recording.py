@@ -22,7 +22,7 @@ from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import CronOutcome, CronStateField, Keys
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _on_postrun(
             task_id,
             tenant,
             window,
-            "success" if ok else "failure",
+            CronOutcome.SUCCESS if ok else CronOutcome.FAILURE,
             "" if ok else _error_text(retval),
             datetime.now(UTC),
         )
@@ -102,7 +102,7 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
     if cron is None:
         return
     task_id, tenant, window, _manual = cron
-    outcome = "expired" if expired else "revoked"
+    outcome = CronOutcome.EXPIRED if expired else CronOutcome.REVOKED
     app = getattr(sender, "app", None) or getattr(request, "app", None)
     if app is None:
         from celery import current_app
@@ -141,13 +141,16 @@ def _on_hard_time_limit(
         store = store_for(sender.app)
         key = (declared.id, str(tenant))
         state = store.states([key])[key]
-        if state.get("celery_id") != task_id or state.get("outcome") != "running":
+        if (
+            state.get(CronStateField.CELERY_ID) != task_id
+            or state.get(CronStateField.OUTCOME) != CronOutcome.RUNNING
+        ):
             return
         store.run_finished(
             declared.id,
             str(tenant),
-            state.get("last_run_window", ""),
-            "failure",
+            state.get(CronStateField.LAST_RUN_WINDOW, ""),
+            CronOutcome.FAILURE,
             _error_text(exception),
             datetime.now(UTC),
         )

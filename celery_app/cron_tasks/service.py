@@ -36,11 +36,18 @@ from celery_app.cron_tasks.store import CronStore, FireRequest, split_member
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import CronClaimCode, Keys
+from celery_app.redis.schema import (
+    CRON_FINISHED,
+    CronClaimCode,
+    CronGapField,
+    CronOutcome,
+    CronStateField,
+    CronStatsField,
+    Keys,
+)
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0
-FINISHED = ("success", "failure", "expired", "revoked", "send-failed")
 
 
 class CronUsageError(ValueError):
@@ -103,6 +110,7 @@ class CronService:
         rows = []
         for task in self.tasks.values():
             s = stats.get(task.id, {})
+            outcome = s.get(CronStatsField.LAST_OUTCOME)
             nxt = task.next_fire(now)
             rows.append(
                 TaskRow(
@@ -115,14 +123,16 @@ class CronService:
                     next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
                     if nxt
                     else None,
-                    last_window=_iso(s.get("last_window")),
-                    last_start=_iso(s.get("last_start")),
-                    last_end=_iso(s.get("last_end")),
-                    last_outcome=s.get("last_outcome"),
-                    last_error=s.get("last_error") if s.get("last_outcome") != "success" else None,
-                    fired=int(s.get("fired", 0)),
-                    skipped=int(s.get("skipped", 0)),
-                    failed=int(s.get("failed", 0)),
+                    last_window=_iso(s.get(CronStatsField.LAST_WINDOW)),
+                    last_start=_iso(s.get(CronStatsField.LAST_START)),
+                    last_end=_iso(s.get(CronStatsField.LAST_END)),
+                    last_outcome=outcome,
+                    last_error=s.get(CronStatsField.LAST_ERROR)
+                    if outcome != CronOutcome.SUCCESS
+                    else None,
+                    fired=int(s.get(CronStatsField.FIRED, 0)),
+                    skipped=int(s.get(CronStatsField.SKIPPED, 0)),
+                    failed=int(s.get(CronStatsField.FAILED, 0)),
                 )
             )
         return rows
@@ -200,9 +210,11 @@ class CronService:
         key = (result.task_id, result.tenant)
         while True:
             state = self.store.states([key])[key]
-            if state.get("last_run_window") == result.window and state.get("outcome") in FINISHED:
+            outcome = state.get(CronStateField.OUTCOME)
+            ran = state.get(CronStateField.LAST_RUN_WINDOW) == result.window
+            if ran and outcome in CRON_FINISHED:
                 return state
-            if state.get("outcome") == "send-failed" or time.monotonic() > deadline:
+            if outcome == CronOutcome.SEND_FAILED or time.monotonic() > deadline:
                 return state
             time.sleep(0.1)
 
@@ -260,11 +272,13 @@ class CronService:
             if task.per_tenant and self.tenants is None:
                 continue
             s = stats.get(task.id, {})
-            if s.get("last_window"):
-                base = datetime.fromtimestamp(float(s["last_window"]), UTC) + WINDOW
+            last_window = s.get(CronStatsField.LAST_WINDOW)
+            first_seen = s.get(CronStatsField.FIRST_SEEN)
+            if last_window:
+                base = datetime.fromtimestamp(float(last_window), UTC) + WINDOW
                 since = f"last handled window {window_id(base - WINDOW)}"
-            elif s.get("first_seen"):
-                base = datetime.fromtimestamp(float(s["first_seen"]), UTC)
+            elif first_seen:
+                base = datetime.fromtimestamp(float(first_seen), UTC)
                 since = "never fired"
             else:
                 continue
@@ -299,15 +313,15 @@ class CronService:
     def _gap_findings(self, now: datetime) -> list[str]:
         findings = []
         for gap in self.store.gaps():
-            if now.timestamp() - float(gap["detected_at"]) > GAP_REPORT_WINDOW_S:
+            if now.timestamp() - float(gap[CronGapField.DETECTED_AT]) > GAP_REPORT_WINDOW_S:
                 continue
-            start = datetime.fromtimestamp(gap["from"], UTC)
-            end = datetime.fromtimestamp(gap["to"], UTC)
-            tenant = gap.get("tenant")
+            start = datetime.fromtimestamp(gap[CronGapField.FROM], UTC)
+            end = datetime.fromtimestamp(gap[CronGapField.TO], UTC)
+            tenant = gap.get(CronGapField.TENANT)
             where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             findings.append(
-                f"task {gap['task']!r}{where}: windows from {window_id(start)} to before "
-                f"{window_id(end)} were not fired ({gap['detector']})"
+                f"task {gap[CronGapField.TASK]!r}{where}: windows from {window_id(start)} to "
+                f"before {window_id(end)} were not fired ({gap[CronGapField.DETECTOR]})"
             )
         return findings
 
