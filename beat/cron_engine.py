@@ -14,25 +14,21 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
+from celery_app.cron_tasks.firing import Sender, fire
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
 from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
-from celery_app.redis.schema import CronClaimCode, CronSkipReason, CronStatsField
+from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
 _UNSET = object()
-
-
-class Sender(Protocol):
-    def publish(self, requests: Sequence[FireRequest], *, manual: bool = False) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -239,39 +235,9 @@ class CronEngine:
                 requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
         if not requests and not marks:
             return [], skipped
-        claim = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
-        codes = claim.codes
-        to_send: list[FireRequest] = []
-        for req, code in zip(requests, codes, strict=True):
-            if code == CronClaimCode.FIRE:
-                to_send.append(req)
-            elif code == CronClaimCode.IN_FLIGHT:
-                skipped.append(
-                    Skipped(req.task.id, req.tenant, req.window, CronSkipReason.IN_FLIGHT)
-                )
-            elif code == CronClaimCode.TAKEN:
-                skipped.append(Skipped(req.task.id, req.tenant, req.window, CronSkipReason.TAKEN))
-        if not to_send:
-            return [], skipped
-        try:
-            self.sender.publish(to_send)
-        except Exception as exc:
-            # The window keys stay taken: retrying could fire twice. Record instead.
-            error = f"publish failed: {type(exc).__name__}: {exc}"
-            log.error("cron: %d messages not published: %s", len(to_send), error)
-            try:
-                self.store.record_send_failure(to_send, error, at, claim)
-            except Exception:
-                log.exception("cron: could not record the failed publish (left as pending)")
-            skipped.extend(
-                Skipped(r.task.id, r.tenant, r.window, CronSkipReason.SEND_FAILED) for r in to_send
-            )
-            return [], skipped
-        try:
-            self.store.confirm_sent(claim)
-        except Exception:
-            log.exception("cron: published, but could not confirm %d sends", len(to_send))
-        return [Fired(r.task.id, r.tenant, r.window) for r in to_send], skipped
+        firing = fire(self.store, self.sender, requests, now=at, owner=self.owner, marks=marks)
+        skipped.extend(Skipped(r.task.id, r.tenant, r.window, why) for r, why in firing.skipped)
+        return [Fired(r.task.id, r.tenant, r.window) for r in firing.fired], skipped
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

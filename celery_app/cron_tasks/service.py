@@ -23,6 +23,7 @@ from typing import Any
 from celery import Celery
 
 from celery_app.clock import clock_from_env
+from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
@@ -38,9 +39,9 @@ from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import (
     CRON_FINISHED,
-    CronClaimCode,
     CronGapField,
     CronOutcome,
+    CronSkipReason,
     CronStateField,
     CronStatsField,
     Keys,
@@ -168,41 +169,26 @@ class CronService:
         now = self.clock()
         req = FireRequest(task, tenant_name, window_start(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
-        claim = self.store.claim([req], now=now, owner=owner, manual=True)
-        code = claim[0]
-        if code == CronClaimCode.IN_FLIGHT:
+        sender = CronPublisher(self.app, self.settings.cron_grace)
+        firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+        if firing.fired:
             return RunNowResult(
-                False,
+                True,
                 task.id,
                 tenant_name,
                 req.window_id,
-                f"not sent: the previous run of {task.id!r} is still in flight "
-                "(recorded as skipped)",
+                f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
+                firing.celery_ids[0],
             )
-        if code != CronClaimCode.FIRE:
+        ((_, reason),) = firing.skipped
+        if reason == CronSkipReason.IN_FLIGHT:
+            why = f"the previous run of {task.id!r} is still in flight (recorded as skipped)"
+        elif reason == CronSkipReason.SEND_FAILED:
+            why = f"{firing.error} (recorded; window {req.window_id} is not retried)"
+        else:
             who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
-            return RunNowResult(
-                False,
-                task.id,
-                tenant_name,
-                req.window_id,
-                f"not sent: window {req.window_id} of {task.id!r} was already fired by {who}",
-            )
-        publisher = CronPublisher(self.app, self.settings.cron_grace)
-        try:
-            (celery_id,) = publisher.publish([req], manual=True)
-        except Exception as exc:
-            self.store.record_send_failure([req], f"publish failed: {exc}", now, claim)
-            raise
-        self.store.confirm_sent(claim)
-        return RunNowResult(
-            True,
-            task.id,
-            tenant_name,
-            req.window_id,
-            f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
-            celery_id,
-        )
+            why = f"window {req.window_id} of {task.id!r} was already fired by {who}"
+        return RunNowResult(False, task.id, tenant_name, req.window_id, f"not sent: {why}")
 
     def wait_for_run(self, result: RunNowResult, timeout: float) -> dict[str, str]:
         """Poll the run's state until the worker records its end (or ``timeout`` passes)."""
