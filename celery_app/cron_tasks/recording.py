@@ -17,7 +17,7 @@ from celery import Celery, states
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
-from celery_app.cron_tasks.publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
+from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
@@ -41,10 +41,11 @@ def store_for(app: Celery) -> CronStore:
 
 def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:
     get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
-    task_id, tenant, window = get(HEADER_TASK), get(HEADER_TENANT), get(HEADER_WINDOW)
+    task_id, tenant = get(CronHeader.TASK), get(CronHeader.TENANT)
+    window = get(CronHeader.WINDOW)
     if not task_id or not tenant or not window:
         return None
-    return str(task_id), str(tenant), str(window), bool(get(HEADER_MANUAL))
+    return str(task_id), str(tenant), str(window), bool(get(CronHeader.MANUAL))
 
 
 def _error_text(exc: Any) -> str:
@@ -136,7 +137,9 @@ def _on_hard_time_limit(
     lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
     if not lost or not isinstance(declared, CronTask):
         return
-    tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
+    tenant = GLOBAL_TENANT
+    if declared.per_tenant:
+        tenant = (kwargs or {}).get(TENANT_KWARG, GLOBAL_TENANT)
     try:
         store = store_for(sender.app)
         key = (declared.id, str(tenant))

@@ -170,7 +170,10 @@ class CronService:
         req = FireRequest(task, tenant_name, window_start(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
         sender = CronPublisher(self.app, self.settings.cron_grace)
-        firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+        try:
+            firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+        finally:
+            sender.close()
         if firing.fired:
             return RunNowResult(
                 True,
