@@ -6,8 +6,14 @@ looks at the heap's top. What is due goes through one claim round trip (the per-
 ``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
 
 Windows a running engine slept through are fired late while their grace lasts; older ones are
-left to ``schedule diagnose``, which reports the gap. A new engine starts at the current window:
-it never replays windows another engine may already have handled.
+recorded as gaps for ``schedule diagnose``. When several windows of one task are due in one
+tick, only the newest fires (the older are ``superseded``).
+
+Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
+window a killed beat never claimed is fired late instead of lost; a window another engine already
+handled is offered again and its window key answers ``taken`` (it never runs twice).
+Non-singletons have no window key, so they start at the current window: re-offering one would
+run it twice.
 """
 
 from __future__ import annotations
