@@ -42,7 +42,7 @@ _PERSISTENT = 2  # kombu's delivery mode of a persistent message (the fast path'
 _PLAIN_ROUTE = frozenset({"queue", "routing_key"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskMessage:
     """One task to publish by name (the task may live in a process that is not this one).
 
