@@ -6,32 +6,35 @@ looks at the heap's top. What is due goes through one claim round trip (the per-
 ``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
 
 Windows a running engine slept through are fired late while their grace lasts; older ones are
-left to ``schedule diagnose``, which reports the gap. A new engine starts at the current window:
-it never replays windows another engine may already have handled.
+recorded as gaps for ``schedule diagnose``. When several windows of one task are due in one
+tick, only the newest fires (the older are ``superseded``).
+
+Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
+window a killed beat never claimed is fired late instead of lost; a window another engine already
+handled is offered again and its window key answers ``taken`` (it never runs twice).
+Non-singletons have no window key, so they start at the current window: re-offering one would
+run it twice.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
+from celery_app.cron_tasks.firing import Sender, fire
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, TAKEN, CronStore, FireRequest
+from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
+from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
 _UNSET = object()
-
-
-class Sender(Protocol):
-    def publish(self, requests: Sequence[FireRequest], *, manual: bool = False) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,12 @@ class Fired:
 
 @dataclass(frozen=True)
 class Skipped:
-    """Not sent by this engine. ``reason``: taken (another replica or a manual run has the
-    window), in-flight (the previous run is still going; recorded), no-provider,
-    provider-failed, send-failed (recorded), missed (the window's grace passed; recorded as a
-    gap), superseded (a later window of the task was due in the same tick and ran instead)."""
+    """Not sent by this engine, and why (see :class:`CronSkipReason`)."""
 
     task_id: str
     tenant: str
     window: datetime
-    reason: str
+    reason: CronSkipReason
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class CronEngine:
             task = self.tasks[index]
             resume = ts + 60
             if now_ts >= ts + 60 + grace_s:
-                missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), "missed"))
+                missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
                 self._missed_tasks[task.id] = task
                 log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
                 # Skip straight to the oldest window whose grace has not passed.
@@ -147,7 +147,9 @@ class CronEngine:
                 if latest is not None:
                     # Two windows of one task due in one tick (a stall): run the newer only,
                     # or the older's in-flight key would make the newer one skip.
-                    superseded.append(Skipped(task.id, ALL_TENANTS, _utc(latest), "superseded"))
+                    superseded.append(
+                        Skipped(task.id, ALL_TENANTS, _utc(latest), CronSkipReason.SUPERSEDED)
+                    )
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
             memo = (task.spec, task.timezone, resume)
@@ -191,7 +193,7 @@ class CronEngine:
         stats = self.store.stats([task.id for task in self.tasks])
         gaps: list[tuple[CronTask, datetime, datetime]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
-            last = stats.get(task.id, {}).get("last_window")
+            last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
@@ -218,7 +220,9 @@ class CronEngine:
                     requests.append(FireRequest(task, GLOBAL_TENANT, window))
                     continue
                 if self.tenants is None:
-                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "no-provider"))
+                    skipped.append(
+                        Skipped(task.id, ALL_TENANTS, window, CronSkipReason.NO_PROVIDER)
+                    )
                     continue
                 if tenants is None and tenants_error is None:
                     try:
@@ -229,41 +233,17 @@ class CronEngine:
                             "cron: tenants provider %s failed: %s", self.tenants.describe, exc
                         )
                 if tenants_error is not None:
-                    skipped.append(Skipped(task.id, ALL_TENANTS, window, "provider-failed"))
+                    skipped.append(
+                        Skipped(task.id, ALL_TENANTS, window, CronSkipReason.PROVIDER_FAILED)
+                    )
                     continue
                 marks.append((task, window))
                 requests.extend(FireRequest(task, tenant, window) for tenant in tenants or ())
         if not requests and not marks:
             return [], skipped
-        claim = self.store.claim(requests, now=at, owner=self.owner, marks=marks)
-        codes = claim.codes
-        to_send: list[FireRequest] = []
-        for req, code in zip(requests, codes, strict=True):
-            if code == FIRE:
-                to_send.append(req)
-            elif code == IN_FLIGHT:
-                skipped.append(Skipped(req.task.id, req.tenant, req.window, "in-flight"))
-            elif code == TAKEN:
-                skipped.append(Skipped(req.task.id, req.tenant, req.window, "taken"))
-        if not to_send:
-            return [], skipped
-        try:
-            self.sender.publish(to_send)
-        except Exception as exc:
-            # The window keys stay taken: retrying could fire twice. Record instead.
-            error = f"publish failed: {type(exc).__name__}: {exc}"
-            log.error("cron: %d messages not published: %s", len(to_send), error)
-            try:
-                self.store.record_send_failure(to_send, error, at, claim)
-            except Exception:
-                log.exception("cron: could not record the failed publish (left as pending)")
-            skipped.extend(Skipped(r.task.id, r.tenant, r.window, "send-failed") for r in to_send)
-            return [], skipped
-        try:
-            self.store.confirm_sent(claim)
-        except Exception:
-            log.exception("cron: published, but could not confirm %d sends", len(to_send))
-        return [Fired(r.task.id, r.tenant, r.window) for r in to_send], skipped
+        firing = fire(self.store, self.sender, requests, now=at, owner=self.owner, marks=marks)
+        skipped.extend(Skipped(r.task.id, r.tenant, r.window, why) for r, why in firing.skipped)
+        return [Fired(r.task.id, r.tenant, r.window) for r in firing.fired], skipped
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

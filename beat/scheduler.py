@@ -123,13 +123,13 @@ class CronScheduler(Scheduler):
         store = CronStore(
             get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
         )
-        publisher = CronPublisher(app, settings.cron_grace)
-        publisher.prepare(tasks)
+        sender = CronPublisher(app, settings.cron_grace)
+        sender.prepare(tasks)
         self.store = store
         self.engine = CronEngine(
             tasks,
             store,
-            publisher,
+            sender,
             resolve_tenants(app),
             grace=settings.cron_grace,
             owner=f"beat:{self.beat_id}",

@@ -79,7 +79,7 @@ def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[s
     state = redis.Redis.from_url(server.url(STATE_DB))
     results: dict[str, float] = {}
     for label, minute in (("first", 0), ("steady", 1)):
-        for key in state.scan_iter("bench:cron:inflight:*", count=5000):
+        for key in state.scan_iter(Keys("bench").cron_inflight("*", "*"), count=5000):
             state.delete(key)  # the previous window's runs ended
         broker.delete("celery")
         at = t0 + timedelta(minutes=minute, seconds=1)

@@ -169,7 +169,7 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
         rows = [
             ("plain send_task/apply_async loop", n_base, apply_s),
             ("kombu Producer.batch + send_task_message", n_base, kombu_s),
-            ("RedisBatchPublisher (publish only)", n_base, lean_s),
+            ("make_publisher: Redis fast path (publish only)", n_base, lean_s),
             ("dispatcher: promote + claim + publish", dispatched, dispatch_s),
         ]
         for name, n, secs in rows:

@@ -1,19 +1,22 @@
-"""Publish many Celery task messages in one Redis round trip.
+"""The one publisher of checkbeat: many Celery task messages per call, cron windows and checks.
 
 Why not ``apply_async`` in a loop: kombu's Redis transport costs ~430 µs per publish (a new
-redis-py client each time), ~2,350 messages/s; the dispatcher and the cron engine need several
-thousand per second. Two batched paths, both producing exactly the envelope Celery's own
-``send_task`` produces (protocol 2, JSON body, base64 body encoding, anonymous exchange, routing
-key = queue), so an ordinary Celery worker consumes them:
+redis-py client each time), ~2,350 messages/s, and kombu 5.7's ``Producer.batch`` around
+Celery's own ``send_task_message`` still only reaches ~3,400/s (``python -m
+bench.dispatch_bench``); beat fires 10,000 cron windows and dispatches tens of thousands of checks
+in a second. So there are two paths behind :func:`make_publisher`, one message format:
 
-- :class:`RedisBatchPublisher` (default for ``redis://`` / ``rediss://`` brokers): builds each
-  envelope in Python and LPUSHes them all onto the kombu queue lists in one pipeline.
-- :class:`KombuBatchPublisher` (any other broker, or a Redis broker with a
-  ``global_keyprefix`` or priority queues configured): ``send_task_message`` inside kombu 5.7's
-  ``Producer.batch(max_size=...)``, which pipelines the publishes on Redis.
+- the Redis fast path (a ``redis://`` / ``rediss://`` broker without ``global_keyprefix`` or
+  priority queues, JSON serializer, a message routed to a plain direct queue): each envelope is
+  written by :func:`encode_envelope` and all of them are LPUSHed onto the queue lists in one
+  pipeline; ``tests/test_publish.py`` checks it field by field against what ``send_task`` puts
+  on the same queue, and that a real worker runs it;
+- Celery's public path for everything else: ``app.amqp.create_task_message`` and
+  ``send_task_message`` inside kombu's ``Producer.batch`` (kombu >= 5.7).
 
-Neither sends ``task-sent`` events (the workers' events are what Flower shows). Use
-:func:`make_publisher` to get the right one for an app.
+Messages are routed by the app's router (``task_routes``, a cron task's declared queue) unless
+they name their queue; routes are resolved once per (task name, queue) and cached. Neither path
+sends ``task-sent`` events (the workers' events are what Flower shows).
 """
 
 from __future__ import annotations
@@ -24,30 +27,38 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import redis
 from celery import Celery
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-_REPR_MAX = 1024
+_REPR_MAX = 1024  # Celery's argsrepr_maxsize / kwargsrepr_maxsize
+_PERSISTENT = 2  # kombu's delivery mode of a persistent message (the fast path's only one)
+# A route of only these options puts a message on the anonymous exchange, routing key = queue.
+_PLAIN_ROUTE = frozenset({"queue", "routing_key"})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskMessage:
-    """One task to publish by name (the task may live in a process that is not this one)."""
+    """One task to publish by name (the task may live in a process that is not this one).
+
+    ``queue`` None: the app's router decides. ``headers`` are added to Celery's own (the cron
+    ``cron_*`` headers); ``expires`` is also the broker-side expiration, as ``send_task`` sets.
+    """
 
     name: str
-    queue: str
+    queue: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     args: tuple[Any, ...] = ()
     time_limit: float | None = None
     soft_time_limit: float | None = None
     expires: datetime | None = None
     task_id: str | None = None
+    headers: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Publisher(Protocol):
@@ -61,32 +72,63 @@ def _origin() -> str:
 
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+_str = json.encoder.encode_basestring_ascii  # what _dumps does to a str, without the dispatch
+_EMBED_JSON = _dumps(_EMBED)
+_EMPTY_BODY64 = base64.b64encode(f"[[],{{}},{_EMBED_JSON}]".encode()).decode("ascii")
+_EMPTY_ARGSREPR, _EMPTY_KWARGSREPR = _str(repr(())), _str(repr({}))
 
 
 def _num(value: float | None) -> str:
-    return "null" if value is None else _dumps(value)
+    if value is None:
+        return "null"
+    if type(value) in (float, int) and value - value == 0:  # finite: repr is its JSON
+        return repr(value)
+    return _dumps(value)
 
 
-def encode_envelope(message: TaskMessage, task_id: str, origin: str, delivery_tag: str) -> str:
+def expiration_ms(expires: datetime, now: datetime) -> str:
+    """The AMQP ``expiration`` property ``send_task`` derives from ``expires`` (ms, >= 0)."""
+    return str(int(max(0.0, (expires - now).total_seconds()) * 1000))
+
+
+def encode_envelope(
+    message: TaskMessage,
+    queue: str,
+    task_id: str,
+    delivery_tag: str,
+    *,
+    origin: str,
+    reply_to: str = "",
+    expiration: str | None = None,
+) -> str:
     """The kombu Redis envelope of a protocol-2 Celery task message, as a JSON string.
 
-    Field for field what ``send_task`` + kombu's Redis transport write (see the module
-    docstring); assembled from pre-escaped pieces because this runs once per message.
+    Field for field what ``send_task`` + kombu's Redis transport write for ``queue`` (JSON body,
+    base64 body encoding, anonymous exchange, routing key = queue); assembled from pre-escaped
+    pieces because this runs once per message. ``origin`` is already JSON-encoded;
+    ``expiration`` is :func:`expiration_ms` of ``message.expires``.
     """
-    args = list(message.args)
-    body = _dumps([args, message.kwargs, _EMBED])
-    expires = _dumps(message.expires.isoformat()) if message.expires else "null"
+    args, kwargs = message.args, message.kwargs
+    if args or kwargs:
+        body = f"[{_dumps(list(args)) if args else '[]'},{_dumps(kwargs)},{_EMBED_JSON}]"
+        body64 = base64.b64encode(body.encode()).decode("ascii")
+        argsrepr = _str(repr(tuple(args))[:_REPR_MAX]) if args else _EMPTY_ARGSREPR
+        kwargsrepr = _str(repr(kwargs)[:_REPR_MAX]) if kwargs else _EMPTY_KWARGSREPR
+    else:
+        body64, argsrepr, kwargsrepr = _EMPTY_BODY64, _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR
+    expires = message.expires
+    headers = message.headers
     return "".join(
         (
             '{"body":"',
-            base64.b64encode(body.encode()).decode("ascii"),
+            body64,
             '","content-encoding":"utf-8","content-type":"application/json","headers":{'
             '"lang":"py","task":',
-            _dumps(message.name),
+            _str(message.name),
             ',"id":"',
             task_id,
             '","shadow":null,"eta":null,"expires":',
-            expires,
+            _str(expires.isoformat()) if expires else "null",
             ',"group":null,"group_index":null,"retries":0,"timelimit":[',
             _num(message.time_limit),
             ",",
@@ -94,16 +136,21 @@ def encode_envelope(message: TaskMessage, task_id: str, origin: str, delivery_ta
             '],"root_id":"',
             task_id,
             '","parent_id":null,"argsrepr":',
-            _dumps(repr(tuple(args))[:_REPR_MAX]),
+            argsrepr,
             ',"kwargsrepr":',
-            _dumps(repr(message.kwargs)[:_REPR_MAX]),
+            kwargsrepr,
             ',"origin":',
             origin,
-            ',"ignore_result":false,"replaced_task_nesting":0,"stamped_headers":null,'
-            '"stamps":{}},"properties":{"correlation_id":"',
+            ',"ignore_result":null,"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
+            "," + _dumps(headers)[1:-1] if headers else "",
+            '},"properties":{"correlation_id":"',
             task_id,
-            '","reply_to":"","delivery_mode":2,"delivery_info":{"exchange":"","routing_key":',
-            _dumps(message.queue),
+            '","reply_to":',
+            _str(reply_to),
+            ',"delivery_mode":2,',
+            "" if expiration is None else f'"expiration":"{expiration}",',
+            '"delivery_info":{"exchange":"","routing_key":',
+            _str(queue),
             '},"priority":0,"body_encoding":"base64","delivery_tag":"',
             delivery_tag,
             '"}}',
@@ -127,29 +174,66 @@ class UniqueIds:
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+class _Expirations:
+    """``expiration`` per distinct ``expires`` of one publish call (cron windows share one)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+        self._seen: dict[datetime, str] = {}
+
+    def __call__(self, expires: datetime | None) -> str | None:
+        if expires is None:
+            return None
+        found = self._seen.get(expires)
+        if found is None:
+            found = self._seen[expires] = expiration_ms(expires, self.now)
+        return found
+
+
 class RedisBatchPublisher:
-    """LPUSH prepared envelopes onto the queue lists, one pipeline per call.
+    """The fast path: LPUSH :func:`encode_envelope` envelopes onto the queue lists, one pipeline
+    per call.
 
     A list key is the queue name (priority 0 on kombu's Redis transport): exactly where
     ``send_task(..., queue=q)`` puts a message, and where a worker consuming ``q`` BRPOPs.
+    :meth:`publish` needs every message to name its queue; :class:`BatchPublisher` routes.
     """
 
-    def __init__(self, broker_url: str, *, chunk: int = 5000, **client_options: Any) -> None:
+    def __init__(
+        self, broker_url: str, *, chunk: int = 5000, reply_to: str = "", **client_options: Any
+    ) -> None:
         self.client = redis.Redis.from_url(broker_url, **client_options)
         self.origin = _dumps(_origin())
+        self.reply_to = reply_to
         self.chunk = chunk
         self.ids = UniqueIds()
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
+        for message in messages:
+            if not message.queue:
+                raise ValueError(f"task message {message.name!r}: queue is required here")
+        return self.push([(message, message.queue) for message in messages])  # type: ignore[misc]
+
+    def push(self, items: Iterable[tuple[TaskMessage, str]]) -> list[str]:
+        """Publish each message onto its list ``queue``; return the task ids, in order."""
         ids: list[str] = []
         by_queue: dict[str, list[str]] = {}
+        expiration = _Expirations()
         pipe = self.client.pipeline(transaction=False)
         pending = 0
-        for message in messages:
+        for message, queue in items:
             task_id = message.task_id or self.ids()
             ids.append(task_id)
-            by_queue.setdefault(message.queue, []).append(
-                encode_envelope(message, task_id, self.origin, self.ids())
+            by_queue.setdefault(queue, []).append(
+                encode_envelope(
+                    message,
+                    queue,
+                    task_id,
+                    self.ids(),
+                    origin=self.origin,
+                    reply_to=self.reply_to,
+                    expiration=expiration(message.expires),
+                )
             )
             pending += 1
             if pending >= self.chunk:
@@ -170,17 +254,34 @@ class RedisBatchPublisher:
 
 
 class KombuBatchPublisher:
-    """Celery's own ``send_task_message`` inside kombu's ``Producer.batch`` (any broker)."""
+    """Celery's public path: ``create_task_message`` + ``send_task_message`` inside kombu's
+    ``Producer.batch``, with the options ``send_task`` would use (any broker, any route)."""
 
     def __init__(self, app: Celery, *, max_size: int = 1000) -> None:
         self.app = app
         self.max_size = max_size
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
+        router = self.app.amqp.router
+        routes = [
+            router.route(
+                {"queue": m.queue} if m.queue else {}, m.name, m.args, m.kwargs, self._task(m)
+            )
+            for m in messages
+        ]
+        return self.send(list(zip(messages, routes, strict=True)))
+
+    def _task(self, message: TaskMessage) -> Any:
+        return self.app.tasks.get(message.name)
+
+    def send(self, items: Sequence[tuple[TaskMessage, Mapping[str, Any]]]) -> list[str]:
+        """Publish each message with its resolved route; return the task ids, in order."""
         amqp = self.app.amqp
+        reply_to = self.app.thread_oid
         ids = []
+        now = datetime.now(UTC)
         with self.app.producer_or_acquire() as producer, producer.batch(max_size=self.max_size):
-            for message in messages:
+            for message, route in items:
                 task_id = message.task_id or str(uuid.uuid4())
                 ids.append(task_id)
                 task = amqp.create_task_message(
@@ -191,9 +292,19 @@ class KombuBatchPublisher:
                     time_limit=message.time_limit,
                     soft_time_limit=message.soft_time_limit,
                     expires=message.expires,
+                    reply_to=reply_to,
+                    ignore_result=None,
                 )
+                options = dict(route)
+                if message.expires is not None:
+                    options["expiration"] = max(0.0, (message.expires - now).total_seconds())
                 amqp.send_task_message(
-                    producer, message.name, task, queue=message.queue, send_sent_event=False
+                    producer,
+                    message.name,
+                    task,
+                    retry=False,  # the caller records a failed publish; a retry could block
+                    headers=dict(message.headers) or None,
+                    **options,
                 )
         return ids
 
@@ -202,7 +313,8 @@ class KombuBatchPublisher:
 
 
 def fast_path_supported(app: Celery) -> bool:
-    """Whether :class:`RedisBatchPublisher` writes where this app's workers read."""
+    """Whether :class:`RedisBatchPublisher` writes where this app's workers read, in the format
+    they accept."""
     url = app.conf.broker_url or ""
     options = app.conf.broker_transport_options or {}
     return (
@@ -210,18 +322,90 @@ def fast_path_supported(app: Celery) -> bool:
         and not options.get("global_keyprefix")
         and not options.get("priority_steps")
         and options.get("queue_order_strategy") != "priority"
+        and app.conf.task_serializer == "json"
+        and not app.conf.task_compression
     )
 
 
-def make_publisher(app: Celery) -> Publisher:
-    """The fastest publisher that is correct for this app's broker."""
+class BatchPublisher:
+    """What :func:`make_publisher` returns: each message by the fast path when its route allows,
+    the others through Celery's public path, in one call."""
+
+    def __init__(self, app: Celery, fast: RedisBatchPublisher | None) -> None:
+        self.app = app
+        self.fast = fast
+        self.kombu = KombuBatchPublisher(app)
+        # (task name, queue) -> (list key for the fast path or None, the route)
+        self._routes: dict[tuple[str, str | None], tuple[str | None, Mapping[str, Any]]] = {}
+
+    @property
+    def client(self) -> redis.Redis:
+        """The fast path's broker client (a Redis broker only)."""
+        if self.fast is None:
+            raise AttributeError("this publisher has no Redis fast path")
+        return self.fast.client
+
+    def destination(self, name: str, queue: str | None) -> tuple[str | None, Mapping[str, Any]]:
+        """The route of ``name`` (to ``queue`` if given) and, if the fast path can take it, the
+        list key it writes (the queue's name: a direct queue on the anonymous exchange)."""
+        found = self._routes.get((name, queue))
+        if found is None:
+            route = self.app.amqp.router.route(
+                {"queue": queue} if queue else {}, name, (), {}, self.app.tasks.get(name)
+            )
+            target = route.get("queue")
+            key = None
+            # Any other route option (exchange, priority, serializer, ...) takes Celery's path.
+            plain = set(route) <= _PLAIN_ROUTE
+            if self.fast is not None and target is not None and plain:
+                exchange = target.exchange
+                mode = exchange.delivery_mode or self.app.conf.task_default_delivery_mode
+                if (
+                    exchange.type == "direct"
+                    and not target.expires
+                    and mode in (_PERSISTENT, "persistent")
+                ):
+                    key = target.name
+            found = self._routes[(name, queue)] = (key, route)
+        return found
+
+    def prepare(self, names: Iterable[str]) -> None:
+        """Resolve the routes of these task names now, so the first batch is as fast as the
+        rest."""
+        for name in names:
+            self.destination(name, None)
+
+    def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
+        fast: list[tuple[TaskMessage, str]] = []
+        slow: list[tuple[TaskMessage, Mapping[str, Any]]] = []
+        order: list[bool] = []  # per message: fast path?
+        for message in messages:
+            key, route = self.destination(message.name, message.queue)
+            order.append(key is not None)
+            if key is not None:
+                fast.append((message, key))
+            else:
+                slow.append((message, route))
+        fast_ids = iter(self.fast.push(fast) if fast and self.fast else [])
+        slow_ids = iter(self.kombu.send(slow) if slow else [])
+        return [next(fast_ids) if is_fast else next(slow_ids) for is_fast in order]
+
+    def close(self) -> None:
+        if self.fast is not None:
+            self.fast.close()
+
+
+def make_publisher(app: Celery) -> BatchPublisher:
+    """The publisher for this app's broker (the fast path wherever it is correct)."""
+    fast = None
     if fast_path_supported(app):
         from celery_app.factory import settings_of
         from celery_app.redis.tls import redis_tls_kwargs
 
         url = app.conf.broker_url
-        return RedisBatchPublisher(url, **redis_tls_kwargs(url, settings_of(app)))
-    return KombuBatchPublisher(app)
+        options = redis_tls_kwargs(url, settings_of(app))
+        fast = RedisBatchPublisher(url, reply_to=app.thread_oid, **options)
+    return BatchPublisher(app, fast)
 
 
 def publish_all(app: Celery, messages: Iterable[TaskMessage]) -> list[str]:
@@ -230,4 +414,4 @@ def publish_all(app: Celery, messages: Iterable[TaskMessage]) -> list[str]:
     try:
         return publisher.publish(list(messages))
     finally:
-        publisher.close()  # type: ignore[attr-defined]
+        publisher.close()

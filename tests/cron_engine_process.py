@@ -18,6 +18,7 @@ from support.cron import make_engine
 
 import celery_app
 from celery_app.factory import settings_of
+from celery_app.redis.schema import Keys
 
 
 def main() -> None:
@@ -29,7 +30,7 @@ def main() -> None:
     fired = 0
     for k in range(windows):
         if state.incr(f"test:barrier:{k}") == engines:
-            for key in state.scan_iter("cbtest:cron:inflight:*"):
+            for key in state.scan_iter(Keys(settings_of(app).key_prefix).cron_inflight("*", "*")):
                 state.delete(key)
             state.set(f"test:go:{k}", 1)
         deadline = time.monotonic() + 30

@@ -17,12 +17,12 @@ from celery import Celery, states
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
-from celery_app.cron_tasks.publish import HEADER_MANUAL, HEADER_TASK, HEADER_TENANT, HEADER_WINDOW
+from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import CronOutcome, CronStateField, Keys
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,11 @@ def store_for(app: Celery) -> CronStore:
 
 def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:
     get = source.get if isinstance(source, dict) else lambda name: getattr(source, name, None)
-    task_id, tenant, window = get(HEADER_TASK), get(HEADER_TENANT), get(HEADER_WINDOW)
+    task_id, tenant = get(CronHeader.TASK), get(CronHeader.TENANT)
+    window = get(CronHeader.WINDOW)
     if not task_id or not tenant or not window:
         return None
-    return str(task_id), str(tenant), str(window), bool(get(HEADER_MANUAL))
+    return str(task_id), str(tenant), str(window), bool(get(CronHeader.MANUAL))
 
 
 def _error_text(exc: Any) -> str:
@@ -87,7 +88,7 @@ def _on_postrun(
             task_id,
             tenant,
             window,
-            "success" if ok else "failure",
+            CronOutcome.SUCCESS if ok else CronOutcome.FAILURE,
             "" if ok else _error_text(retval),
             datetime.now(UTC),
         )
@@ -103,7 +104,7 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
     if cron is None:
         return
     task_id, tenant, window, _manual = cron
-    outcome = "expired" if expired else "revoked"
+    outcome = CronOutcome.EXPIRED if expired else CronOutcome.REVOKED
     app = getattr(sender, "app", None) or getattr(request, "app", None)
     if app is None:
         from celery import current_app
@@ -137,18 +138,23 @@ def _on_hard_time_limit(
     lost = isinstance(exception, (TimeLimitExceeded, WorkerLostError))
     if not lost or declared is None:
         return
-    tenant = (kwargs or {}).get("tenant", GLOBAL_TENANT) if declared.per_tenant else GLOBAL_TENANT
+    tenant = GLOBAL_TENANT
+    if declared.per_tenant:
+        tenant = (kwargs or {}).get(TENANT_KWARG, GLOBAL_TENANT)
     try:
         store = store_for(sender.app)
         key = (declared.task_id, str(tenant))
         state = store.states([key])[key]
-        if state.get("celery_id") != task_id or state.get("outcome") != "running":
+        if (
+            state.get(CronStateField.CELERY_ID) != task_id
+            or state.get(CronStateField.OUTCOME) != CronOutcome.RUNNING
+        ):
             return
         store.run_finished(
             declared.task_id,
             str(tenant),
-            state.get("last_run_window", ""),
-            "failure",
+            state.get(CronStateField.LAST_RUN_WINDOW, ""),
+            CronOutcome.FAILURE,
             _error_text(exception),
             datetime.now(UTC),
         )

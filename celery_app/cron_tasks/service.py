@@ -23,6 +23,7 @@ from typing import Any
 from celery import Celery
 
 from celery_app.clock import clock_from_env
+from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
@@ -32,15 +33,22 @@ from celery_app.cron_tasks.registration import (
     window_id,
     window_start,
 )
-from celery_app.cron_tasks.store import FIRE, IN_FLIGHT, CronStore, FireRequest, split_member
+from celery_app.cron_tasks.store import CronStore, FireRequest, split_member
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import (
+    CRON_FINISHED,
+    CronGapField,
+    CronOutcome,
+    CronSkipReason,
+    CronStateField,
+    CronStatsField,
+    Keys,
+)
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0
-FINISHED = ("success", "failure", "expired", "revoked", "send-failed")
 
 
 class CronUsageError(ValueError):
@@ -103,6 +111,7 @@ class CronService:
         rows = []
         for task in self.tasks.values():
             s = stats.get(task.id, {})
+            outcome = s.get(CronStatsField.LAST_OUTCOME)
             nxt = task.next_fire(now)
             rows.append(
                 TaskRow(
@@ -115,14 +124,16 @@ class CronService:
                     next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
                     if nxt
                     else None,
-                    last_window=_iso(s.get("last_window")),
-                    last_start=_iso(s.get("last_start")),
-                    last_end=_iso(s.get("last_end")),
-                    last_outcome=s.get("last_outcome"),
-                    last_error=s.get("last_error") if s.get("last_outcome") != "success" else None,
-                    fired=int(s.get("fired", 0)),
-                    skipped=int(s.get("skipped", 0)),
-                    failed=int(s.get("failed", 0)),
+                    last_window=_iso(s.get(CronStatsField.LAST_WINDOW)),
+                    last_start=_iso(s.get(CronStatsField.LAST_START)),
+                    last_end=_iso(s.get(CronStatsField.LAST_END)),
+                    last_outcome=outcome,
+                    last_error=s.get(CronStatsField.LAST_ERROR)
+                    if outcome != CronOutcome.SUCCESS
+                    else None,
+                    fired=int(s.get(CronStatsField.FIRED, 0)),
+                    skipped=int(s.get(CronStatsField.SKIPPED, 0)),
+                    failed=int(s.get(CronStatsField.FAILED, 0)),
                 )
             )
         return rows
@@ -158,41 +169,29 @@ class CronService:
         now = self.clock()
         req = FireRequest(task, tenant_name, window_start(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
-        claim = self.store.claim([req], now=now, owner=owner, manual=True)
-        code = claim[0]
-        if code == IN_FLIGHT:
-            return RunNowResult(
-                False,
-                task.id,
-                tenant_name,
-                req.window_id,
-                f"not sent: the previous run of {task.id!r} is still in flight "
-                "(recorded as skipped)",
-            )
-        if code != FIRE:
-            who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
-            return RunNowResult(
-                False,
-                task.id,
-                tenant_name,
-                req.window_id,
-                f"not sent: window {req.window_id} of {task.id!r} was already fired by {who}",
-            )
-        publisher = CronPublisher(self.app, self.settings.cron_grace)
+        sender = CronPublisher(self.app, self.settings.cron_grace)
         try:
-            (celery_id,) = publisher.publish([req], manual=True)
-        except Exception as exc:
-            self.store.record_send_failure([req], f"publish failed: {exc}", now, claim)
-            raise
-        self.store.confirm_sent(claim)
-        return RunNowResult(
-            True,
-            task.id,
-            tenant_name,
-            req.window_id,
-            f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
-            celery_id,
-        )
+            firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+        finally:
+            sender.close()
+        if firing.fired:
+            return RunNowResult(
+                True,
+                task.id,
+                tenant_name,
+                req.window_id,
+                f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
+                firing.celery_ids[0],
+            )
+        ((_, reason),) = firing.skipped
+        if reason == CronSkipReason.IN_FLIGHT:
+            why = f"the previous run of {task.id!r} is still in flight (recorded as skipped)"
+        elif reason == CronSkipReason.SEND_FAILED:
+            why = f"{firing.error} (recorded; window {req.window_id} is not retried)"
+        else:
+            who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
+            why = f"window {req.window_id} of {task.id!r} was already fired by {who}"
+        return RunNowResult(False, task.id, tenant_name, req.window_id, f"not sent: {why}")
 
     def wait_for_run(self, result: RunNowResult, timeout: float) -> dict[str, str]:
         """Poll the run's state until the worker records its end (or ``timeout`` passes)."""
@@ -200,9 +199,11 @@ class CronService:
         key = (result.task_id, result.tenant)
         while True:
             state = self.store.states([key])[key]
-            if state.get("last_run_window") == result.window and state.get("outcome") in FINISHED:
+            outcome = state.get(CronStateField.OUTCOME)
+            ran = state.get(CronStateField.LAST_RUN_WINDOW) == result.window
+            if ran and outcome in CRON_FINISHED:
                 return state
-            if state.get("outcome") == "send-failed" or time.monotonic() > deadline:
+            if outcome == CronOutcome.SEND_FAILED or time.monotonic() > deadline:
                 return state
             time.sleep(0.1)
 
@@ -260,11 +261,13 @@ class CronService:
             if task.per_tenant and self.tenants is None:
                 continue
             s = stats.get(task.id, {})
-            if s.get("last_window"):
-                base = datetime.fromtimestamp(float(s["last_window"]), UTC) + WINDOW
+            last_window = s.get(CronStatsField.LAST_WINDOW)
+            first_seen = s.get(CronStatsField.FIRST_SEEN)
+            if last_window:
+                base = datetime.fromtimestamp(float(last_window), UTC) + WINDOW
                 since = f"last handled window {window_id(base - WINDOW)}"
-            elif s.get("first_seen"):
-                base = datetime.fromtimestamp(float(s["first_seen"]), UTC)
+            elif first_seen:
+                base = datetime.fromtimestamp(float(first_seen), UTC)
                 since = "never fired"
             else:
                 continue
@@ -299,15 +302,15 @@ class CronService:
     def _gap_findings(self, now: datetime) -> list[str]:
         findings = []
         for gap in self.store.gaps():
-            if now.timestamp() - float(gap["detected_at"]) > GAP_REPORT_WINDOW_S:
+            if now.timestamp() - float(gap[CronGapField.DETECTED_AT]) > GAP_REPORT_WINDOW_S:
                 continue
-            start = datetime.fromtimestamp(gap["from"], UTC)
-            end = datetime.fromtimestamp(gap["to"], UTC)
-            tenant = gap.get("tenant")
+            start = datetime.fromtimestamp(gap[CronGapField.FROM], UTC)
+            end = datetime.fromtimestamp(gap[CronGapField.TO], UTC)
+            tenant = gap.get(CronGapField.TENANT)
             where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             findings.append(
-                f"task {gap['task']!r}{where}: windows from {window_id(start)} to before "
-                f"{window_id(end)} were not fired ({gap['detector']})"
+                f"task {gap[CronGapField.TASK]!r}{where}: windows from {window_id(start)} to "
+                f"before {window_id(end)} were not fired ({gap[CronGapField.DETECTOR]})"
             )
         return findings
 

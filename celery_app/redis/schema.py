@@ -11,7 +11,7 @@ stored in Redis are Unix seconds as floats (ZSET scores and hash fields alike); 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
 
@@ -73,7 +73,7 @@ class BucketField(StrEnum):
 
 
 #: The field tables Lua scripts see, by the name they have there (see redis.scripts).
-LUA_FIELD_TABLES: dict[str, type[StrEnum]] = {
+LUA_FIELD_TABLES: dict[str, type[StrEnum] | type[IntEnum]] = {
     "CHECK": CheckField,
     "JOB": JobField,
     "WORKER": WorkerField,
@@ -233,3 +233,123 @@ class Keys:
     def region_workers(self, region: str) -> str:
         """Set of worker hostnames registered for a region (stale ones have no worker key)."""
         return f"{self.prefix}:workers:{region}"
+
+
+# --- cron tasks ----------------------------------------------------------------------------
+# Appended here (after Keys) so they stay apart from the check tables above; registered for
+# Lua at the end of the module.
+
+
+class CronStateField(StrEnum):
+    """Fields of a (task, tenant) cron state hash (``Keys.cron_state``)."""
+
+    LAST_WINDOW = "last_window"  # Unix s of the last window handled (fired or skipped)
+    LAST_SENT_AT = "last_sent_at"  # Unix s of the claim that fired it (matches cron_pending)
+    MANUAL = "manual"  # "1" when the last firing or run was a run-now
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    LAST_SKIP_WINDOW = "last_skip_window"  # Unix s
+    LAST_SKIP_REASON = "last_skip_reason"  # a CronSkipReason
+    OUTCOME = "outcome"  # a CronOutcome
+    LAST_START = "last_start"  # Unix s
+    LAST_END = "last_end"  # Unix s
+    LAST_RUN_WINDOW = "last_run_window"  # window id of the last run that started
+    LAST_ERROR = "last_error"
+    LAST_ERROR_AT = "last_error_at"  # Unix s
+    CELERY_ID = "celery_id"  # Celery task id of the last run that started
+
+
+class CronStatsField(StrEnum):
+    """Fields of a task's cron stats hash, all tenants (``Keys.cron_stats``)."""
+
+    LAST_WINDOW = "last_window"  # Unix s; windows of a task are claimed in order
+    FIRST_SEEN = "first_seen"  # Unix s of the first window any beat knew the task in
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    LAST_START = "last_start"  # Unix s
+    LAST_END = "last_end"  # Unix s
+    LAST_OUTCOME = "last_outcome"  # a CronOutcome
+    LAST_TENANT = "last_tenant"  # tenant of the last run that ended
+    LAST_ERROR = "last_error"
+    LAST_ERROR_AT = "last_error_at"  # Unix s
+    LAST_GAP_FROM = "last_gap_from"  # Unix s: the last gap recorded for this task
+    LAST_GAP_TO = "last_gap_to"
+
+
+class CronGapField(StrEnum):
+    """Fields of a JSON gap record in ``Keys.cron_gaps`` (windows nobody fired)."""
+
+    TASK = "task"
+    TENANT = "tenant"  # absent when the gap is the task's (all tenants)
+    FROM = "from"  # Unix s, first window not fired
+    TO = "to"  # Unix s, end of the last window not fired
+    DETECTED_AT = "detected_at"  # Unix s
+    DETECTOR = "detector"  # who found it and why
+
+
+class CronPendingField(StrEnum):
+    """Fields of a JSON claim record in ``Keys.cron_pending``."""
+
+    OWNER = "owner"
+    AT = "at"  # Unix s of the claim (= the fired pairs' last_sent_at)
+    MEMBERS = "members"  # list of ``task|tenant|window``
+
+
+class CronOutcome(StrEnum):
+    """A cron run's outcome, as stored in ``CronStateField.OUTCOME`` / ``LAST_OUTCOME``."""
+
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    EXPIRED = "expired"  # the message expired (window deadline) before a worker ran it
+    REVOKED = "revoked"
+    SEND_FAILED = "send-failed"  # claimed, but publishing failed
+
+
+#: Outcomes that end a run (everything but RUNNING).
+CRON_FINISHED = frozenset(CronOutcome) - {CronOutcome.RUNNING}
+
+
+class CronSkipReason(StrEnum):
+    """Why an engine did not send a (task, tenant, window); IN_FLIGHT is also stored
+    (``CronStateField.LAST_SKIP_REASON``)."""
+
+    TAKEN = "taken"  # another replica or a run-now has the window
+    IN_FLIGHT = "in-flight"  # the previous run has not finished; recorded as skipped
+    NO_PROVIDER = "no-provider"  # per-tenant task, no tenants provider configured
+    PROVIDER_FAILED = "provider-failed"  # the tenants provider raised
+    SEND_FAILED = "send-failed"  # publishing failed after the claim; recorded
+    MISSED = "missed"  # the window's grace passed before a tick; recorded as a gap
+    SUPERSEDED = "superseded"  # a later window of the task was due in the same tick
+
+
+class CronClaimCode(IntEnum):
+    """What the claim script answers per (task, tenant, window)."""
+
+    TAKEN = 0  # another replica or a run-now already has the window
+    FIRE = 1  # this caller must send it
+    IN_FLIGHT = 2  # the previous run is still going: consumed, recorded as skipped
+    MARKED = 3  # a mark entry: the task's window was handled (no tenant to fire)
+
+
+class CronClaimKind(StrEnum):
+    """What the claim script does with an entry."""
+
+    SINGLETON = "S"  # take the window and the in-flight key, then record
+    NON_SINGLETON = "N"  # no keys to take: record the firing
+    MARK = "M"  # only move the task's last handled window
+
+
+LUA_FIELD_TABLES.update(
+    {
+        "CRON_STATE": CronStateField,
+        "CRON_STATS": CronStatsField,
+        "CRON_GAP": CronGapField,
+        "CRON_OUTCOME": CronOutcome,
+        "CRON_SKIP": CronSkipReason,
+        "CRON_CLAIM": CronClaimCode,
+        "CRON_CLAIM_KIND": CronClaimKind,
+    }
+)

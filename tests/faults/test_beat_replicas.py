@@ -149,7 +149,8 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
             broker = redis.Redis.from_url(broker_url)
             wait_for(
                 lambda: (
-                    broker.llen("celery") == 0 and not list(r.scan_iter("cbtest:cron:inflight:*"))
+                    broker.llen("celery") == 0
+                    and not list(r.scan_iter(KEYS.cron_inflight("*", "*")))
                 ),
                 30,
                 what="the worker to finish every run",

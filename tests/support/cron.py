@@ -79,5 +79,5 @@ def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
 
 def end_runs(r: redis.Redis) -> None:
     """Stand in for workers finishing every run: release all in-flight keys."""
-    for key in r.scan_iter("cbtest:cron:inflight:*"):
+    for key in r.scan_iter(Keys("cbtest").cron_inflight("*", "*")):
         r.delete(key)

@@ -1,0 +1,208 @@
+"""The one publisher: its messages are Celery's own, field by field, and real workers run them.
+
+Both paths of :func:`celery_app.publish.make_publisher` are held against what ``send_task``
+puts on the same queue: the Redis fast path (envelopes written by ``encode_envelope``) and
+Celery's public path (``create_task_message`` + ``send_task_message`` in ``Producer.batch``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from beat_fixtures import T0, store_of
+from celery.contrib.testing.worker import start_worker
+from support.polling import wait_for
+
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import from_unix, read_job
+from celery_app.cron_tasks.publish import CronHeader, CronPublisher, cron_message
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
+from celery_app.cron_tasks.store import FireRequest, window_deadline
+from celery_app.factory import create_app
+from celery_app.publish import BatchPublisher, TaskMessage, make_publisher
+from celery_app.redis.schema import CronOutcome, CronStateField, check_queue
+
+#: Fields that are fresh per message (ids); every other field must be equal.
+ID_HEADERS = {"id", "root_id"}
+ID_PROPERTIES = {"correlation_id", "delivery_tag"}
+CRON_QUEUE = "cron.reports"
+
+
+def _noop(tenant: str | None = None) -> None: ...
+
+
+def _only(broker, queue: str) -> dict:
+    (raw,) = broker.lrange(queue, 0, -1)
+    broker.delete(queue)
+    return json.loads(raw)
+
+
+def _fields(envelope: dict) -> dict:
+    """An envelope with its body decoded and its ids and expiration set apart."""
+    headers = dict(envelope["headers"])
+    properties = dict(envelope["properties"])
+    ids = {k: headers.pop(k) for k in ID_HEADERS} | {k: properties.pop(k) for k in ID_PROPERTIES}
+    assert ids["id"] == ids["root_id"] == ids["correlation_id"], ids
+    expiration = properties.pop("expiration", None)
+    rest = {k: v for k, v in envelope.items() if k not in ("headers", "properties", "body")}
+    body = json.loads(base64.b64decode(envelope["body"]))
+    return {
+        "body": body,
+        "headers": headers,
+        "properties": properties,
+        "envelope": rest,
+        "expiration": None if expiration is None else int(expiration),
+    }
+
+
+def _assert_same(ours: dict, celerys: dict) -> None:
+    a, b = _fields(ours), _fields(celerys)
+    for part in ("body", "headers", "properties", "envelope"):
+        assert a[part] == b[part], part
+    if b["expiration"] is None:
+        assert a["expiration"] is None
+    else:  # milliseconds until expires, taken a moment apart
+        assert a["expiration"] == pytest.approx(b["expiration"], abs=5000)
+
+
+@pytest.fixture
+def app(settings):
+    app = create_app(settings)
+    yield app
+    app.close()
+
+
+def _publishers(app):
+    fast = make_publisher(app)
+    assert fast.fast is not None, "the test broker is Redis: the fast path must be on"
+    return {"redis-fast-path": fast, "celery-public-path": BatchPublisher(app, None)}
+
+
+@pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
+def test_a_check_message_is_the_one_send_task_publishes(app, broker, path):
+    publisher = _publishers(app)[path]
+    queue = check_queue("eu", "fast")
+    kwargs = {"job": "chk-1@eu", "lease_token": "17.3", "scheduled_at": 1780000000.25}
+    message = TaskMessage(
+        name="checkbeat.run_check", queue=queue, kwargs=kwargs, time_limit=20.5, soft_time_limit=15
+    )
+    (task_id,) = publisher.publish([message])
+    ours = _only(broker, queue)
+    app.send_task(
+        "checkbeat.run_check", kwargs=kwargs, queue=queue, time_limit=20.5, soft_time_limit=15
+    )
+    _assert_same(ours, _only(broker, queue))
+    assert ours["headers"]["id"] == task_id
+
+
+@pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
+def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, broker, path):
+    cron("* * * * *", app=app, id="reports", name="pub.reports", queue=CRON_QUEUE)(_noop)
+    cron("* * * * *", app=app, id="tenanted", name="pub.tenanted", per_tenant=True)(_noop)
+    tasks = cron_tasks(app)
+    grace = timedelta(seconds=60)
+    sender = CronPublisher(app, grace, _publishers(app)[path])
+    window = datetime.now(UTC).replace(second=0, microsecond=0)
+    requests = [
+        FireRequest(tasks["reports"], GLOBAL_TENANT, window),
+        FireRequest(tasks["tenanted"], "acme", window),
+    ]
+    ids = sender.publish(requests, manual=True)
+    assert len(set(ids)) == 2
+    # the declared queue is the router's answer; the other task goes to the default queue
+    for req, queue in zip(requests, (CRON_QUEUE, "celery"), strict=True):
+        ours = _only(broker, queue)
+        assert ours["headers"][CronHeader.WINDOW] == req.window_id
+        assert ours["headers"][CronHeader.MANUAL] is True
+        message = cron_message(req, grace, manual=True)
+        assert message.expires == window_deadline(window, grace)
+        app.send_task(
+            req.task.name,
+            kwargs=message.kwargs,
+            expires=message.expires,
+            time_limit=req.task.hard_time_limit,
+            soft_time_limit=req.task.soft_time_limit,
+            headers=dict(message.headers),
+        )
+        _assert_same(ours, _only(broker, queue))
+
+
+def test_a_route_the_fast_path_cannot_take_goes_through_celery(app, broker):
+    app.conf.task_routes = [{"pub.prio": {"queue": "celery", "priority": 5}}]
+    publisher = make_publisher(app)
+    assert publisher.destination("pub.prio", None)[0] is None
+    assert publisher.destination("pub.plain", None)[0] == "celery"
+    ids = publisher.publish([TaskMessage("pub.plain"), TaskMessage("pub.prio")])
+    # kombu keeps priority 5 apart (its priority steps); both are on their way to "celery"
+    found = {
+        json.loads(raw)["headers"]["id"]
+        for key in broker.keys("celery*")
+        if broker.type(key) == "list"
+        for raw in broker.lrange(key, 0, -1)
+    }
+    assert found == set(ids)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
+def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
+    app, settings, r, keys, store, broker, path
+):
+    ran: list[str] = []
+
+    @cron("* * * * *", app=app, id="nightly", name="pub.nightly")
+    def nightly() -> None:
+        ran.append("nightly")
+
+    now = time.time()
+    store.create(
+        uid="c1",
+        tenant="acme",
+        kind="testprobe",
+        target="x",
+        period=60,
+        regions=["eu"],
+        now=from_unix(now - 70),
+    )
+    queues = ["celery", check_queue("eu", "fast"), check_queue("eu", "slow")]
+    dispatcher = Dispatcher(app, client=r)
+    cron_store = store_of(app)
+    (task,) = cron_tasks(app).values()
+    request = FireRequest(task, GLOBAL_TENANT, T0)
+    claim = cron_store.claim([request], now=T0, owner="test")
+    publisher = _publishers(app)[path]
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=2,
+        perform_ping_check=False,
+        queues=queues,
+        shutdown_timeout=20,
+    ):
+        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+        dispatcher.promote(now)
+        claims, _, _ = dispatcher.claim(now)
+        assert len(claims) == 1
+        messages = [cron_message(request, settings.cron_grace), *dispatcher.messages(claims)]
+        ids = publisher.publish(messages)
+        cron_store.confirm_sent(claim)
+        assert len(set(ids)) == 2
+        state_key = keys.cron_state("nightly", GLOBAL_TENANT)
+        wait_for(
+            lambda: (
+                r.hget(state_key, CronStateField.OUTCOME) == CronOutcome.SUCCESS
+                and read_job(r, keys, "c1@eu").runs == 1
+            ),
+            timeout=30,
+            what="the cron run recorded and the check run completed",
+        )
+    assert ran == ["nightly"]
+    state = r.hgetall(state_key)
+    assert state[CronStateField.CELERY_ID] == ids[0]
+    assert state[CronStateField.LAST_RUN_WINDOW] == request.window_id
+    assert read_job(r, keys, "c1@eu").lease_token is None
+    assert json.loads(r.hget(keys.last_result("c1"), "eu"))["status"] == "up"
