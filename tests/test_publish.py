@@ -13,8 +13,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from beat_fixtures import T0, store_of
 from celery.contrib.testing.worker import start_worker
+from support.cron import T0, store_of
 from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
