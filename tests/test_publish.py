@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import redis
 from celery.contrib.testing.worker import start_worker
 from support.cron import T0, store_of
 from support.polling import wait_for
@@ -206,3 +207,23 @@ def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
     assert state[CronStateField.LAST_RUN_WINDOW] == request.window_id
     assert read_job(r, keys, "c1@eu").lease_token is None
     assert json.loads(r.hget(keys.last_result("c1"), "eu"))["status"] == "up"
+
+
+def test_a_declared_queue_holds_in_an_app_without_checkbeats_router(broker_url, r):
+    """A user app that only set ``beat_scheduler`` has no cron router in ``task_routes``; the
+    declared queue is on the message itself, so the window still lands there."""
+    from celery import Celery
+
+    plain = Celery("plain", broker=broker_url, set_as_current=False)
+    cron("0 3 * * *", app=plain, id="q-plain", name="plain.q", queue=CRON_QUEUE)(_noop)
+    cron("0 3 * * *", app=plain, id="d-plain", name="plain.d")(_noop)
+    tasks = cron_tasks(plain)
+    broker = redis.Redis.from_url(broker_url)
+    broker.delete(CRON_QUEUE, "celery")
+    sender = CronPublisher(plain, timedelta(seconds=60))
+    try:
+        sender.publish([FireRequest(tasks[t], GLOBAL_TENANT, T0) for t in ("q-plain", "d-plain")])
+    finally:
+        sender.close()
+    assert _only(broker, CRON_QUEUE)["headers"]["cron_task"] == "q-plain"
+    assert _only(broker, "celery")["headers"]["cron_task"] == "d-plain"

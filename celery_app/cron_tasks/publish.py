@@ -2,9 +2,10 @@
 
 Every message carries the window's deadline as ``expires`` (a message stuck in a dead broker must
 not run hours late), the task's timeout as soft and hard time limits, and ``cron_*`` headers the
-worker's signal handlers (:mod:`celery_app.cron_tasks.recording`) use to record the run. The
-queue is the app router's (a cron task's declared queue is a route, see ``route_cron_task``);
-the envelope and the batching are :mod:`celery_app.publish`'s.
+worker's signal handlers (:mod:`celery_app.cron_tasks.recording`) use to record the run. A
+task's declared ``queue`` is set on the message itself, so it holds in any app, also one that
+only set ``beat_scheduler`` and never installed checkbeat's router; otherwise the app's router
+decides. The envelope and the batching are :mod:`celery_app.publish`'s.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ class CronHeader(StrEnum):
 
 
 def cron_message(req: FireRequest, grace: timedelta, *, manual: bool = False) -> TaskMessage:
-    """The task message of one fired request (routed by the app's router)."""
+    """The task message of one fired request (its declared queue, else the app's router)."""
     task = req.task
     return TaskMessage(
         name=task.name,
+        queue=task.queue,
         kwargs={TENANT_KWARG: req.tenant} if task.per_tenant else {},
         time_limit=task.hard_time_limit,
         soft_time_limit=task.soft_time_limit,
