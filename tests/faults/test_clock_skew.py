@@ -7,12 +7,15 @@ libfaketime (``LD_PRELOAD`` + ``FAKETIME=-2`` etc.; the Debian package ``faketim
 ``FAKETIME_DONT_FAKE_MONOTONIC=1`` leaves Celery's timers alone: only the wall clock lies.
 Redis is not skewed, so its ``TIME`` is the real time every measurement is made on.
 
-The probe is ``clock_kinds.stamped``: each start records the job's scheduled tick, the
-server's time and the worker's own time, so the test also checks that the skew took effect
-(as does each process's heartbeat, written on its own clock).
+libfaketime 0.9.10 breaks ``time.sleep`` in such a process (see faketime_shim/sitecustomize.py,
+put on the skewed processes' PYTHONPATH).
 
-Row: ``runs`` probe starts in the window, ``duplicates`` runs less than period - 1 s after the
-previous run of the same check (by start on Redis time, or by scheduled tick), ``misses`` ticks
+The probe is ``clock_kinds.stamped``: each start records the job's scheduled tick, the server's
+time and the worker's own time, so the test also checks that the skew took effect (as does each
+process's heartbeat, written on its own clock).
+
+Row: ``runs`` probe starts in the window, ``duplicates`` runs that started (Redis time), or were
+scheduled, less than period - 1 s after the previous run's tick of the same check, ``misses`` ticks
 the period allowed that did not run, ``recovery_s`` the longest slot hold (probe start to the
 write-back of its result, Redis time).
 """
@@ -22,7 +25,9 @@ from __future__ import annotations
 import glob
 import json
 import math
+import os
 import statistics
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
@@ -40,6 +45,7 @@ pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
+SHIM = HERE / "faketime_shim"
 KEYS = Keys("cbtest")
 QUEUES = "checks.local.fast,checks.local.slow"
 FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
@@ -58,14 +64,16 @@ ENV = {
 }
 
 
-def faked(skew: float) -> dict[str, str]:
-    """The environment that runs a process ``skew`` seconds off the real wall clock."""
+def faked(skew: float, base: dict[str, str]) -> dict[str, str]:
+    """What to add to ``base`` (a process environment) to run it ``skew`` s off the real wall
+    clock: libfaketime, and the ``time.sleep`` shim its monotonic bug needs (faketime_shim)."""
     if not skew:
         return {}
     return {
         "LD_PRELOAD": FAKETIME_LIBS[0],
         "FAKETIME": f"{skew:+g}",
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": os.pathsep.join([str(SHIM), base["PYTHONPATH"]]),
     }
 
 
@@ -105,12 +113,13 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     import clock_kinds  # noqa: F401 - the store validates the kind in this process
 
     app = make_app(check_timeout=3.0, lease_margin=0.5)
-    procs = Processes(tmp_path, process_env((HERE,), **ENV))
+    env = process_env((HERE,), **ENV)
+    procs = Processes(tmp_path, env)
     names = [f"skew{i}@clocks" for i in range(len(worker_skews))]
     try:
         for name, skew in zip(names, worker_skews, strict=True):
-            procs.worker("-P", "threads", "-c", "3", "-Q", QUEUES, "-n", name, **faked(skew))
-        procs.beat(**faked(beat_skew))
+            procs.worker("-P", "threads", "-c", "3", "-Q", QUEUES, "-n", name, **faked(skew, env))
+        procs.beat(**faked(beat_skew, env))
         wait_for(
             lambda: all(r.exists(KEYS.worker(n)) for n in names) and r.hlen(KEYS.beat_heartbeat()),
             60,
@@ -142,7 +151,7 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     everything = stamps(r)
     # ... and the probes saw it too: worker time minus Redis time at each start.
     for skew in set(worker_skews):
-        label = faked(skew).get("FAKETIME", "")
+        label = faked(skew, env).get("FAKETIME", "")
         seen = [s["worker"] - s["server"] for s in everything if s["skew"] == label]
         assert seen, f"no run on the worker skewed {skew:+g} s"
         assert statistics.median(seen) == pytest.approx(skew, abs=SKEW_TOLERANCE_S)
@@ -151,6 +160,7 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     max_hold = 0.0
     per_check: dict[str, int] = {}
     lost: list[dict] = []
+    failed: list[dict] = []  # a probe that broke in the skewed process (e.g. time.sleep)
     closest_dup: list[tuple[str, float, float]] = []
     earliest: list[tuple[str, float]] = []
     for uid in uids:
@@ -161,7 +171,8 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
         per_check[uid] = len(mine)
         runs += len(mine)
         for before, after in pairwise(mine):
-            apart = after["server"] - before["server"]
+            # from the earlier run's tick, not its start: a late start is no double run
+            apart = after["server"] - before["sa"]
             ticks_apart = after["sa"] - before["sa"]
             if apart < PERIOD - 1 or ticks_apart < PERIOD - 1:
                 duplicates += 1
@@ -175,9 +186,12 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
         misses += max(0, allowed - len(mine))
         recorded = write_backs(r, uid)
         lost += [res for _at, res in recorded if res["status"] == "lost"]
-        all_mine = sorted((s for s in everything if s["target"] == uid), key=lambda s: s["server"])
-        for s, (written_at, _res) in zip(all_mine, recorded, strict=False):
-            max_hold = max(max_hold, written_at - s["server"])
+        failed += [res for _at, res in recorded if res["status"] not in ("up", "lost")]
+        started = {round(s["sa"], 3): s["server"] for s in everything if s["target"] == uid}
+        for written_at, res in recorded:
+            tick = round(datetime.fromisoformat(res["scheduled_at"]).timestamp(), 3)
+            if tick in started:  # the run of that tick: its start to its write-back
+                max_hold = max(max_hold, written_at - started[tick])
 
     fault_report.add(
         scenario,
@@ -187,6 +201,7 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
         max_recovery_s=max_hold,
         early_starts=early,
         lost=len(lost),
+        failed=len(failed),
         beat_skew_s=beat_skew,
         worker_skews_s=list(worker_skews),
         measured_offsets_s={k: round(v, 3) for k, v in offsets.items()},
@@ -197,6 +212,7 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     assert duplicates == 0, closest_dup[:10]
     assert early == 0, sorted(earliest, key=lambda e: e[1])[:10]
     assert not lost, lost[:3]
+    assert not failed, failed[:3]
     assert misses == 0, per_check
     allowed_max = math.ceil(OBSERVE_S / PERIOD) + 1
     assert max(per_check.values()) <= allowed_max, per_check
