@@ -17,7 +17,8 @@ process's heartbeat, written on its own clock).
 Row: ``runs`` probe starts in the window, ``duplicates`` runs that started (Redis time), or were
 scheduled, less than period - 1 s after the previous run's tick of the same check, ``misses`` ticks
 the period allowed that did not run, ``recovery_s`` the longest slot hold (probe start to the
-write-back of its result, Redis time).
+write-back of its result, Redis time). Also asserted: each lease expiry minus the lease length
+(the claim's time) lies between the tick and the start, so claims and leases are on Redis's clock.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import math
 import os
 import statistics
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -37,9 +39,12 @@ from clock_kinds import stamps
 from conftest import wait_for
 from fault_procs import Processes, process_env
 
+from celery_app.checks.run_contract import lease_seconds
 from celery_app.checks.store import CheckStore
+from celery_app.factory import settings_of
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys
+from scheduling_core import Params
 
 pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
@@ -107,6 +112,64 @@ def write_backs(r: redis.Redis, uid: str) -> list[tuple[float, dict]]:
     ]
 
 
+@dataclass
+class Tally:
+    """What the starts in the window and the recorded results say (times on Redis's clock)."""
+
+    runs: int = 0
+    misses: int = 0
+    max_hold_s: float = 0.0
+    per_check: dict[str, int] = field(default_factory=dict)
+    # (uid, start - previous tick, tick - previous tick)
+    duplicates: list[tuple[str, float, float]] = field(default_factory=list)
+    early: list[tuple[str, float]] = field(default_factory=list)  # (uid, start - tick)
+    # (uid, claim - tick, claim - start): a claim made, or a lease written, on a skewed clock
+    bad_leases: list[tuple[str, float, float]] = field(default_factory=list)
+    lost: list[dict] = field(default_factory=list)  # reaped while the run was live
+    failed: list[dict] = field(default_factory=list)  # a probe broken in a skewed process
+
+
+def tally(
+    r: redis.Redis, everything: list[dict], uids: list[str], end: float, lease_s: float
+) -> Tally:
+    """Count the starts before ``end`` per check, and read each check's recorded results."""
+    t = Tally()
+    for uid in uids:
+        mine = sorted(
+            (s for s in everything if s["target"] == uid and s["server"] < end),
+            key=lambda s: s["server"],
+        )
+        t.per_check[uid] = len(mine)
+        t.runs += len(mine)
+        for before, after in pairwise(mine):
+            # from the earlier run's tick, not its start: a late start is no double run
+            apart = after["server"] - before["sa"]
+            ticks_apart = after["sa"] - before["sa"]
+            if apart < PERIOD - 1 or ticks_apart < PERIOD - 1:
+                t.duplicates.append((uid, round(apart, 3), round(ticks_apart, 3)))
+        for s in mine:
+            if s["server"] < s["sa"] - EARLY_TOLERANCE_S:
+                t.early.append((uid, round(s["server"] - s["sa"], 3)))
+            # the claim wrote lx = its time + lease_s: it must lie between the tick and the start
+            claimed_at = s["lx"] - lease_s
+            if not s["sa"] - EARLY_TOLERANCE_S <= claimed_at <= s["server"] + EARLY_TOLERANCE_S:
+                t.bad_leases.append(
+                    (uid, round(claimed_at - s["sa"], 3), round(claimed_at - s["server"], 3))
+                )
+        first_tick = mine[0]["sa"] if mine else end - OBSERVE_S + PERIOD
+        allowed = 1 + math.floor((end - first_tick - LATE_SLACK_S) / PERIOD)
+        t.misses += max(0, allowed - len(mine))
+        recorded = write_backs(r, uid)
+        t.lost += [res for _at, res in recorded if res["status"] == "lost"]
+        t.failed += [res for _at, res in recorded if res["status"] not in ("up", "lost")]
+        started = {round(s["sa"], 3): s["server"] for s in everything if s["target"] == uid}
+        for written_at, res in recorded:
+            tick = round(datetime.fromisoformat(res["scheduled_at"]).timestamp(), 3)
+            if tick in started:  # the run of that tick: its start to its write-back
+                t.max_hold_s = max(t.max_hold_s, written_at - started[tick])
+    return t
+
+
 def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_skews):
     if not FAKETIME_LIBS:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
@@ -156,66 +219,33 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
         assert seen, f"no run on the worker skewed {skew:+g} s"
         assert statistics.median(seen) == pytest.approx(skew, abs=SKEW_TOLERANCE_S)
 
-    runs = duplicates = misses = early = 0
-    max_hold = 0.0
-    per_check: dict[str, int] = {}
-    lost: list[dict] = []
-    failed: list[dict] = []  # a probe that broke in the skewed process (e.g. time.sleep)
-    closest_dup: list[tuple[str, float, float]] = []
-    earliest: list[tuple[str, float]] = []
-    for uid in uids:
-        mine = sorted(
-            (s for s in everything if s["target"] == uid and s["server"] < end),
-            key=lambda s: s["server"],
-        )
-        per_check[uid] = len(mine)
-        runs += len(mine)
-        for before, after in pairwise(mine):
-            # from the earlier run's tick, not its start: a late start is no double run
-            apart = after["server"] - before["sa"]
-            ticks_apart = after["sa"] - before["sa"]
-            if apart < PERIOD - 1 or ticks_apart < PERIOD - 1:
-                duplicates += 1
-                closest_dup.append((uid, round(apart, 3), round(ticks_apart, 3)))
-        for s in mine:
-            if s["server"] < s["sa"] - EARLY_TOLERANCE_S:
-                early += 1
-                earliest.append((uid, round(s["server"] - s["sa"], 3)))
-        first_tick = mine[0]["sa"] if mine else created_at + PERIOD
-        allowed = 1 + math.floor((end - first_tick - LATE_SLACK_S) / PERIOD)
-        misses += max(0, allowed - len(mine))
-        recorded = write_backs(r, uid)
-        lost += [res for _at, res in recorded if res["status"] == "lost"]
-        failed += [res for _at, res in recorded if res["status"] not in ("up", "lost")]
-        started = {round(s["sa"], 3): s["server"] for s in everything if s["target"] == uid}
-        for written_at, res in recorded:
-            tick = round(datetime.fromisoformat(res["scheduled_at"]).timestamp(), 3)
-            if tick in started:  # the run of that tick: its start to its write-back
-                max_hold = max(max_hold, written_at - started[tick])
-
+    settings = settings_of(app)
+    lease_s = lease_seconds(Params.from_settings(settings), settings.lease_margin)
+    t = tally(r, everything, uids, created_at + OBSERVE_S, lease_s)
     fault_report.add(
         scenario,
-        runs=runs,
-        duplicates=duplicates,
-        misses=misses,
-        max_recovery_s=max_hold,
-        early_starts=early,
-        lost=len(lost),
-        failed=len(failed),
+        runs=t.runs,
+        duplicates=len(t.duplicates),
+        misses=t.misses,
+        max_recovery_s=t.max_hold_s,
+        early_starts=len(t.early),
+        claims_off_the_server_clock=len(t.bad_leases),
+        lost=len(t.lost),
+        failed=len(t.failed),
         beat_skew_s=beat_skew,
         worker_skews_s=list(worker_skews),
         measured_offsets_s={k: round(v, 3) for k, v in offsets.items()},
-        runs_per_check=sorted(set(per_check.values())),
-        closest_duplicates=sorted(closest_dup, key=lambda d: d[1])[:5],
-        earliest_starts=sorted(earliest, key=lambda e: e[1])[:5],
+        runs_per_check=sorted(set(t.per_check.values())),
+        closest_duplicates=sorted(t.duplicates, key=lambda d: d[1])[:5],
+        earliest_starts=sorted(t.early, key=lambda e: e[1])[:5],
     )
-    assert duplicates == 0, closest_dup[:10]
-    assert early == 0, sorted(earliest, key=lambda e: e[1])[:10]
-    assert not lost, lost[:3]
-    assert not failed, failed[:3]
-    assert misses == 0, per_check
-    allowed_max = math.ceil(OBSERVE_S / PERIOD) + 1
-    assert max(per_check.values()) <= allowed_max, per_check
+    assert not t.duplicates, t.duplicates[:10]
+    assert not t.early, sorted(t.early, key=lambda e: e[1])[:10]
+    assert not t.bad_leases, t.bad_leases[:10]
+    assert not t.lost, t.lost[:3]
+    assert not t.failed, t.failed[:3]
+    assert t.misses == 0, t.per_check
+    assert max(t.per_check.values()) <= math.ceil(OBSERVE_S / PERIOD) + 1, t.per_check
 
 
 def test_workers_two_seconds_behind_and_ahead_of_beat_run_each_tick_once_and_never_early(
