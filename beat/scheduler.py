@@ -47,11 +47,15 @@ MIN_SLEEP = 0.005
 
 @runtime_checkable
 class Driver(Protocol):
-    """Anything beat runs every ``interval`` seconds besides the cron engine."""
+    """Anything beat runs every ``interval`` seconds besides the cron engine.
+
+    A driver reads its own clock: the check dispatcher schedules on Redis's time, not beat's
+    (which runs the cron engine and may be a test clock), so beats and workers agree.
+    """
 
     interval: float
 
-    def tick(self, now: datetime) -> object: ...
+    def tick(self) -> object: ...
 
 
 def build_drivers(app: Any) -> list[Driver]:
@@ -191,7 +195,7 @@ class CronScheduler(Scheduler):
         for slot in self.drivers:
             if mono >= slot.due:
                 try:
-                    slot.driver.tick(now)
+                    slot.driver.tick()
                 except Exception:
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver

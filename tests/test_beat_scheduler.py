@@ -32,13 +32,15 @@ class FakeClock:
 
 
 class CountingDriver:
+    """A driver reads its own clock (the dispatcher: Redis's); beat passes it none."""
+
     interval = 0.5
 
     def __init__(self):
-        self.ticks = []
+        self.ticks = 0
 
-    def tick(self, now):
-        self.ticks.append(now)
+    def tick(self):
+        self.ticks += 1
 
 
 def _noop(): ...
@@ -55,7 +57,7 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     sched = CronScheduler(app=cron_app, clock=clock, max_interval=300)
     sleep = sched.tick()
     assert sends(broker_url)[("every-2", GLOBAL_TENANT, window_id(T0))] == 1
-    assert driver.ticks == [clock.at]
+    assert driver.ticks == 1
     assert 0 < sleep <= driver.interval  # the driver is due before the next window
     assert sched.beat_id in r.hgetall(Keys("cbtest").beat_heartbeat())
     clock.at = T0 + 2 * MIN + timedelta(seconds=1)
@@ -63,7 +65,7 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     sched.drivers[0].due = 0  # the driver's interval passed too
     sched.tick()
     assert sends(broker_url)[("every-2", GLOBAL_TENANT, window_id(T0 + 2 * MIN))] == 1
-    assert len(driver.ticks) == 2
+    assert driver.ticks == 2
     # Without drivers, sleep until the next window (2 min away), capped by the heartbeat.
     sched.drivers = []
     clock.at = T0 + 3 * MIN

@@ -41,6 +41,9 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history), then refill
     the slot it freed at once (work-conserving) rather than at beat's next tick.
 
+    Both schedule on Redis's time, never this worker's clock (which may be off beat's): the
+    next tick, what is due, lease expiries. Only ``started_at`` (delay telemetry) is ours.
+
     False when the lease is no longer this run's (reaped, deleted, already recorded).
     """
     settings = settings_of(app)
@@ -57,7 +60,6 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         exec_start=(
             datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
         ),
-        now=datetime.now(UTC),
         result=outcome.history_record(),
         scheduled_at=outcome.scheduled_at,
         results_maxlen=settings.results_history,

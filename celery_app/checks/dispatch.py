@@ -1,7 +1,7 @@
 """The check dispatcher: due -> ready -> claimed and published, and expired leases reaped.
 
 Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (a driver of ``beat.CronScheduler``,
-``tick(now)``); any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
+``tick()``); any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
 
 1. reap: leases that expired (worker killed, message lost) are finished as timed-out runs
    (cost pinned to the ceiling by ``post_exec``), recorded as lost, rescheduled at the next tick;
@@ -14,6 +14,11 @@ Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (a driver of ``beat.CronS
 
 The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
 
+Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
+claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
+clock, so a beat or worker whose clock is off neither promotes work early nor reaps a live run
+early (``celery_app.redis.clock``). An explicit ``now`` is for tests.
+
 Why it lives in celery_app and not only in beat: a slot freed by a finished run would stay idle
 until the next tick (a 50 ms check on a 0.5 s tick uses a tenth of its slot), so the worker
 calls :func:`refill_after_run` right after ``complete_run``: the freed slot is claimed again at
@@ -24,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ from celery_app.checks.run_contract import lease_seconds, run_check_message
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
+from celery_app.redis.clock import server_time
 from celery_app.redis.schema import LANE_NAMES, Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
@@ -90,9 +95,7 @@ def _iso(seconds: float) -> str:
     return from_unix(seconds).isoformat()
 
 
-def _as_unix(now: float | datetime | None) -> float:
-    if now is None:
-        return time.time()
+def _as_unix(now: float | datetime) -> float:
     if isinstance(now, datetime):
         return to_unix(now)
     return float(now)
@@ -126,9 +129,13 @@ class Dispatcher:
             self._publisher = make_publisher(self.app)
         return self._publisher
 
+    def _now(self, now: float | datetime | None) -> float:
+        """``now`` as Unix seconds; when None, the Redis server's time (the one clock authority)."""
+        return server_time(self.redis) if now is None else _as_unix(now)
+
     # --- one tick ---------------------------------------------------------------------------
     def tick(self, now: float | datetime | None = None) -> TickReport:
-        now_s = _as_unix(now)
+        now_s = self._now(now)
         reaped = self.reap(now_s)
         promoted = self.promote(now_s)
         claims, slots, limited = self.claim(now_s)
@@ -145,7 +152,7 @@ class Dispatcher:
 
     def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
-        now_s = _as_unix(now)
+        now_s = self._now(now)
         self.promote(now_s)
         claims, _, _ = self.claim(
             now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
@@ -333,6 +340,7 @@ def refill_after_run(app: Celery, region: str, now: float | datetime | None = No
     Call it after ``complete_run``/``finish_run`` returned True. It is the same atomic claim the
     beat dispatcher makes, so it never exceeds the free slots; errors are the caller's to log
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
+    ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
     """
     with _refill_lock:
         dispatcher = _refillers.get(app)

@@ -34,7 +34,8 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 
 1. ``job = read_job(redis, keys, job_id)``; ``None`` means the check was deleted: drop the run.
 2. ``state = params.post_exec(job.post_exec_input(duration_ms=..., timed_out=...,
-   exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure.
+   exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure; ``now`` is Redis's
+   time (``celery_app.redis.clock``), and the next tick is strictly after the run's tick.
 3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, result)`` — one Lua
    call: if the job's lease token still equals ``lease_token`` it writes the EWMAs, lane and
    effective deadline, releases the lease, places the job in ``due`` at next_scheduled_at and
@@ -55,6 +56,7 @@ from typing import Any
 
 import redis
 
+from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
@@ -144,10 +146,18 @@ class JobState:
         override = None if self.region_spread_s is None else timedelta(seconds=self.region_spread_s)
         return region_spread(self.period, len(self.regions), override)
 
-    def next_scheduled_at(self, now: datetime) -> datetime:
-        """The job's next tick after ``now`` (``next_aligned`` with its stored phase inputs)."""
+    def next_scheduled_at(self, now: datetime, run_scheduled_at: float | None = None) -> datetime:
+        """The job's next tick after ``now`` and strictly after the tick just run.
+
+        ``next_aligned`` with its stored phase inputs, from the later of ``now`` and the run's
+        tick (the stored ``sa``, which a claimed job keeps, or ``run_scheduled_at``): a clock
+        behind the one that made the tick due can then never store that same tick again, and
+        the job never runs twice for one tick, whatever ``now`` says.
+        """
+        run_tick = max(self.scheduled_at, run_scheduled_at or 0.0)
+        after = max(now, from_unix(run_tick)) if run_tick else now
         return next_aligned(
-            now, self.period, self.period, self.uid, self.region, self.regions, self.spread()
+            after, self.period, self.period, self.uid, self.region, self.regions, self.spread()
         )
 
     def post_exec_input(
@@ -182,6 +192,17 @@ def read_job(client: redis.Redis, keys: Keys, job_id: str) -> JobState | None:
     """The job's stored state, or None when it does not exist (deleted check or region)."""
     h = client.hgetall(keys.job(job_id))
     return JobState.from_hash(job_id, h) if h else None
+
+
+def read_job_and_time(
+    client: redis.Redis, keys: Keys, job_id: str
+) -> tuple[JobState | None, float]:
+    """:func:`read_job` and the Redis server's time, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(job_id))
+    pipe.time()
+    h, reply = pipe.execute()
+    return (JobState.from_hash(job_id, h) if h else None), from_time_reply(reply)
 
 
 def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[JobState | None]:
@@ -283,19 +304,27 @@ def finish_run(
     duration_ms: float,
     timed_out: bool,
     exec_start: datetime | None,
-    now: datetime,
+    now: datetime | None = None,
     result: dict[str, Any] | None = None,
     scheduled_at: float | None = None,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> bool:
     """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it.
 
+    The next tick is computed at ``now``, by default the Redis server's time (read with the job,
+    one round trip), not the caller's clock, and is always after the run's tick
+    (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only
+    feeds the delay EWMA (telemetry; a start that looks early counts as on time).
     False when the job is gone or its lease is no longer ``lease_token``.
     """
-    job = read_job(client, keys, job_id)
+    if now is None:
+        job, now_s = read_job_and_time(client, keys, job_id)
+        now = from_unix(now_s)
+    else:
+        job = read_job(client, keys, job_id)
     if job is None or job.lease_token != lease_token:
         return False
-    next_at = job.next_scheduled_at(now)
+    next_at = job.next_scheduled_at(now, scheduled_at)
     state = params.post_exec(
         job.post_exec_input(
             duration_ms=duration_ms,
