@@ -12,15 +12,13 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from checks_helpers import at, learned, register_fake_worker
+from support.checks import at, learned, register_fake_worker
 
 from beat import CronScheduler
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
 from celery_app.checks.jobs import finish_run, read_job
 from celery_app.checks.run_contract import lease_seconds
 from celery_app.redis.clock import server_time
-
-pytest_plugins = ["checks_fixtures"]
 
 NOW = 1_780_000_000.0
 

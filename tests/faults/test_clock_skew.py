@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 import redis
 from clock_kinds import stamps
-from conftest import wait_for
 from fault_procs import Processes, process_env
+from support.polling import wait_for
 
 from celery_app.checks.run_contract import lease_seconds
 from celery_app.checks.store import CheckStore
@@ -46,7 +46,6 @@ from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys
 from scheduling_core import Params
 
-pytest_plugins = ["fault_report", "worker_fixtures"]
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
