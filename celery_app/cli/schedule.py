@@ -75,6 +75,10 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
     except CronUsageError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.message)
+    if result.publish_error is not None:
+        # The broker is down: the window is recorded as send-failed, and the command could
+        # not do its job (exit 2, one line naming the broker), like any unreachable Redis.
+        raise result.publish_error
     if not result.sent:
         ctx.exit(EXIT_PROBLEM)
     if wait:

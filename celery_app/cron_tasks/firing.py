@@ -35,12 +35,14 @@ class Sender(Protocol):
 @dataclass(frozen=True)
 class Firing:
     """What one firing did: ``fired`` went to the broker (``celery_ids`` in the same order),
-    ``skipped`` did not, with the reason; ``error`` is set when the publish failed."""
+    ``skipped`` did not, with the reason; ``error`` (and the exception, ``cause``) is set when
+    the publish failed."""
 
     fired: tuple[FireRequest, ...] = ()
     celery_ids: tuple[str, ...] = ()
     skipped: tuple[tuple[FireRequest, CronSkipReason], ...] = ()
     error: str | None = None
+    cause: BaseException | None = None
 
 
 def fire(
@@ -74,13 +76,14 @@ def fire(
     except Exception as exc:
         # The window keys stay taken: retrying could fire twice. Record instead.
         error = f"publish failed: {type(exc).__name__}: {exc}"
-        log.error("cron: %d messages not published: %s", len(to_send), error)
+        if not manual:  # a run-now reports it to the operator itself
+            log.error("cron: %d messages not published: %s", len(to_send), error)
         try:
             store.record_send_failure(to_send, error, now, claim)
         except Exception:
             log.exception("cron: could not record the failed publish (left as pending)")
         failed = [(req, CronSkipReason.SEND_FAILED) for req in to_send]
-        return Firing(skipped=tuple(skipped + failed), error=error)
+        return Firing(skipped=tuple(skipped + failed), error=error, cause=exc)
     try:
         store.confirm_sent(claim)
     except Exception:

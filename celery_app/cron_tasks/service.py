@@ -76,12 +76,16 @@ class TaskRow:
 
 @dataclass(frozen=True)
 class RunNowResult:
+    """What a run-now did. ``publish_error`` is the broker's exception when the window was
+    claimed but could not be sent (recorded as send-failed, never retried)."""
+
     sent: bool
     task_id: str
     tenant: str
     window: str
     message: str
     celery_id: str | None = None
+    publish_error: BaseException | None = None
 
 
 def _iso(ts: str | float | None) -> str | None:
@@ -191,7 +195,9 @@ class CronService:
         else:
             who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
             why = f"window {req.window_id} of {task.id!r} was already fired by {who}"
-        return RunNowResult(False, task.id, tenant_name, req.window_id, f"not sent: {why}")
+        return RunNowResult(
+            False, task.id, tenant_name, req.window_id, f"not sent: {why}", None, firing.cause
+        )
 
     def wait_for_run(self, result: RunNowResult, timeout: float) -> dict[str, str]:
         """Poll the run's state until the worker records its end (or ``timeout`` passes)."""
