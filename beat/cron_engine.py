@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from celery_app.cron_tasks.firing import Sender, fire
+from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
 from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
@@ -172,6 +172,19 @@ class CronEngine:
             self._heap = saved
             raise
         return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
+
+    def take_over(self, at: datetime | None = None) -> Takeover:
+        """Publish claims other callers took and never confirmed (see ``take_over_expired``)."""
+        at = require_aware(at, "at") if at is not None else self.clock()
+        by_id: dict[str, CronTask] | None = None
+
+        def task_of(task_id: str) -> CronTask | None:
+            nonlocal by_id
+            if by_id is None:  # only built when a claim is taken over (rare)
+                by_id = {task.id: task for task in self.tasks}
+            return by_id.get(task_id)
+
+        return take_over_expired(self.store, self.sender, task_of, now=at, owner=self.owner)
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""

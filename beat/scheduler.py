@@ -182,6 +182,7 @@ class CronScheduler(Scheduler):
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
             return self._backoff
         self._backoff = 0.0
+        self._take_over(now)
         self._sweep(now)
         if report.fired or report.skipped:
             log.info(
@@ -198,6 +199,21 @@ class CronScheduler(Scheduler):
                     )
                 slot.due = time.monotonic() + slot.driver.interval
         return self._sleep_for(self.clock())
+
+    def _take_over(self, now: datetime) -> None:
+        """Every tick (one ZRANGEBYSCORE): publish claims whose claimer never confirmed them."""
+        assert self.engine is not None
+        try:
+            taken = self.engine.take_over(now)
+        except Exception as exc:
+            log.warning("cron: could not take over unconfirmed claims: %s", exc)
+            return
+        if taken.published or taken.lost:
+            log.warning(
+                "cron: took over %d unconfirmed windows, %d lost",
+                len(taken.published),
+                len(taken.lost),
+            )
 
     def _sweep(self, now: datetime) -> None:
         """Once a minute: claims a dead beat never published become gap records."""
