@@ -368,20 +368,36 @@ class CronStore:
         manual: bool,
         now: datetime,
         celery_id: str = "",
-    ) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hset(
-            self.keys.cron_state(task_id, tenant),
-            mapping={
-                CronStateField.OUTCOME: CronOutcome.RUNNING,
-                CronStateField.LAST_START: now.timestamp(),
-                CronStateField.LAST_RUN_WINDOW: window,
-                CronStateField.MANUAL: "1" if manual else "0",
-                CronStateField.CELERY_ID: celery_id or "",
-            },
+        *,
+        hard_time_limit: float = 0.0,
+    ) -> str | None:
+        """Mark the window started (its run key, SET NX) and record the run; return None when
+        this delivery may run, else the Celery id of the delivery that started the window first
+        (this one is then counted as ``suppressed`` and must not run).
+
+        The run key lives until the window's deadline plus the hard limit plus a minute: no
+        delivery of the window can start later than the deadline (its message expires)."""
+        deadline = window_deadline(parse_window_id(window), self.grace)
+        ttl_ms = int(((deadline - now).total_seconds() + hard_time_limit + 60) * 1000)
+        answer = run_script(
+            self.client,
+            "cron_start",
+            [
+                self.keys.cron_run(task_id, tenant, window),
+                self.keys.cron_state(task_id, tenant),
+                self.keys.cron_stats(task_id),
+            ],
+            [
+                max(60_000, ttl_ms),
+                celery_id or "?",
+                window,
+                now.timestamp(),
+                "1" if manual else "0",
+            ],
         )
-        pipe.hset(self.keys.cron_stats(task_id), CronStatsField.LAST_START, now.timestamp())
-        pipe.execute()
+        if isinstance(answer, bytes):
+            answer = answer.decode()
+        return None if answer == 1 else str(answer)
 
     def run_finished(
         self,
