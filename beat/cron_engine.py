@@ -5,9 +5,10 @@ nothing, so each task's next window is computed once (``CronTask.next_fire``) an
 looks at the heap's top. What is due goes through one claim round trip (the per-window
 ``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
 
-Windows a running engine slept through are fired late while their grace lasts; older ones are
-recorded as gaps for ``schedule diagnose``. When several windows of one task are due in one
-tick, only the newest fires (the older are ``superseded``).
+Windows a running engine slept through (a stall, or a forward clock step) are fired late while
+their grace lasts; older ones are recorded for ``schedule diagnose`` as one range per task (per
+tenant of a per-tenant task) naming every missed window, never fired early or late. When several
+windows of one task are due in one tick, only the newest fires (the older are ``superseded``).
 
 Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
 window a killed beat never claimed is fired late instead of lost; a window another engine already
@@ -26,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_tasks.store import CronStore, FireRequest
+from celery_app.cron_tasks.store import CronStore, FireRequest, Gap
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
@@ -34,6 +35,8 @@ from scheduling_core._time import require_aware
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
+#: Missed windows counted per task and gap; a longer outage is recorded as an uncounted range.
+MAX_COUNTED = 10_000
 _UNSET = object()
 
 
@@ -96,7 +99,7 @@ class CronEngine:
         self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
         self._first_window = first
         self._announced = False
-        self._missed_tasks: dict[str, CronTask] = {}
+        self._missed: list[tuple[CronTask, float, float]] = []  # task, first missed, resume
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
@@ -137,11 +140,17 @@ class CronEngine:
             resume = ts + 60
             if now_ts >= ts + 60 + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
-                self._missed_tasks[task.id] = task
-                log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
-                # Skip straight to the oldest window whose grace has not passed.
+                # Skip straight to the oldest window whose grace has not passed; every window
+                # in between is part of the gap.
                 edge = now_ts - 60 - grace_s
                 resume = max(resume, edge - edge % 60 + 60)
+                self._missed.append((task, ts, resume))
+                log.warning(
+                    "cron: %s missed windows from %s to before %s (their grace has passed)",
+                    task.id,
+                    _utc(ts),
+                    _utc(resume),
+                )
             else:
                 latest = due_at.get(index)
                 if latest is not None:
@@ -188,30 +197,56 @@ class CronEngine:
 
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""
-        gaps = [
-            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
-            for m in missed
-            # Without a provider a per-tenant task never fires; diagnose says that instead.
-            if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
-        ]
-        self._missed_tasks.clear()
+        ranges, self._missed = self._missed, []
+        gaps = self._gaps(ranges)
         try:
             self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
 
+    def _gaps(self, ranges: Iterable[tuple[CronTask, float, float]]) -> list[Gap]:
+        """One :class:`Gap` per task for the windows it has in ``[first, end)``.
+
+        A per-tenant task's gap names the provider's tenants (``*`` with a note when it cannot
+        be read); without a provider it never fires, and diagnose says that instead."""
+        gaps: list[Gap] = []
+        counted: dict[tuple[str, str, float, float], tuple[float, int, float]] = {}
+        tenants: tuple[str, ...] | None = None
+        note = ""
+        for task, first, end in ranges:
+            if task.per_tenant and self.tenants is None:
+                continue
+            memo = (task.spec, task.timezone, first, end)
+            if memo not in counted:
+                counted[memo] = _count_windows(task, first, end)
+            last, count, period = counted[memo]
+            scope: tuple[str, ...] = ()
+            if task.per_tenant:
+                if tenants is None:
+                    try:
+                        tenants = tuple(read_tenants(self.tenants))
+                    except Exception as exc:
+                        tenants, note = (ALL_TENANTS,), f"tenants unknown: provider failed: {exc}"
+                scope = tenants
+            stop = last + 60 if count else end
+            gaps.append(
+                Gap(task, _utc(first), _utc(stop), count, period, scope, note if scope else "")
+            )
+        return gaps
+
     def _announce(self, at: datetime) -> None:
         """First tick: note the tasks as seen, and record windows nobody fired while no beat
         was running (the last handled window's successor is older than where we start)."""
         stats = self.store.stats([task.id for task in self.tasks])
-        gaps: list[tuple[CronTask, datetime, datetime]] = []
+        ranges: list[tuple[CronTask, float, float]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
             last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
             if expected is not None and expected < begin:
-                gaps.append((task, expected, begin))
+                ranges.append((task, expected.timestamp(), begin.timestamp()))
+        gaps = self._gaps(ranges)
         self.store.note_first_seen(self.tasks, self._first_window)
         if gaps:
             recorded = self.store.record_gaps(gaps, at, f"no beat ran them; found by {self.owner}")
@@ -257,6 +292,20 @@ class CronEngine:
         firing = fire(self.store, self.sender, requests, now=at, owner=self.owner, marks=marks)
         skipped.extend(Skipped(r.task.id, r.tenant, r.window, why) for r, why in firing.skipped)
         return [Fired(r.task.id, r.tenant, r.window) for r in firing.fired], skipped
+
+
+def _count_windows(task: CronTask, first: float, end: float) -> tuple[float, int, float]:
+    """(last window, how many, period) of ``task``'s windows in ``[first, end)``; ``first`` is
+    one. Period is 0 when they are unevenly spaced; count is 0 past ``MAX_COUNTED``."""
+    last, count, period = first, 1, 0.0
+    while count <= MAX_COUNTED:
+        when = task.next_fire(_utc(last + 60))
+        if when is None or when.timestamp() >= end:
+            return last, count, max(period, 0.0)
+        step = when.timestamp() - last
+        period = step if count == 1 or period == step else -1.0
+        last, count = when.timestamp(), count + 1
+    return last, 0, 0.0
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

@@ -53,8 +53,10 @@ def test_takeover_after_a_slow_publish_runs_the_window_once(cron_app, broker_url
 
     with _worker(cron_app):
         wait_for(
-            lambda: _state(r, "slow-pub").get(CronStateField.SUPPRESSED) == "1"
-            and _state(r, "slow-pub").get(CronStateField.OUTCOME) == "success",
+            lambda: (
+                _state(r, "slow-pub").get(CronStateField.SUPPRESSED) == "1"
+                and _state(r, "slow-pub").get(CronStateField.OUTCOME) == "success"
+            ),
             timeout=20,
             what="one run and one suppressed delivery",
         )

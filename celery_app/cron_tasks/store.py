@@ -63,6 +63,21 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """Windows ``[start, end)`` of a task nobody fired: ``count`` of them (0: not counted),
+    ``period`` seconds apart (0: unevenly), one record per tenant of ``tenants`` (none: one
+    record for the task), ``note`` e.g. why the tenant is ``*``."""
+
+    task: CronTask
+    start: datetime
+    end: datetime
+    count: int = 0
+    period: float = 0.0
+    tenants: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class PendingClaim:
     """A claim record taken over from ``Keys.cron_pending`` (see :meth:`CronStore.take_over`)."""
 
@@ -337,15 +352,30 @@ class CronStore:
         pipe.execute()
 
     def record_gaps(
-        self, gaps: Sequence[tuple[CronTask, datetime, datetime]], now: datetime, detector: str
+        self,
+        gaps: Sequence[Gap | tuple[CronTask, datetime, datetime]],
+        now: datetime,
+        detector: str,
     ) -> int:
-        """Record windows ``[from, to)`` of tasks that nobody fired; return how many were new."""
+        """Record ranges of windows nobody fired (one record per task, or per tenant); return
+        how many tasks got a new record (``cron_gaps.lua`` skips what was recorded before)."""
         if not gaps:
             return 0
-        keys = [self.keys.cron_gaps()] + [self.keys.cron_stats(task.id) for task, _, _ in gaps]
+        ranges = [gap if isinstance(gap, Gap) else Gap(*gap) for gap in gaps]
+        keys = [self.keys.cron_gaps()] + [self.keys.cron_stats(gap.task.id) for gap in ranges]
         args: list[Any] = [now.timestamp(), detector, GAPS_KEPT]
-        for task, start, end in gaps:
-            args.extend([task.id, int(start.timestamp()), int(end.timestamp())])
+        for gap in ranges:
+            args.extend(
+                [
+                    gap.task.id,
+                    int(gap.start.timestamp()),
+                    int(gap.end.timestamp()),
+                    gap.count,
+                    gap.period,
+                    json.dumps(list(gap.tenants)),
+                    gap.note,
+                ]
+            )
         return int(run_script(self.client, "cron_gaps", keys, args))
 
     def gaps(self, limit: int = GAPS_KEPT) -> list[dict[str, Any]]:
