@@ -10,6 +10,13 @@ their grace lasts; older ones are recorded for ``schedule diagnose`` as one rang
 tenant of a per-tenant task) naming every missed window, never fired early or late. When several
 windows of one task are due in one tick, only the newest fires (the older are ``superseded``).
 
+A clock step: given a steady clock (``steady``, seconds that only move forward), the engine
+notices the wall clock jumping ahead of it by more than the grace and keeps firing by the
+steady clock for up to ``step_hold`` (a clock stepped +1 h and back fires nothing early); a step
+that persists that long is accepted and the windows it skipped are recorded as gaps. After a
+step back, windows already handled are not fired again: the heap has moved past them, and the
+claim refuses a window older than the last one its (task, tenant) handled.
+
 Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
 window a killed beat never claimed is fired late instead of lost; a window another engine already
 handled is offered again and its window key answers ``taken`` (it never runs twice).
@@ -37,6 +44,8 @@ log = logging.getLogger(__name__)
 ALL_TENANTS = "*"
 #: Missed windows counted per task and gap; a longer outage is recorded as an uncounted range.
 MAX_COUNTED = 10_000
+#: How long a forward clock step is distrusted (fired by the steady clock) before it is accepted.
+STEP_HOLD = timedelta(hours=2)
 _UNSET = object()
 
 
@@ -82,6 +91,8 @@ class CronEngine:
         owner: str,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         start: datetime | None = None,
+        steady: Callable[[], float] | None = None,
+        step_hold: timedelta = STEP_HOLD,
     ) -> None:
         self.tasks: tuple[CronTask, ...] = tuple(tasks)
         self.store = store
@@ -98,6 +109,11 @@ class CronEngine:
         # they start at the current window.
         self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
         self._first_window = first
+        self.steady = steady
+        self.step_hold = step_hold
+        self._anchor: tuple[float, float] | None = None  # (wall, steady) of the last trusted tick
+        self._step_since: float | None = None  # steady time a forward step was first seen
+        self._step_note = ""
         self._announced = False
         self._missed: list[tuple[CronTask, float, float]] = []  # task, first missed, resume
         self._starts: list[datetime] = []
@@ -114,6 +130,55 @@ class CronEngine:
         """Start of the next window in which some task fires."""
         return _utc(self._heap[0][0]) if self._heap else None
 
+    def trusted(self, at: datetime) -> datetime:
+        """``at``, or while a forward clock step is held, the steady clock's idea of now."""
+        return self._trust(at)[0]
+
+    def _trust(self, at: datetime) -> tuple[datetime, float | None, bool]:
+        """(time to fire by, steady now, whether a forward step is being held)."""
+        if self.steady is None:
+            return at, None, False
+        steady = self.steady()
+        if self._anchor is None:
+            return at, steady, False
+        wall0, steady0 = self._anchor
+        expected = wall0 + (steady - steady0)
+        ahead = at.timestamp() - expected
+        if ahead <= self.grace.total_seconds():
+            return at, steady, False
+        since = steady if self._step_since is None else self._step_since
+        if steady - since < self.step_hold.total_seconds():
+            return _utc(expected), steady, True
+        return at, steady, False
+
+    def _follow_clock(self, at: datetime) -> datetime:
+        """Detect and hold forward clock steps (see the module docstring); return the time
+        this tick fires by."""
+        trusted, steady, held = self._trust(at)
+        if steady is None:
+            return at
+        if held:
+            if self._step_since is None:
+                self._step_since = steady
+                log.warning(
+                    "cron: the clock jumped %.0fs ahead of the steady clock; firing by the steady "
+                    "clock for up to %s",
+                    (at - trusted).total_seconds(),
+                    self.step_hold,
+                )
+            return trusted
+        if self._step_since is not None and self._anchor is not None:
+            wall0, steady0 = self._anchor
+            ahead = at.timestamp() - (wall0 + steady - steady0)
+            if ahead > self.grace.total_seconds():
+                self._step_note = f"clock stepped forward {ahead:.0f}s; "
+                log.warning("cron: the clock step persisted %s: following it", self.step_hold)
+            else:
+                log.warning("cron: the clock is back in step with the steady clock")
+        self._step_since = None
+        self._anchor = (at.timestamp(), steady)
+        return at
+
     def tick(self, at: datetime | None = None) -> TickReport:
         """Fire everything due up to the window of ``at``; report what was fired and skipped.
 
@@ -121,6 +186,7 @@ class CronEngine:
         before the call, so the next tick retries the same windows while their grace lasts.
         """
         at = require_aware(at, "at") if at is not None else self.clock()
+        at = self._follow_clock(at)
         now_ts = at.timestamp()
         current_ts = now_ts - now_ts % 60
         heap = self._heap
@@ -200,7 +266,8 @@ class CronEngine:
         ranges, self._missed = self._missed, []
         gaps = self._gaps(ranges)
         try:
-            self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
+            note, self._step_note = self._step_note, ""
+            self.store.record_gaps(gaps, at, f"{note}past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
 

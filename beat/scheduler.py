@@ -105,6 +105,10 @@ class CronScheduler(Scheduler):
         env_clock = clock_from_env()
         self.clock = clock or env_clock.now
         self._rate = 1.0 if clock else env_clock.rate
+        # Steps are detected against the monotonic clock, unless a test drives the clock.
+        self._steady: Callable[[], float] | None = (
+            None if clock else (lambda: time.monotonic() * self._rate)
+        )
         self.engine: CronEngine | None = None
         self.drivers: list[_DriverSlot] = []
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -134,6 +138,7 @@ class CronScheduler(Scheduler):
             grace=settings.cron_grace,
             owner=f"beat:{self.beat_id}",
             clock=self.clock,
+            steady=self._steady,
         )
         try:
             store.prune_heartbeats(self.clock() - timedelta(days=1))
@@ -231,6 +236,8 @@ class CronScheduler(Scheduler):
     def _sleep_for(self, now: datetime) -> float:
         waits = [float(self.max_interval), self.heartbeat_every]
         next_due = self.engine.next_due() if self.engine else None
+        if self.engine is not None:
+            now = self.engine.trusted(now)  # a held clock step must not make beat spin
         if next_due is not None:
             waits.append((next_due - now).total_seconds() / self._rate)
         mono = time.monotonic()
