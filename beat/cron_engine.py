@@ -115,7 +115,8 @@ class CronEngine:
         self._step_since: float | None = None  # steady time a forward step was first seen
         self._step_note = ""
         self._announced = False
-        self._missed: list[tuple[CronTask, float, float]] = []  # task, first missed, resume
+        # (task, first window not fired, end, superseded only): recorded as gaps each tick
+        self._missed: list[tuple[CronTask, float, float, bool]] = []
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
@@ -210,7 +211,7 @@ class CronEngine:
                 # in between is part of the gap.
                 edge = now_ts - 60 - grace_s
                 resume = max(resume, edge - edge % 60 + 60)
-                self._missed.append((task, ts, resume))
+                self._missed.append((task, ts, resume, False))
                 log.warning(
                     "cron: %s missed windows from %s to before %s (their grace has passed)",
                     task.id,
@@ -225,6 +226,9 @@ class CronEngine:
                     superseded.append(
                         Skipped(task.id, ALL_TENANTS, _utc(latest), CronSkipReason.SUPERSEDED)
                     )
+                    # Not fired either: part of the task's gap (if any beat ran the task
+                    # before; a first start's catch-up window is no loss).
+                    self._missed.append((task, latest, latest + 60, True))
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
             memo = (task.spec, task.timezone, resume)
@@ -237,10 +241,10 @@ class CronEngine:
         due: dict[float, list[CronTask]] = {}
         for index, ts in due_at.items():
             due.setdefault(ts, []).append(self.tasks[index])
-        if missed:
+        if self._missed:
             # Before firing: the gap script skips windows whose task already handled a later
             # one, and this tick's claims are about to move last_window past the missed ones.
-            self._record_missed(missed, at)
+            self._record_missed(at)
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
@@ -261,17 +265,25 @@ class CronEngine:
 
         return take_over_expired(self.store, self.sender, task_of, now=at, owner=self.owner)
 
-    def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
-        """Windows this engine slept through beyond their grace: a gap unless someone fired."""
-        ranges, self._missed = self._missed, []
-        gaps = self._gaps(ranges)
+    def _record_missed(self, at: datetime) -> None:
+        """Windows this engine slept through beyond their grace, and older windows due in the
+        same tick as a newer one: one gap per task, unless someone fired them."""
+        merged: dict[str, tuple[CronTask, float, float, bool]] = {}
+        for task, first, end, superseded in self._missed:
+            seen = merged.get(task.id)
+            if seen is not None:  # nothing of a task between two of its ranges was fired
+                first, end = min(first, seen[1]), max(end, seen[2])
+                superseded = superseded and seen[3]
+            merged[task.id] = (task, first, end, superseded)
+        self._missed = []
+        gaps = self._gaps(merged.values())
         try:
             note, self._step_note = self._step_note, ""
             self.store.record_gaps(gaps, at, f"{note}past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
 
-    def _gaps(self, ranges: Iterable[tuple[CronTask, float, float]]) -> list[Gap]:
+    def _gaps(self, ranges: Iterable[tuple[CronTask, float, float, bool]]) -> list[Gap]:
         """One :class:`Gap` per task for the windows it has in ``[first, end)``.
 
         A per-tenant task's gap names the provider's tenants (``*`` with a note when it cannot
@@ -280,7 +292,7 @@ class CronEngine:
         counted: dict[tuple[str, str, float, float], tuple[float, int, float]] = {}
         tenants: tuple[str, ...] | None = None
         note = ""
-        for task, first, end in ranges:
+        for task, first, end, if_seen in ranges:
             if task.per_tenant and self.tenants is None:
                 continue
             memo = (task.spec, task.timezone, first, end)
@@ -297,7 +309,16 @@ class CronEngine:
                 scope = tenants
             stop = last + 60 if count else end
             gaps.append(
-                Gap(task, _utc(first), _utc(stop), count, period, scope, note if scope else "")
+                Gap(
+                    task,
+                    _utc(first),
+                    _utc(stop),
+                    count,
+                    period,
+                    scope,
+                    note if scope else "",
+                    if_seen=if_seen,
+                )
             )
         return gaps
 
@@ -305,14 +326,14 @@ class CronEngine:
         """First tick: note the tasks as seen, and record windows nobody fired while no beat
         was running (the last handled window's successor is older than where we start)."""
         stats = self.store.stats([task.id for task in self.tasks])
-        ranges: list[tuple[CronTask, float, float]] = []
+        ranges: list[tuple[CronTask, float, float, bool]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
             last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
             if expected is not None and expected < begin:
-                ranges.append((task, expected.timestamp(), begin.timestamp()))
+                ranges.append((task, expected.timestamp(), begin.timestamp(), False))
         gaps = self._gaps(ranges)
         self.store.note_first_seen(self.tasks, self._first_window)
         if gaps:

@@ -5,52 +5,17 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from support.cron import T0, end_runs, make_engine, sends, store_of
+from support.clock_steps import run_stepped
+from support.cron import T0, sends, store_of
 
-from beat.cron_engine import STEP_HOLD
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.redis.schema import CronGapField
 
 MIN = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
-TICK = timedelta(seconds=10)
 
 
 def _noop() -> None: ...
-
-
-class Steady:
-    """A steady clock (seconds) the test moves with true time, whatever the wall clock says."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _run(app, r, until: timedelta, stepped_wall, *, step_hold=STEP_HOLD):
-    """Tick a true-clock engine and a stepped one every 10 s of true time from T0; return the
-    (true time, window) pairs each fired."""
-    steady = Steady()
-    true_engine = make_engine(app, owner="beat:true")
-    stepped = make_engine(app, owner="beat:stepped")
-    for engine in (true_engine, stepped):
-        engine.steady = steady
-        engine.step_hold = step_hold
-    fired: dict[str, list] = {"true": [], "stepped": []}
-    elapsed = timedelta(seconds=1)
-    while elapsed <= until:
-        true_now = T0 + elapsed
-        steady.now = elapsed.total_seconds()
-        for name, engine, wall in (
-            ("stepped", stepped, true_now + stepped_wall(elapsed)),
-            ("true", true_engine, true_now),
-        ):
-            fired[name] += [(true_now, f.window) for f in engine.tick(wall).fired]
-        end_runs(r)
-        elapsed += TICK
-    return fired
 
 
 def test_clock_stepped_one_hour_ahead_and_back_fires_nothing_early_nothing_twice(
@@ -62,7 +27,7 @@ def test_clock_stepped_one_hour_ahead_and_back_fires_nothing_early_nothing_twice
     def wall(elapsed):  # +1 h from 00:10 to 00:40 (true time), then back
         return HOUR if 10 * MIN <= elapsed < 40 * MIN else timedelta(0)
 
-    fired = _run(cron_app, r, 75 * MIN, wall)
+    fired = run_stepped(cron_app, r, 75 * MIN, wall)
     early = [(at, w) for runs in fired.values() for at, w in runs if w > at]
     assert early == []
     counts = sends(broker_url)
@@ -82,7 +47,7 @@ def test_step_that_persists_is_followed_its_windows_are_gaps_and_none_fire_twice
     def wall(elapsed):  # +1 h from 00:10 to 00:30; held for 5 min, then followed
         return HOUR if 10 * MIN <= elapsed < 30 * MIN else timedelta(0)
 
-    fired = _run(cron_app, r, 95 * MIN, wall, step_hold=5 * MIN)
+    fired = run_stepped(cron_app, r, 95 * MIN, wall, step_hold=5 * MIN)
     counts = Counter(w for runs in fired.values() for _, w in runs)
     assert {w: n for w, n in counts.items() if n != 1} == {}
     assert all(n == 1 for n in sends(broker_url).values())

@@ -66,7 +66,8 @@ class Claim:
 class Gap:
     """Windows ``[start, end)`` of a task nobody fired: ``count`` of them (0: not counted),
     ``period`` seconds apart (0: unevenly), one record per tenant of ``tenants`` (none: one
-    record for the task), ``note`` e.g. why the tenant is ``*``."""
+    record for the task), ``note`` e.g. why the tenant is ``*``; ``if_seen``: only if some
+    caller handled a window of the task before (a first start's catch-up is no loss)."""
 
     task: CronTask
     start: datetime
@@ -75,6 +76,7 @@ class Gap:
     period: float = 0.0
     tenants: tuple[str, ...] = ()
     note: str = ""
+    if_seen: bool = False
 
 
 @dataclass(frozen=True)
@@ -374,6 +376,7 @@ class CronStore:
                     gap.period,
                     json.dumps(list(gap.tenants)),
                     gap.note,
+                    int(gap.if_seen),
                 ]
             )
         return int(run_script(self.client, "cron_gaps", keys, args))

@@ -4,20 +4,22 @@
 -- a range overlapping one recorded before (another beat found the same stall) keeps only its
 -- windows after that record.
 -- KEYS: 1 gaps list (Keys.cron_gaps); then one stats hash per gap (Keys.cron_stats)
--- ARGV: 1 now (Unix s), 2 detector, 3 records kept; then 7 per gap: task id, from, to (Unix s),
+-- ARGV: 1 now (Unix s), 2 detector, 3 records kept; then 8 per gap: task id, from, to (Unix s),
 --       count (0: unknown), period (s between its windows, 0: uneven), tenants (JSON list, []:
---       the task's record), note ('' for none)
+--       the task's record), note ('' for none), if seen ("1": only if the task has a handled
+--       window, so a first start's catch-up window is not a loss)
 -- Returns how many gaps were new.
 local recorded = 0
 local now, detector = tonumber(ARGV[1]), ARGV[2]
 for i = 2, #KEYS do
-  local at = 7 * (i - 2) + 3
+  local at = 8 * (i - 2) + 3
   local task, from, to = ARGV[at+1], tonumber(ARGV[at+2]), tonumber(ARGV[at+3])
   local count, period = tonumber(ARGV[at+4]), tonumber(ARGV[at+5])
   local tenants, note = cjson.decode(ARGV[at+6]), ARGV[at+7]
   local last = tonumber(redis.call('HGET', KEYS[i], CRON_STATS.LAST_WINDOW) or '0')
   local gap_to = tonumber(redis.call('HGET', KEYS[i], CRON_STATS.LAST_GAP_TO) or '0')
-  if last < from and gap_to < to then
+  local unseen = ARGV[at+8] == '1' and last == 0
+  if last < from and gap_to < to and not unseen then
     if gap_to > from then
       if period > 0 and count > 0 then
         local skip = math.ceil((gap_to - from) / period)
