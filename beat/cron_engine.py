@@ -115,6 +115,7 @@ class CronEngine:
         self._step_since: float | None = None  # steady time a forward step was first seen
         self._step_note = ""
         self._announced = False
+        self._unseen: set[str] = set()  # tasks no caller had handled when this engine started
         # (task, first window not fired, end, superseded only): recorded as gaps each tick
         self._missed: list[tuple[CronTask, float, float, bool]] = []
         self._starts: list[datetime] = []
@@ -245,6 +246,7 @@ class CronEngine:
             # Before firing: the gap script skips windows whose task already handled a later
             # one, and this tick's claims are about to move last_window past the missed ones.
             self._record_missed(at)
+        self._unseen.clear()  # only a first tick's catch-up can be "no loss"
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
@@ -270,12 +272,16 @@ class CronEngine:
         same tick as a newer one: one gap per task, unless someone fired them."""
         merged: dict[str, tuple[CronTask, float, float, bool]] = {}
         for task, first, end, superseded in self._missed:
+            if superseded and task.id in self._unseen:
+                continue  # a first start's catch-up window: no loss (cron_gaps.lua agrees)
             seen = merged.get(task.id)
             if seen is not None:  # nothing of a task between two of its ranges was fired
                 first, end = min(first, seen[1]), max(end, seen[2])
                 superseded = superseded and seen[3]
             merged[task.id] = (task, first, end, superseded)
         self._missed = []
+        if not merged:
+            return
         gaps = self._gaps(merged.values())
         try:
             note, self._step_note = self._step_note, ""
@@ -330,6 +336,7 @@ class CronEngine:
         for task, begin in zip(self.tasks, self._starts, strict=True):
             last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
+                self._unseen.add(task.id)
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
             if expected is not None and expected < begin:
