@@ -5,9 +5,17 @@ nothing, so each task's next window is computed once (``CronTask.next_fire``) an
 looks at the heap's top. What is due goes through one claim round trip (the per-window
 ``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
 
-Windows a running engine slept through are fired late while their grace lasts; older ones are
-recorded as gaps for ``schedule diagnose``. When several windows of one task are due in one
-tick, only the newest fires (the older are ``superseded``).
+Windows a running engine slept through (a stall, or a forward clock step) are fired late while
+their grace lasts; older ones are recorded for ``schedule diagnose`` as one range per task (per
+tenant of a per-tenant task) naming every missed window, never fired early or late. When several
+windows of one task are due in one tick, only the newest fires (the older are ``superseded``).
+
+A clock step: given a steady clock (``steady``, seconds that only move forward), the engine
+notices the wall clock jumping ahead of it by more than the grace and keeps firing by the
+steady clock for up to ``step_hold`` (a clock stepped +1 h and back fires nothing early); a step
+that persists that long is accepted and the windows it skipped are recorded as gaps. After a
+step back, windows already handled are not fired again: the heap has moved past them, and the
+claim refuses a window older than the last one its (task, tenant) handled.
 
 Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
 window a killed beat never claimed is fired late instead of lost; a window another engine already
@@ -24,9 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from celery_app.cron_tasks.firing import Sender, fire
+from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_tasks.store import CronStore, FireRequest
+from celery_app.cron_tasks.store import CronStore, FireRequest, Gap
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
@@ -34,6 +42,10 @@ from scheduling_core._time import require_aware
 log = logging.getLogger(__name__)
 
 ALL_TENANTS = "*"
+#: Missed windows counted per task and gap; a longer outage is recorded as an uncounted range.
+MAX_COUNTED = 10_000
+#: How long a forward clock step is distrusted (fired by the steady clock) before it is accepted.
+STEP_HOLD = timedelta(hours=2)
 _UNSET = object()
 
 
@@ -79,6 +91,8 @@ class CronEngine:
         owner: str,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         start: datetime | None = None,
+        steady: Callable[[], float] | None = None,
+        step_hold: timedelta = STEP_HOLD,
     ) -> None:
         self.tasks: tuple[CronTask, ...] = tuple(tasks)
         self.store = store
@@ -95,8 +109,15 @@ class CronEngine:
         # they start at the current window.
         self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
         self._first_window = first
+        self.steady = steady
+        self.step_hold = step_hold
+        self._anchor: tuple[float, float] | None = None  # (wall, steady) of the last trusted tick
+        self._step_since: float | None = None  # steady time a forward step was first seen
+        self._step_note = ""
         self._announced = False
-        self._missed_tasks: dict[str, CronTask] = {}
+        self._unseen: set[str] = set()  # tasks no caller had handled when this engine started
+        # (task, first window not fired, end, superseded only): recorded as gaps each tick
+        self._missed: list[tuple[CronTask, float, float, bool]] = []
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
@@ -111,6 +132,55 @@ class CronEngine:
         """Start of the next window in which some task fires."""
         return _utc(self._heap[0][0]) if self._heap else None
 
+    def trusted(self, at: datetime) -> datetime:
+        """``at``, or while a forward clock step is held, the steady clock's idea of now."""
+        return self._trust(at)[0]
+
+    def _trust(self, at: datetime) -> tuple[datetime, float | None, bool]:
+        """(time to fire by, steady now, whether a forward step is being held)."""
+        if self.steady is None:
+            return at, None, False
+        steady = self.steady()
+        if self._anchor is None:
+            return at, steady, False
+        wall0, steady0 = self._anchor
+        expected = wall0 + (steady - steady0)
+        ahead = at.timestamp() - expected
+        if ahead <= self.grace.total_seconds():
+            return at, steady, False
+        since = steady if self._step_since is None else self._step_since
+        if steady - since < self.step_hold.total_seconds():
+            return _utc(expected), steady, True
+        return at, steady, False
+
+    def _follow_clock(self, at: datetime) -> datetime:
+        """Detect and hold forward clock steps (see the module docstring); return the time
+        this tick fires by."""
+        trusted, steady, held = self._trust(at)
+        if steady is None:
+            return at
+        if held:
+            if self._step_since is None:
+                self._step_since = steady
+                log.warning(
+                    "cron: the clock jumped %.0fs ahead of the steady clock; firing by the steady "
+                    "clock for up to %s",
+                    (at - trusted).total_seconds(),
+                    self.step_hold,
+                )
+            return trusted
+        if self._step_since is not None and self._anchor is not None:
+            wall0, steady0 = self._anchor
+            ahead = at.timestamp() - (wall0 + steady - steady0)
+            if ahead > self.grace.total_seconds():
+                self._step_note = f"clock stepped forward {ahead:.0f}s; "
+                log.warning("cron: the clock step persisted %s: following it", self.step_hold)
+            else:
+                log.warning("cron: the clock is back in step with the steady clock")
+        self._step_since = None
+        self._anchor = (at.timestamp(), steady)
+        return at
+
     def tick(self, at: datetime | None = None) -> TickReport:
         """Fire everything due up to the window of ``at``; report what was fired and skipped.
 
@@ -118,6 +188,7 @@ class CronEngine:
         before the call, so the next tick retries the same windows while their grace lasts.
         """
         at = require_aware(at, "at") if at is not None else self.clock()
+        at = self._follow_clock(at)
         now_ts = at.timestamp()
         current_ts = now_ts - now_ts % 60
         heap = self._heap
@@ -137,11 +208,17 @@ class CronEngine:
             resume = ts + 60
             if now_ts >= ts + 60 + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
-                self._missed_tasks[task.id] = task
-                log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
-                # Skip straight to the oldest window whose grace has not passed.
+                # Skip straight to the oldest window whose grace has not passed; every window
+                # in between is part of the gap.
                 edge = now_ts - 60 - grace_s
                 resume = max(resume, edge - edge % 60 + 60)
+                self._missed.append((task, ts, resume, False))
+                log.warning(
+                    "cron: %s missed windows from %s to before %s (their grace has passed)",
+                    task.id,
+                    _utc(ts),
+                    _utc(resume),
+                )
             else:
                 latest = due_at.get(index)
                 if latest is not None:
@@ -150,6 +227,9 @@ class CronEngine:
                     superseded.append(
                         Skipped(task.id, ALL_TENANTS, _utc(latest), CronSkipReason.SUPERSEDED)
                     )
+                    # Not fired either: part of the task's gap (if any beat ran the task
+                    # before; a first start's catch-up window is no loss).
+                    self._missed.append((task, latest, latest + 60, True))
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
             memo = (task.spec, task.timezone, resume)
@@ -162,10 +242,11 @@ class CronEngine:
         due: dict[float, list[CronTask]] = {}
         for index, ts in due_at.items():
             due.setdefault(ts, []).append(self.tasks[index])
-        if missed:
+        if self._missed:
             # Before firing: the gap script skips windows whose task already handled a later
             # one, and this tick's claims are about to move last_window past the missed ones.
-            self._record_missed(missed, at)
+            self._record_missed(at)
+        self._unseen.clear()  # only a first tick's catch-up can be "no loss"
         try:
             fired, skipped = self._fire(due, at)
         except BaseException:
@@ -173,32 +254,94 @@ class CronEngine:
             raise
         return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
 
-    def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
-        """Windows this engine slept through beyond their grace: a gap unless someone fired."""
-        gaps = [
-            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
-            for m in missed
-            # Without a provider a per-tenant task never fires; diagnose says that instead.
-            if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
-        ]
-        self._missed_tasks.clear()
+    def take_over(self, at: datetime | None = None) -> Takeover:
+        """Publish claims other callers took and never confirmed (see ``take_over_expired``)."""
+        at = require_aware(at, "at") if at is not None else self.clock()
+        by_id: dict[str, CronTask] | None = None
+
+        def task_of(task_id: str) -> CronTask | None:
+            nonlocal by_id
+            if by_id is None:  # only built when a claim is taken over (rare)
+                by_id = {task.id: task for task in self.tasks}
+            return by_id.get(task_id)
+
+        return take_over_expired(self.store, self.sender, task_of, now=at, owner=self.owner)
+
+    def _record_missed(self, at: datetime) -> None:
+        """Windows this engine slept through beyond their grace, and older windows due in the
+        same tick as a newer one: one gap per task, unless someone fired them."""
+        merged: dict[str, tuple[CronTask, float, float, bool]] = {}
+        for task, first, end, superseded in self._missed:
+            if superseded and task.id in self._unseen:
+                continue  # a first start's catch-up window: no loss (cron_gaps.lua agrees)
+            seen = merged.get(task.id)
+            if seen is not None:  # nothing of a task between two of its ranges was fired
+                first, end = min(first, seen[1]), max(end, seen[2])
+                superseded = superseded and seen[3]
+            merged[task.id] = (task, first, end, superseded)
+        self._missed = []
+        if not merged:
+            return
+        gaps = self._gaps(merged.values())
         try:
-            self.store.record_gaps(gaps, at, f"past their grace; found by {self.owner}")
+            note, self._step_note = self._step_note, ""
+            self.store.record_gaps(gaps, at, f"{note}past their grace; found by {self.owner}")
         except Exception:
             log.exception("cron: could not record %d missed windows", len(gaps))
+
+    def _gaps(self, ranges: Iterable[tuple[CronTask, float, float, bool]]) -> list[Gap]:
+        """One :class:`Gap` per task for the windows it has in ``[first, end)``.
+
+        A per-tenant task's gap names the provider's tenants (``*`` with a note when it cannot
+        be read); without a provider it never fires, and diagnose says that instead."""
+        gaps: list[Gap] = []
+        counted: dict[tuple[str, str, float, float], tuple[float, int, float]] = {}
+        tenants: tuple[str, ...] | None = None
+        note = ""
+        for task, first, end, if_seen in ranges:
+            if task.per_tenant and self.tenants is None:
+                continue
+            memo = (task.spec, task.timezone, first, end)
+            if memo not in counted:
+                counted[memo] = _count_windows(task, first, end)
+            last, count, period = counted[memo]
+            scope: tuple[str, ...] = ()
+            if task.per_tenant:
+                if tenants is None:
+                    try:
+                        tenants = tuple(read_tenants(self.tenants))
+                    except Exception as exc:
+                        tenants, note = (ALL_TENANTS,), f"tenants unknown: provider failed: {exc}"
+                scope = tenants
+            stop = last + 60 if count else end
+            gaps.append(
+                Gap(
+                    task,
+                    _utc(first),
+                    _utc(stop),
+                    count,
+                    period,
+                    scope,
+                    note if scope else "",
+                    if_seen=if_seen,
+                )
+            )
+        return gaps
 
     def _announce(self, at: datetime) -> None:
         """First tick: note the tasks as seen, and record windows nobody fired while no beat
         was running (the last handled window's successor is older than where we start)."""
         stats = self.store.stats([task.id for task in self.tasks])
-        gaps: list[tuple[CronTask, datetime, datetime]] = []
+        ranges: list[tuple[CronTask, float, float, bool]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
             last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
+                self._unseen.add(task.id)
                 continue
             expected = task.next_fire(_utc(float(last)) + WINDOW)
             if expected is not None and expected < begin:
-                gaps.append((task, expected, begin))
+                ranges.append((task, expected.timestamp(), begin.timestamp(), False))
+        gaps = self._gaps(ranges)
         self.store.note_first_seen(self.tasks, self._first_window)
         if gaps:
             recorded = self.store.record_gaps(gaps, at, f"no beat ran them; found by {self.owner}")
@@ -244,6 +387,20 @@ class CronEngine:
         firing = fire(self.store, self.sender, requests, now=at, owner=self.owner, marks=marks)
         skipped.extend(Skipped(r.task.id, r.tenant, r.window, why) for r, why in firing.skipped)
         return [Fired(r.task.id, r.tenant, r.window) for r in firing.fired], skipped
+
+
+def _count_windows(task: CronTask, first: float, end: float) -> tuple[float, int, float]:
+    """(last window, how many, period) of ``task``'s windows in ``[first, end)``; ``first`` is
+    one. Period is 0 when they are unevenly spaced; count is 0 past ``MAX_COUNTED``."""
+    last, count, period = first, 1, 0.0
+    while count <= MAX_COUNTED:
+        when = task.next_fire(_utc(last + 60))
+        if when is None or when.timestamp() >= end:
+            return last, count, max(period, 0.0)
+        step = when.timestamp() - last
+        period = step if count == 1 or period == step else -1.0
+        last, count = when.timestamp(), count + 1
+    return last, 0, 0.0
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

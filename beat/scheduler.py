@@ -109,6 +109,10 @@ class CronScheduler(Scheduler):
         env_clock = clock_from_env()
         self.clock = clock or env_clock.now
         self._rate = 1.0 if clock else env_clock.rate
+        # Steps are detected against the monotonic clock, unless a test drives the clock.
+        self._steady: Callable[[], float] | None = (
+            None if clock else (lambda: time.monotonic() * self._rate)
+        )
         self.engine: CronEngine | None = None
         self.drivers: list[_DriverSlot] = []
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -138,6 +142,7 @@ class CronScheduler(Scheduler):
             grace=settings.cron_grace,
             owner=f"beat:{self.beat_id}",
             clock=self.clock,
+            steady=self._steady,
         )
         try:
             store.prune_heartbeats(self.clock() - timedelta(days=1))
@@ -186,6 +191,7 @@ class CronScheduler(Scheduler):
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
             return self._backoff
         self._backoff = 0.0
+        self._take_over(now)
         self._sweep(now)
         if report.fired or report.skipped:
             log.info(
@@ -203,6 +209,21 @@ class CronScheduler(Scheduler):
                 slot.due = time.monotonic() + slot.driver.interval
         return self._sleep_for(self.clock())
 
+    def _take_over(self, now: datetime) -> None:
+        """Every tick (one ZRANGEBYSCORE): publish claims whose claimer never confirmed them."""
+        assert self.engine is not None
+        try:
+            taken = self.engine.take_over(now)
+        except Exception as exc:
+            log.warning("cron: could not take over unconfirmed claims: %s", exc)
+            return
+        if taken.published or taken.lost:
+            log.warning(
+                "cron: took over %d unconfirmed windows, %d lost",
+                len(taken.published),
+                len(taken.lost),
+            )
+
     def _sweep(self, now: datetime) -> None:
         """Once a minute: claims a dead beat never published become gap records."""
         if self._last_sweep is not None and now - self._last_sweep < timedelta(minutes=1):
@@ -219,6 +240,8 @@ class CronScheduler(Scheduler):
     def _sleep_for(self, now: datetime) -> float:
         waits = [float(self.max_interval), self.heartbeat_every]
         next_due = self.engine.next_due() if self.engine else None
+        if self.engine is not None:
+            now = self.engine.trusted(now)  # a held clock step must not make beat spin
         if next_due is not None:
             waits.append((next_due - now).total_seconds() / self._rate)
         mono = time.monotonic()

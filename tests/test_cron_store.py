@@ -15,6 +15,7 @@ from celery_app.redis.schema import (
     CronClaimCode,
     CronGapField,
     CronOutcome,
+    CronPendingField,
     CronSkipReason,
     CronStateField,
     CronStatsField,
@@ -23,7 +24,7 @@ from celery_app.redis.schema import (
 
 KEYS = Keys("cbtest")
 MIN = timedelta(minutes=1)
-CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps")
+CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps", "cron_start", "cron_takeover")
 
 
 def _lua(name: str) -> str:
@@ -51,7 +52,8 @@ def test_every_key_a_cron_script_touches_comes_from_keys(name):
 def test_cron_scripts_spell_no_field_name_of_their_own(name):
     code = _code(_lua(name))
     literals = set(re.findall(r"'([^']*)'", code))
-    names = {str(f) for enum in (CronStateField, CronStatsField, CronGapField) for f in enum}
+    enums = (CronStateField, CronStatsField, CronGapField, CronPendingField)
+    names = {str(f) for enum in enums for f in enum}
     assert not literals & names, f"{name} spells {literals & names}"
 
 

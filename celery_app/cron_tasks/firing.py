@@ -4,21 +4,39 @@ Why one module: the beat's engine and ``schedule run`` (run-now) must fire throu
 steps, or a window could be lost or sent twice in one of them only. The claim (the per-window
 keys, :meth:`CronStore.claim`) decides who sends; what it hands out is never claimed again, so a
 publish that fails is recorded (list and diagnose show it), not retried.
+
+Publish at least once: a claim stays pending (with a lease of ``CRON_CLAIM_LEASE_S``) until the
+publish is confirmed; a claimer that dies or stalls in between is taken over by one other beat
+(:func:`take_over_expired`), which publishes the windows whose deadline has not passed. A
+window published twice that way (the first publish was only slow) runs once: the worker's run
+key (:mod:`celery_app.cron_tasks.recording`) suppresses the second delivery.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from celery_app.cron_tasks.registration import CronTask
-from celery_app.cron_tasks.store import CronStore, FireRequest
+from celery_app.cron_tasks.store import (
+    CronStore,
+    FireRequest,
+    parse_window_id,
+    split_member,
+    window_deadline,
+)
 from celery_app.redis.schema import CronClaimCode, CronSkipReason
 
 log = logging.getLogger(__name__)
+
+#: Test-only: a beat given this path writes the file after a claim, then blocks before
+#: publishing (until killed), so a fault test kills it exactly between claim and publish.
+TEST_PAUSE_AFTER_CLAIM_ENV = "CHECKBEAT_TEST_PAUSE_AFTER_CLAIM"
 
 _SKIPPED_BY_CODE = {
     CronClaimCode.TAKEN: CronSkipReason.TAKEN,
@@ -71,6 +89,8 @@ def fire(
             skipped.append((req, _SKIPPED_BY_CODE[code]))
     if not to_send:
         return Firing(skipped=tuple(skipped))
+    if not manual:
+        _test_pause_after_claim()
     try:
         celery_ids = sender.publish(to_send, manual=manual)
     except Exception as exc:
@@ -89,3 +109,80 @@ def fire(
     except Exception:
         log.exception("cron: published, but could not confirm %d sends", len(to_send))
     return Firing(tuple(to_send), tuple(celery_ids), tuple(skipped))
+
+
+def _test_pause_after_claim() -> None:
+    path = os.environ.get(TEST_PAUSE_AFTER_CLAIM_ENV)
+    if not path:
+        return
+    with open(path, "w") as marker:
+        marker.write(str(os.getpid()))
+    log.warning("cron: %s set, blocking after the claim (test only)", TEST_PAUSE_AFTER_CLAIM_ENV)
+    threading.Event().wait()
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What :func:`take_over_expired` did: ``published`` for dead claimers, ``lost`` (members
+    that could not be sent any more, now gap records)."""
+
+    published: tuple[FireRequest, ...] = ()
+    lost: tuple[str, ...] = ()
+
+
+def take_over_expired(
+    store: CronStore,
+    sender: Sender,
+    task_of: Callable[[str], CronTask | None],
+    *,
+    now: datetime,
+    owner: str,
+) -> Takeover:
+    """Publish the claims whose lease ended unconfirmed; one caller of all wins each claim.
+
+    A member whose window deadline has passed, or whose task this caller does not know, is a
+    gap record ("claimed by X, never published"). Redis errors propagate (the next tick
+    retries: the claim's lease ends again).
+    """
+    published: list[FireRequest] = []
+    lost: list[str] = []
+    for batch in store.expired_claims(now):
+        claim = store.take_over(batch, now)
+        if claim is None:
+            continue  # another beat won it, or it was confirmed meanwhile
+        to_send: list[FireRequest] = []
+        late: list[str] = []
+        unknown: list[str] = []
+        for member in claim.members:
+            task_id, tenant, wid = split_member(member)
+            task = task_of(task_id)
+            window = parse_window_id(wid)
+            if task is None:
+                unknown.append(member)
+            elif window_deadline(window, store.grace) <= now:
+                late.append(member)
+            else:
+                to_send.append(FireRequest(task, tenant, window))
+        if late:
+            store.record_never_published(claim, late, now, f"deadline passed; found by {owner}")
+        if unknown:
+            store.record_never_published(claim, unknown, now, f"task unknown to {owner}")
+        lost.extend(late + unknown)
+        log.error(
+            "cron: took over claim %s of %s: publishing %d, %d lost",
+            batch,
+            claim.owner,
+            len(to_send),
+            len(late) + len(unknown),
+        )
+        try:
+            sender.publish(to_send, manual=claim.manual)
+        except Exception as exc:
+            error = f"publish failed after takeover: {type(exc).__name__}: {exc}"
+            log.error("cron: %s", error)
+            store.record_send_failure(to_send, error, now, claim)
+            lost.extend(req.member for req in to_send)
+            continue
+        store.confirm_taken_over(claim, to_send)
+        published.extend(to_send)
+    return Takeover(tuple(published), tuple(lost))

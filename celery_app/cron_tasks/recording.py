@@ -4,6 +4,15 @@ Why signals: a cron task runs on a generic Celery worker, so the recording hooks
 ``task_prerun`` / ``task_postrun`` / ``task_revoked`` and acts only on messages carrying the
 ``cron_*`` headers the publisher adds. The end of a run also releases the in-flight key, so the
 next window of a singleton may fire. A failure here is logged, never raised into the worker.
+
+Run at most once: the start of a run takes the window's run key (``Keys.cron_run``, SET NX in
+``cron_start.lua``). A second delivery of a window (a takeover republished a claim whose first
+publish was only slow, a broker redelivery) finds the key taken: it is counted as ``suppressed``
+and logged, and :class:`CronRunTask` (the base of every ``@cron`` task) raises Celery's
+``Ignore`` so its body never runs. A task that is not ``@cron``-declared but receives cron
+messages (a ``beat_schedule`` entry fired by the engine) asks :func:`claim_run` instead. If
+Redis cannot be reached at the start, the run goes ahead (it is logged): the window was
+published, and not running it would lose it.
 """
 
 from __future__ import annotations
@@ -13,8 +22,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from celery import Celery, states
-from celery.exceptions import TimeLimitExceeded, WorkerLostError
+from celery import Celery, Task, states
+from celery.exceptions import Ignore, TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
 from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
@@ -25,6 +34,9 @@ from celery_app.redis.client import get_redis
 from celery_app.redis.schema import CronOutcome, CronStateField, Keys
 
 log = logging.getLogger(__name__)
+
+#: Set on a cron run's request by the prerun handler: False when the delivery is suppressed.
+RUN_CLAIMED_ATTR = "checkbeat_cron_run_claimed"
 
 
 @lru_cache(maxsize=8)
@@ -54,19 +66,70 @@ def _error_text(exc: Any) -> str:
     return text[:2000]
 
 
+def claim_run(request: Any) -> bool:
+    """Whether the delivery of ``request`` may run its body: False for a second delivery of a
+    cron window that already started (it is recorded as suppressed).
+
+    For tasks that receive cron messages without being ``@cron`` tasks (e.g. a
+    ``beat_schedule`` entry fired by the engine)::
+
+        @app.task(bind=True)
+        def report(self):
+            if not claim_run(self.request):
+                return  # this window already ran
+            ...
+
+    A request without cron headers (a plain call) may always run.
+    """
+    return getattr(request, RUN_CLAIMED_ATTR, True) is not False
+
+
+class CronRunTask(Task):
+    """The base of ``@cron`` tasks: a suppressed delivery (see :func:`claim_run`) raises
+    ``Ignore`` before the body, so Celery records it as ignored and runs nothing."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not claim_run(self.request):
+            raise Ignore()
+        return super().__call__(*args, **kwargs)
+
+
+def _hard_limit(request: Any) -> float:
+    limits = getattr(request, "timelimit", None) or (None, None)
+    return float(limits[0] or 0.0)
+
+
 @task_prerun.connect
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     task = task or sender
-    cron = _cron_headers(getattr(task, "request", None))
+    request = getattr(task, "request", None)
+    cron = _cron_headers(request)
     if cron is None:
         return
     task_id, tenant, window, manual = cron
     try:
-        store_for(task.app).run_started(
-            task_id, tenant, window, manual, datetime.now(UTC), celery_id=task.request.id
+        first = store_for(task.app).run_started(
+            task_id,
+            tenant,
+            window,
+            manual,
+            datetime.now(UTC),
+            celery_id=request.id,
+            hard_time_limit=_hard_limit(request),
         )
     except Exception:
         log.exception("cron: could not record the start of %s (%s, %s)", task_id, tenant, window)
+        return
+    setattr(request, RUN_CLAIMED_ATTR, first is None)
+    if first is not None:
+        log.warning(
+            "cron: suppressed delivery %s of %s (%s, window %s): %s already started it",
+            request.id,
+            task_id,
+            tenant,
+            window,
+            first,
+        )
 
 
 @task_postrun.connect
@@ -77,6 +140,8 @@ def _on_postrun(
     cron = _cron_headers(getattr(task, "request", None))
     if cron is None:
         return
+    if not claim_run(task.request) or state == states.IGNORED:
+        return  # a suppressed delivery: the run that started the window records its end
     if state is None:
         # The run was cut short (the pool is killing the child, e.g. at its hard time limit):
         # the parent reports it through task_failure, see _on_hard_time_limit.

@@ -188,7 +188,8 @@ def cron(
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
-        import celery_app.cron_tasks.recording  # noqa: F401  any worker knowing it records runs
+        # Any worker knowing the task records its runs; the base suppresses second deliveries.
+        from celery_app.cron_tasks.recording import CronRunTask
 
         task_name = name or f"{fun.__module__}.{fun.__name__}"
         declaration = CronDeclaration(
@@ -203,7 +204,7 @@ def cron(
         )
         declaration.validate()
         declaring_registry(app).add(CRON, task_name, declaration, origin_of(fun))
-        options = {"name": task_name, "max_retries": 0, **task_options}
+        options = {"name": task_name, "max_retries": 0, "base": CronRunTask, **task_options}
         if app is not None:
             # shared=False: Celery would otherwise add the task to every app created later.
             return app.task(shared=False, **options)(fun)

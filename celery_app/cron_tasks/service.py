@@ -314,9 +314,13 @@ class CronService:
             end = datetime.fromtimestamp(gap[CronGapField.TO], UTC)
             tenant = gap.get(CronGapField.TENANT)
             where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
+            count = gap.get(CronGapField.COUNT)
+            many = f" ({count} window{'s' if count != 1 else ''})" if count else ""
+            note = f"; {gap[CronGapField.NOTE]}" if gap.get(CronGapField.NOTE) else ""
             findings.append(
                 f"task {gap[CronGapField.TASK]!r}{where}: windows from {window_id(start)} to "
-                f"before {window_id(end)} were not fired ({gap[CronGapField.DETECTOR]})"
+                f"before {window_id(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
+                f"{note})"
             )
         return findings
 

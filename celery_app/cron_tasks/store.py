@@ -25,6 +25,7 @@ import redis
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_id
 from celery_app.redis.schema import (
+    CRON_CLAIM_LEASE_S,
     CronClaimCode,
     CronClaimKind,
     CronGapField,
@@ -62,6 +63,34 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """Windows ``[start, end)`` of a task nobody fired: ``count`` of them (0: not counted),
+    ``period`` seconds apart (0: unevenly), one record per tenant of ``tenants`` (none: one
+    record for the task), ``note`` e.g. why the tenant is ``*``; ``if_seen``: only if some
+    caller handled a window of the task before (a first start's catch-up is no loss)."""
+
+    task: CronTask
+    start: datetime
+    end: datetime
+    count: int = 0
+    period: float = 0.0
+    tenants: tuple[str, ...] = ()
+    note: str = ""
+    if_seen: bool = False
+
+
+@dataclass(frozen=True)
+class PendingClaim:
+    """A claim record taken over from ``Keys.cron_pending`` (see :meth:`CronStore.take_over`)."""
+
+    batch: str
+    owner: str
+    at: float
+    members: tuple[str, ...]
+    manual: bool
+
+
+@dataclass(frozen=True)
 class FireRequest:
     """One (task, tenant, window) to fire; ``tenant`` is GLOBAL_TENANT for global tasks."""
 
@@ -81,6 +110,11 @@ class FireRequest:
 def split_member(member: str) -> tuple[str, str, str]:
     task_id, tenant, wid = member.split("|")
     return task_id, tenant, wid
+
+
+def parse_window_id(wid: str) -> datetime:
+    """The window start a window id (:func:`window_id`) names."""
+    return datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
 
 
 def window_deadline(window: datetime, grace: timedelta) -> datetime:
@@ -168,8 +202,10 @@ class CronStore:
                 CronPendingField.OWNER: owner,
                 CronPendingField.AT: now.timestamp(),
                 CronPendingField.MEMBERS: [req.member for req in requests],
+                CronPendingField.MANUAL: manual,
             }
             pipe.hset(self.keys.cron_pending(), batch, json.dumps(record))
+            pipe.zadd(self.keys.cron_pending_lease(), {batch: now.timestamp() + CRON_CLAIM_LEASE_S})
         calls: list[list[int]] = []
         for window, indexes in by_window.items():
             # The window key must outlive every replica's chance to fire the window.
@@ -195,7 +231,7 @@ class CronStore:
                 calls.append(chunk)
         results = pipe.execute()
         if requests:
-            results = results[1:]
+            results = results[2:]
         codes = [CronClaimCode.TAKEN] * len(entries)
         for chunk, result in zip(calls, results, strict=True):
             if isinstance(result, bytes):  # a client that does not decode responses
@@ -204,15 +240,74 @@ class CronStore:
                 codes[index] = _CODES[code]
         codes = codes[: len(requests)]
         if requests and CronClaimCode.FIRE not in codes:
-            self.client.hdel(self.keys.cron_pending(), batch)
+            self._forget_claims(self.client.pipeline(transaction=False), batch).execute()
         return Claim(codes, batch)
+
+    def _forget_claims(self, pipe: Any, *batches: str) -> Any:
+        """Queue dropping claim records and their leases on ``pipe``; return it."""
+        pipe.hdel(self.keys.cron_pending(), *batches)
+        pipe.zrem(self.keys.cron_pending_lease(), *batches)
+        return pipe
 
     def confirm_sent(self, claim: Claim) -> None:
         """The messages are on the broker: the claim is no longer pending."""
-        self.client.hdel(self.keys.cron_pending(), claim.batch)
+        self._forget_claims(self.client.pipeline(transaction=False), claim.batch).execute()
+
+    def expired_claims(self, now: datetime, limit: int = 50) -> list[str]:
+        """Claim ids whose lease ended unconfirmed (one ZRANGEBYSCORE: cheap every tick)."""
+        key = self.keys.cron_pending_lease()
+        return self.client.zrangebyscore(key, "-inf", now.timestamp(), start=0, num=limit)
+
+    def take_over(self, batch: str, now: datetime) -> PendingClaim | None:
+        """Win the expired claim ``batch`` for this caller (one beat of all wins), or None.
+
+        The winner holds a fresh lease: if it dies too, the next beat takes the claim over."""
+        raw = run_script(
+            self.client,
+            "cron_takeover",
+            [self.keys.cron_pending(), self.keys.cron_pending_lease()],
+            [batch, now.timestamp(), now.timestamp() + CRON_CLAIM_LEASE_S],
+        )
+        if not raw:
+            return None
+        record = json.loads(raw)
+        return PendingClaim(
+            batch=batch,
+            owner=str(record[CronPendingField.OWNER]),
+            at=float(record[CronPendingField.AT]),
+            members=tuple(record[CronPendingField.MEMBERS]),
+            manual=bool(record.get(CronPendingField.MANUAL, False)),
+        )
+
+    def confirm_taken_over(self, claim: PendingClaim, published: Sequence[FireRequest]) -> None:
+        """A takeover published ``published``: count them and drop the claim."""
+        pipe = self._forget_claims(self.client.pipeline(transaction=False), claim.batch)
+        for req in published:
+            pipe.hincrby(self.keys.cron_stats(req.task.id), CronStatsField.TAKEN_OVER, 1)
+        pipe.execute()
+
+    def record_never_published(
+        self, claim: PendingClaim, members: Sequence[str], now: datetime, why: str
+    ) -> None:
+        """Members of a taken-over claim that can no longer be sent become gap records."""
+        pipe = self.client.pipeline(transaction=False)
+        detector = f"claimed by {claim.owner}, never published ({why})"
+        for member in members:
+            task_id, tenant, wid = split_member(member)
+            start = parse_window_id(wid)
+            pipe.lpush(
+                self.keys.cron_gaps(),
+                gap_record(task_id, start, start + WINDOW, now, detector, tenant=tenant),
+            )
+        pipe.ltrim(self.keys.cron_gaps(), 0, GAPS_KEPT - 1)
+        pipe.execute()
 
     def record_send_failure(
-        self, requests: Sequence[FireRequest], error: str, now: datetime, claim: Claim
+        self,
+        requests: Sequence[FireRequest],
+        error: str,
+        now: datetime,
+        claim: Claim | PendingClaim,
     ) -> None:
         """Publishing failed after the window keys were taken: the window is not retried
         (that could fire twice), it is recorded so list and diagnose show it.
@@ -245,7 +340,7 @@ class CronStore:
             if req.task.singleton:
                 pipe.delete(self.keys.cron_inflight(req.task.id, req.tenant))
         pipe.ltrim(self.keys.cron_gaps(), 0, GAPS_KEPT - 1)
-        pipe.hdel(self.keys.cron_pending(), claim.batch)
+        self._forget_claims(pipe, claim.batch)
         pipe.execute()
 
     def note_first_seen(self, tasks: Iterable[CronTask], window: datetime) -> None:
@@ -259,15 +354,31 @@ class CronStore:
         pipe.execute()
 
     def record_gaps(
-        self, gaps: Sequence[tuple[CronTask, datetime, datetime]], now: datetime, detector: str
+        self,
+        gaps: Sequence[Gap | tuple[CronTask, datetime, datetime]],
+        now: datetime,
+        detector: str,
     ) -> int:
-        """Record windows ``[from, to)`` of tasks that nobody fired; return how many were new."""
+        """Record ranges of windows nobody fired (one record per task, or per tenant); return
+        how many tasks got a new record (``cron_gaps.lua`` skips what was recorded before)."""
         if not gaps:
             return 0
-        keys = [self.keys.cron_gaps()] + [self.keys.cron_stats(task.id) for task, _, _ in gaps]
+        ranges = [gap if isinstance(gap, Gap) else Gap(*gap) for gap in gaps]
+        keys = [self.keys.cron_gaps()] + [self.keys.cron_stats(gap.task.id) for gap in ranges]
         args: list[Any] = [now.timestamp(), detector, GAPS_KEPT]
-        for task, start, end in gaps:
-            args.extend([task.id, int(start.timestamp()), int(end.timestamp())])
+        for gap in ranges:
+            args.extend(
+                [
+                    gap.task.id,
+                    int(gap.start.timestamp()),
+                    int(gap.end.timestamp()),
+                    gap.count,
+                    gap.period,
+                    json.dumps(list(gap.tenants)),
+                    gap.note,
+                    int(gap.if_seen),
+                ]
+            )
         return int(run_script(self.client, "cron_gaps", keys, args))
 
     def gaps(self, limit: int = GAPS_KEPT) -> list[dict[str, Any]]:
@@ -290,20 +401,36 @@ class CronStore:
         manual: bool,
         now: datetime,
         celery_id: str = "",
-    ) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hset(
-            self.keys.cron_state(task_id, tenant),
-            mapping={
-                CronStateField.OUTCOME: CronOutcome.RUNNING,
-                CronStateField.LAST_START: now.timestamp(),
-                CronStateField.LAST_RUN_WINDOW: window,
-                CronStateField.MANUAL: "1" if manual else "0",
-                CronStateField.CELERY_ID: celery_id or "",
-            },
+        *,
+        hard_time_limit: float = 0.0,
+    ) -> str | None:
+        """Mark the window started (its run key, SET NX) and record the run; return None when
+        this delivery may run, else the Celery id of the delivery that started the window first
+        (this one is then counted as ``suppressed`` and must not run).
+
+        The run key lives until the window's deadline plus the hard limit plus a minute: no
+        delivery of the window can start later than the deadline (its message expires)."""
+        deadline = window_deadline(parse_window_id(window), self.grace)
+        ttl_ms = int(((deadline - now).total_seconds() + hard_time_limit + 60) * 1000)
+        answer = run_script(
+            self.client,
+            "cron_start",
+            [
+                self.keys.cron_run(task_id, tenant, window),
+                self.keys.cron_state(task_id, tenant),
+                self.keys.cron_stats(task_id),
+            ],
+            [
+                max(60_000, ttl_ms),
+                celery_id or "?",
+                window,
+                now.timestamp(),
+                "1" if manual else "0",
+            ],
         )
-        pipe.hset(self.keys.cron_stats(task_id), CronStatsField.LAST_START, now.timestamp())
-        pipe.execute()
+        if isinstance(answer, bytes):
+            answer = answer.decode()
+        return None if answer == 1 else str(answer)
 
     def run_finished(
         self,
@@ -387,14 +514,14 @@ class CronStore:
         pipe = self.client.pipeline(transaction=False)
         for member in lost:
             task_id, tenant, wid = split_member(member)
-            start = datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
+            start = parse_window_id(wid)
             detector = f"claimed by {owners.get(member, '?')}, never published"
             pipe.lpush(
                 self.keys.cron_gaps(),
                 gap_record(task_id, start, start + WINDOW, now, detector, tenant=tenant),
             )
         pipe.ltrim(self.keys.cron_gaps(), 0, GAPS_KEPT - 1)
-        pipe.hdel(self.keys.cron_pending(), *stale)
+        self._forget_claims(pipe, *stale)
         pipe.execute()
         return lost
 
@@ -405,7 +532,9 @@ class CronStore:
             for batch, record in self._pending().items()
             if float(record[CronPendingField.AT]) < older_than.timestamp()
         ]
-        return self.client.hdel(self.keys.cron_pending(), *old) if old else 0
+        if not old:
+            return 0
+        return self._forget_claims(self.client.pipeline(transaction=False), *old).execute()[0]
 
     def failing(self) -> dict[str, str]:
         return self.client.hgetall(self.keys.cron_failing())

@@ -131,6 +131,16 @@ class Keys:
         """
         return f"{self.prefix}:cron:pending"
 
+    def cron_pending_lease(self) -> str:
+        """ZSET claim id -> Unix s its lease ends (``CRON_CLAIM_LEASE_S`` after the claim): a
+        claim still listed when its lease ends is taken over by one beat and published."""
+        return f"{self.prefix}:cron:pending:lease"
+
+    def cron_run(self, task_id: str, tenant: str, window: str) -> str:
+        """Taken with SET NX by the first delivery of a window that starts running; a second
+        delivery (takeover after a slow publish, redelivery) finds it and is suppressed."""
+        return f"{self.prefix}:cron:run:{task_id}:{tenant}:{window}"
+
     def cron_failing(self) -> str:
         """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
         return f"{self.prefix}:cron:failing"
@@ -258,6 +268,8 @@ class CronStateField(StrEnum):
     LAST_ERROR = "last_error"
     LAST_ERROR_AT = "last_error_at"  # Unix s
     CELERY_ID = "celery_id"  # Celery task id of the last run that started
+    SUPPRESSED = "suppressed"  # deliveries of a window that already started (not run again)
+    LAST_SUPPRESSED_AT = "last_suppressed_at"  # Unix s
 
 
 class CronStatsField(StrEnum):
@@ -276,6 +288,8 @@ class CronStatsField(StrEnum):
     LAST_ERROR_AT = "last_error_at"  # Unix s
     LAST_GAP_FROM = "last_gap_from"  # Unix s: the last gap recorded for this task
     LAST_GAP_TO = "last_gap_to"
+    SUPPRESSED = "suppressed"  # deliveries of a window that already started (not run again)
+    TAKEN_OVER = "taken_over"  # windows a beat published for a claimer that never confirmed
 
 
 class CronGapField(StrEnum):
@@ -285,6 +299,8 @@ class CronGapField(StrEnum):
     TENANT = "tenant"  # absent when the gap is the task's (all tenants)
     FROM = "from"  # Unix s, first window not fired
     TO = "to"  # Unix s, end of the last window not fired
+    COUNT = "count"  # how many windows of the task lie in [from, to) (absent: one)
+    NOTE = "note"  # e.g. why the tenant is "*" (the provider could not be read)
     DETECTED_AT = "detected_at"  # Unix s
     DETECTOR = "detector"  # who found it and why
 
@@ -295,6 +311,11 @@ class CronPendingField(StrEnum):
     OWNER = "owner"
     AT = "at"  # Unix s of the claim (= the fired pairs' last_sent_at)
     MEMBERS = "members"  # list of ``task|tenant|window``
+    MANUAL = "manual"  # true for a run-now's claim (a takeover publishes it as one)
+
+
+#: Seconds a claim may stay unconfirmed before another beat takes it over and publishes it.
+CRON_CLAIM_LEASE_S = 10.0
 
 
 class CronOutcome(StrEnum):
@@ -347,6 +368,7 @@ LUA_FIELD_TABLES.update(
         "CRON_STATE": CronStateField,
         "CRON_STATS": CronStatsField,
         "CRON_GAP": CronGapField,
+        "CRON_PENDING": CronPendingField,
         "CRON_OUTCOME": CronOutcome,
         "CRON_SKIP": CronSkipReason,
         "CRON_CLAIM": CronClaimCode,

@@ -1,5 +1,6 @@
 """Three beat replicas, one SIGKILLed at a random point of every window and restarted: every
-singleton (task, tenant, window) still runs exactly once.
+singleton (task, tenant, window) still runs exactly once (a kill between claim and publish is
+taken over by a surviving beat).
 
 The beats run on the test clock (``CHECKBEAT_TEST_CLOCK``, docs/cron-tasks.md) at RATE times
 real speed, so ten one-minute windows take ten times 60/RATE real seconds. A real worker runs
@@ -24,7 +25,7 @@ from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import CronStatsField, Keys
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -165,12 +166,9 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     duplicates = {key: n for key, n in counts.items() if n > 1}
     judged = [key for k in range(WINDOWS) for key in _expected(first + timedelta(minutes=k))]
     missed = [key for key in judged if counts[key] == 0]
-    # A SIGKILL that lands between a beat's claim (SET NX) and its publish (a few ms per window)
-    # loses that window: firing it again could fire it twice, so checkbeat keeps at-most-once
-    # and reports it (diagnose: "claimed but never published"). Such a miss is counted apart;
-    # any other miss fails the test.
+    # A SIGKILL that lands between a beat's claim (SET NX) and its publish is taken over by a
+    # surviving beat once the claim's lease ends: nothing is lost, nothing runs twice.
     never_published = _claimed_never_published(r)
-    unexplained = [key for key in missed if key not in never_published]
     fault_report.add(
         "beat: 3 replicas, SIGKILL one per window",
         runs=len(judged),
@@ -178,15 +176,18 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
         misses=len(missed),
         max_recovery_s=max(recoveries),
         kills=len(kills),
-        lost_between_claim_and_publish=len(missed) - len(unexplained),
+        lost_between_claim_and_publish=len([k for k in missed if k in never_published]),
+        taken_over=sum(
+            int(r.hget(KEYS.cron_stats(task), CronStatsField.TAKEN_OVER) or 0)
+            for task in [f"s{i}" for i in range(SINGLETONS)] + ["fan"]
+        ),
     )
     assert len(recoveries) == WINDOWS
     assert not duplicates, f"fired more than once: {duplicates}"
     skip_reasons = {
-        key: r.hget(KEYS.cron_state(key[0], key[1]), "last_skip_reason") for key in unexplained
+        key: r.hget(KEYS.cron_state(key[0], key[1]), "last_skip_reason") for key in missed
     }
-    assert not unexplained, f"never fired and not reported: {unexplained[:10]} {skip_reasons}"
-    assert len(missed) <= SINGLETONS + len(TENANTS), "more than one kill hit a claim"
+    assert not missed, f"never fired: {missed[:10]} {skip_reasons}"
 
 
 def _claimed_never_published(r: redis.Redis) -> set[tuple[str, str, str]]:

@@ -1,6 +1,8 @@
 -- Claim one window for a chunk of (task, tenant) entries: per entry, the one caller (beat
 -- replica or run-now) whose SET NX wins the window key fires it; every other caller gets TAKEN.
 -- A singleton whose previous run still holds its in-flight key consumes the window as skipped.
+-- A window older than the last one its (task, tenant) handled (for a singleton: not newer) is
+-- TAKEN: a beat whose clock stepped back must not fire it again once its window key expired.
 -- KEYS: 4 per entry: window key, in-flight key, state hash, stats hash (Keys.cron_window,
 --       cron_inflight, cron_state, cron_stats); a mark entry only touches its stats hash.
 -- ARGV: 1 window start (Unix s), 2 window id, 3 now (Unix s), 4 owner, 5 manual ("1" / "0"),
@@ -18,7 +20,11 @@ for i = 0, #KEYS / 4 - 1 do
   if kind == CRON_CLAIM_KIND.MARK then
     code = CRON_CLAIM.MARKED
   else
-    if kind == CRON_CLAIM_KIND.SINGLETON then
+    local last = tonumber(redis.call('HGET', state, CRON_STATE.LAST_WINDOW) or '0')
+    local stale = last > tonumber(wts) or (kind == CRON_CLAIM_KIND.SINGLETON and last == tonumber(wts))
+    if stale then
+      code = CRON_CLAIM.TAKEN
+    elseif kind == CRON_CLAIM_KIND.SINGLETON then
       if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
         if not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
           code = CRON_CLAIM.IN_FLIGHT
