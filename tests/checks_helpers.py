@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import redis
 
-from celery_app.redis.schema import Keys, check_queue
+from celery_app.redis.schema import JobField, Keys, WorkerField, check_queue
 
 
 def at(seconds: float) -> datetime:
@@ -34,7 +34,12 @@ def register_fake_worker(
     pipe = client.pipeline()
     pipe.hset(
         keys.worker(hostname),
-        mapping={"region": region, "role": role, "queues": queues, "concurrency": concurrency},
+        mapping={
+            WorkerField.REGION: region,
+            WorkerField.ROLE: role,
+            WorkerField.QUEUES: queues,
+            WorkerField.CONCURRENCY: concurrency,
+        },
     )
     if ttl:
         pipe.expire(keys.worker(hostname), ttl)
@@ -58,7 +63,7 @@ def learned(
     from celery_app.checks.jobs import complete_run
     from scheduling_core import PostExecState
 
-    client.hset(keys.job(job_id), "lt", "setup")
+    client.hset(keys.job(job_id), JobField.LEASE_TOKEN, "setup")
     client.zrem(keys.due(), job_id)
     ea = params.effective_scheduled_at(at(scheduled_at), cost_ms, plan_weight)
     state = PostExecState(

@@ -1,7 +1,9 @@
 """The (check, region) job: its Redis layout, a typed read, and the one write after each run.
 
 Layout of ``Keys.job(job_id)`` (job id = ``<uid>@<region>``; short field names keep the hash a
-small listpack, under 512 bytes per job with its index entries):
+small listpack, under 512 bytes per job with its index entries). The names are defined, and
+documented authoritatively, by :class:`celery_app.redis.schema.JobField`; this table is the
+overview (Python spells them ``JobField.SCHEDULED_AT``, Lua ``JOB.SCHEDULED_AT``):
 
 ====  ===========================================================  ==========================
 name  meaning                                                      written by
@@ -55,7 +57,7 @@ from typing import Any
 
 import redis
 
-from celery_app.redis.schema import Keys, split_job_id
+from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
     LANE_FAST,
@@ -114,25 +116,27 @@ class JobState:
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
         uid, region = split_job_id(job_id)
+        spread = h.get(JobField.REGION_SPREAD)
+        expiry = h.get(JobField.LEASE_EXPIRY)
         return cls(
             job_id=job_id,
             uid=uid,
             region=region,
-            tenant=h.get("t", ""),
-            plan_weight=int(h.get("w") or 0),
-            period_s=int(h.get("p") or 0),
-            regions=tuple(x for x in h.get("g", "").split(",") if x),
-            region_spread_s=float(h["s"]) if h.get("s") not in (None, "") else None,
-            scheduled_at=_float(h.get("sa")),
-            effective_scheduled_at=_float(h.get("ea")),
-            cost_ewma_ms=_float(h.get("c")),
-            delay_ewma_ms=_float(h.get("d")),
-            lane=int(h.get("l") or LANE_FAST),
-            runs=int(h.get("n") or 0),
-            skipped=int(h.get("sk") or 0),
-            lease_token=h.get("lt"),
-            lease_expiry=float(h["lx"]) if h.get("lx") else None,
-            enabled=h.get("off") != "1",
+            tenant=h.get(JobField.TENANT, ""),
+            plan_weight=int(h.get(JobField.PLAN_WEIGHT) or 0),
+            period_s=int(h.get(JobField.PERIOD) or 0),
+            regions=tuple(x for x in h.get(JobField.REGIONS, "").split(",") if x),
+            region_spread_s=float(spread) if spread not in (None, "") else None,
+            scheduled_at=_float(h.get(JobField.SCHEDULED_AT)),
+            effective_scheduled_at=_float(h.get(JobField.EFFECTIVE_AT)),
+            cost_ewma_ms=_float(h.get(JobField.COST_EWMA_MS)),
+            delay_ewma_ms=_float(h.get(JobField.DELAY_EWMA_MS)),
+            lane=int(h.get(JobField.LANE) or LANE_FAST),
+            runs=int(h.get(JobField.RUNS) or 0),
+            skipped=int(h.get(JobField.SKIPPED) or 0),
+            lease_token=h.get(JobField.LEASE_TOKEN),
+            lease_expiry=float(expiry) if expiry else None,
+            enabled=h.get(JobField.DISABLED) != "1",
         )
 
     @property
@@ -198,7 +202,7 @@ def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[J
 def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: str) -> bool:
     """Whether ``lease_token`` still holds the job: a worker checks it before running a message
     that may have been reaped or deleted while it waited in the queue."""
-    return client.hget(keys.job(job_id), "lt") == lease_token
+    return client.hget(keys.job(job_id), JobField.LEASE_TOKEN) == lease_token
 
 
 @dataclass(frozen=True)

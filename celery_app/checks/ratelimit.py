@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import redis
 
 from celery_app.errors import CheckFieldError
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import BucketField, Keys
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,11 @@ def set_rate_limit(
         raise CheckFieldError("burst", f"must be a number >= 1, got {burst!r}")
     key = keys.rate_limit(tenant)
     pipe = client.pipeline()
-    pipe.hset(key, mapping={"rate": repr(float(per_minute)), "burst": repr(float(burst))})
-    pipe.hsetnx(key, "tokens", repr(float(burst)))
+    pipe.hset(
+        key,
+        mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
+    )
+    pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
     pipe.execute()
     return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
 
@@ -55,7 +58,7 @@ def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | 
         return None
     return RateLimit(
         tenant,
-        float(h["rate"]),
-        float(h["burst"]),
-        float(h["tokens"]) if h.get("tokens") else None,
+        float(h[BucketField.RATE]),
+        float(h[BucketField.BURST]),
+        float(h[BucketField.TOKENS]) if h.get(BucketField.TOKENS) else None,
     )

@@ -29,7 +29,7 @@ from celery_app.checks.definition import (
 )
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 from celery_app.settings import Settings
 from scheduling_core import Params
@@ -43,14 +43,14 @@ _RETRIES = 5
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
     """The job hash fields copied from the definition (tenant, weight, period, regions, spread):
     written by every reconcile, and by the repair after a restore."""
-    fields = {
-        "t": defn.tenant,
-        "w": str(defn.plan_weight),
-        "p": str(defn.period),
-        "g": ",".join(defn.regions),
+    fields: dict[str, str] = {
+        JobField.TENANT: defn.tenant,
+        JobField.PLAN_WEIGHT: str(defn.plan_weight),
+        JobField.PERIOD: str(defn.period),
+        JobField.REGIONS: ",".join(defn.regions),
     }
     if defn.region_spread is not None:
-        fields["s"] = repr(defn.region_spread)
+        fields[JobField.REGION_SPREAD] = repr(defn.region_spread)
     return fields
 
 

@@ -15,11 +15,11 @@ local now = tonumber(ARGV[1])
 -- Capacity: live workers (their heartbeat key exists) of this region.
 local total, slowcap = 0, 0
 for _, host in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-  local w = redis.call('HMGET', ARGV[3] .. host, 'role', 'concurrency')
+  local w = redis.call('HMGET', ARGV[3] .. host, WORKER.ROLE, WORKER.CONCURRENCY)
   if w[2] then
     local c = tonumber(w[2]) or 0
     total = total + c
-    if w[1] == 'shared' then slowcap = slowcap + c end
+    if w[1] == ROLE.SHARED then slowcap = slowcap + c end
   else
     redis.call('SREM', KEYS[5], host)  -- stale: its heartbeat expired
   end
@@ -44,7 +44,8 @@ local buckets = {}
 local function bucket(tenant)
   local b = buckets[tenant]
   if b == nil then
-    local v = redis.call('HMGET', ARGV[5] .. tenant, 'rate', 'burst', 'tokens', 'ts')
+    local v = redis.call('HMGET', ARGV[5] .. tenant, BUCKET.RATE, BUCKET.BURST, BUCKET.TOKENS,
+      BUCKET.UPDATED)
     if not v[1] then
       b = false
     else
@@ -65,12 +66,12 @@ end
 -- A rate-limited job's missed ticks are skipped runs: scheduled_at moves on to its latest tick,
 -- the effective deadline does not (it recedes, and wins the next token).
 local function account_skipped(key)
-  local v = redis.call('HMGET', key, 'sa', 'p')
+  local v = redis.call('HMGET', key, JOB.SCHEDULED_AT, JOB.PERIOD)
   local sa, period = tonumber(v[1]), tonumber(v[2])
   if sa and period and period > 0 and now >= sa + period then
     local missed = math.floor((now - sa) / period)
-    redis.call('HSET', key, 'sa', string.format('%.3f', sa + missed * period))
-    redis.call('HINCRBY', key, 'sk', missed)
+    redis.call('HSET', key, JOB.SCHEDULED_AT, string.format('%.3f', sa + missed * period))
+    redis.call('HINCRBY', key, JOB.SKIPPED, missed)
   end
 end
 
@@ -145,7 +146,7 @@ while free > 0 do
   end
   page.pos = page.pos + 2
   local key = ARGV[4] .. job
-  local v = redis.call('HMGET', key, 't', 'sa', 'c', 'p')
+  local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS, JOB.PERIOD)
   if not v[1] then
     redis.call('ZREM', ready_key, job)  -- the job was deleted: nothing to run
   else
@@ -163,7 +164,7 @@ while free > 0 do
       if not seq then seq = redis.call('INCR', KEYS[6]) end
       n = n + 1
       local token = seq .. '.' .. n
-      redis.call('HSET', key, 'lt', token, 'lx', ARGV[2])
+      redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, ARGV[2])
       redis.call('ZREM', ready_key, job)
       redis.call('ZADD', lease_key, ARGV[2], job)
       claims[#claims + 1] = job .. ' ' .. token .. ' ' .. v[2] .. ' ' .. ea .. ' ' ..
@@ -176,8 +177,8 @@ end
 
 for tenant, b in pairs(buckets) do
   if b then
-    redis.call('HSET', ARGV[5] .. tenant, 'tokens', string.format('%.6f', b.tokens), 'ts',
-      string.format('%.3f', b.ts))
+    redis.call('HSET', ARGV[5] .. tenant, BUCKET.TOKENS, string.format('%.6f', b.tokens),
+      BUCKET.UPDATED, string.format('%.3f', b.ts))
   end
 end
 return {total, slowcap, in_fast, in_slow, skipped, table.concat(claims, '\n')}

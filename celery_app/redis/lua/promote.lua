@@ -5,7 +5,7 @@
 -- Returns the number of jobs moved.
 local jobs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[4]))
 for _, job in ipairs(jobs) do
-  local v = redis.call('HMGET', ARGV[2] .. job, 'l', 'ea')
+  local v = redis.call('HMGET', ARGV[2] .. job, JOB.LANE, JOB.EFFECTIVE_AT)
   local region = string.match(job, '@([^@]+)$')
   if v[2] and region then
     local lane = (v[1] == '1') and 'slow' or 'fast'

@@ -14,7 +14,7 @@ local function lanes_of(prefix_kind, region)
 end
 
 for _, ch in ipairs(changes) do
-  local v = redis.call('HGET', P .. ':check:' .. ch.uid, 'v')
+  local v = redis.call('HGET', P .. ':check:' .. ch.uid, CHECK.VERSION)
   if ch.expect == -1 then
     if v then return {'exists', ch.uid} end
   elseif not v then
@@ -26,7 +26,7 @@ end
 
 -- Out of its tenant's held index (rate-limited jobs wait there instead of in ready).
 local function unhold(id, region, key)
-  local tenant = redis.call('HGET', key, 't')
+  local tenant = redis.call('HGET', key, JOB.TENANT)
   if tenant then
     redis.call('ZREM', P .. ':held:' .. region .. ':fast:' .. tenant, id)
     redis.call('ZREM', P .. ':held:' .. region .. ':slow:' .. tenant, id)
@@ -62,18 +62,18 @@ for _, ch in ipairs(changes) do
       args[#args + 1] = val
     end
     redis.call('HSET', ckey, unpack(args))
-    if not ch.check.s then redis.call('HDEL', ckey, 's') end
-    redis.call('HINCRBY', ckey, 'v', 1)
+    if not ch.check[CHECK.REGION_SPREAD] then redis.call('HDEL', ckey, CHECK.REGION_SPREAD) end
+    redis.call('HINCRBY', ckey, CHECK.VERSION, 1)
     redis.call('SADD', P .. ':checks', ch.uid)
-    if ch.old_tenant ~= '' and ch.old_tenant ~= ch.check.t then
+    if ch.old_tenant ~= '' and ch.old_tenant ~= ch.check[CHECK.TENANT] then
       redis.call('SREM', P .. ':tenant:' .. ch.old_tenant .. ':checks', ch.uid)
     end
-    redis.call('SADD', P .. ':tenant:' .. ch.check.t .. ':checks', ch.uid)
+    redis.call('SADD', P .. ':tenant:' .. ch.check[CHECK.TENANT] .. ':checks', ch.uid)
     for _, job in ipairs(ch.jobs or {}) do
       local key = P .. ':job:' .. job.id
       local region = string.match(job.id, '@([^@]+)$')
       local rf, rs = lanes_of('ready', region)
-      local leased = redis.call('HEXISTS', key, 'lt') == 1
+      local leased = redis.call('HEXISTS', key, JOB.LEASE_TOKEN) == 1
       if job.off or (job.place and not leased) then unhold(job.id, region, key) end
       local fargs = {}
       for k, val in pairs(job.f) do
@@ -81,16 +81,16 @@ for _, ch in ipairs(changes) do
         fargs[#fargs + 1] = val
       end
       redis.call('HSET', key, unpack(fargs))
-      if not job.f.s then redis.call('HDEL', key, 's') end
+      if not job.f[JOB.REGION_SPREAD] then redis.call('HDEL', key, JOB.REGION_SPREAD) end
       if job.off then
-        redis.call('HSET', key, 'off', '1')
+        redis.call('HSET', key, JOB.DISABLED, '1')
         redis.call('ZREM', P .. ':due', job.id)
         redis.call('ZREM', rf, job.id)
         redis.call('ZREM', rs, job.id)
       else
-        redis.call('HDEL', key, 'off')
+        redis.call('HDEL', key, JOB.DISABLED)
         if job.place and not leased then
-          redis.call('HSET', key, 'sa', job.sa, 'ea', job.ea)
+          redis.call('HSET', key, JOB.SCHEDULED_AT, job.sa, JOB.EFFECTIVE_AT, job.ea)
           redis.call('ZREM', rf, job.id)
           redis.call('ZREM', rs, job.id)
           redis.call('ZADD', P .. ':due', job.sa, job.id)
