@@ -10,7 +10,11 @@ from datetime import UTC, datetime
 
 import redis
 
+from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import JobField, Keys, WorkerField, check_queue
+
+#: The keys of every results-history record, whichever path wrote it (worker, kill, reaper).
+RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
 
 
 def at(seconds: float) -> datetime:

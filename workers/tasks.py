@@ -19,19 +19,24 @@ from celery.exceptions import Reject
 from celery_app.checks.definition import decode_check
 from celery_app.checks.jobs import JobState
 from celery_app.checks.kinds import get_kind
+from celery_app.checks.run_contract import (
+    RUN_CHECK_TASK,
+    BadRunMessage,
+    RunRequest,
+    max_timeout_s,
+)
 from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
+from scheduling_core import Params
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
-from workers.outcome import BadRunMessage, RunOutcome, RunRequest
+from workers.outcome import RunOutcome
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.runner import run_probe
 from workers.target_guard import AddressPolicy
 
 log = logging.getLogger(__name__)
-
-RUN_CHECK_TASK = "checkbeat.run_check"
 
 
 @shared_task(
@@ -43,17 +48,18 @@ RUN_CHECK_TASK = "checkbeat.run_check"
     ignore_result=True,
 )
 def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run one claimed job (kwargs: job_id, lease_token, scheduled_at, effective_scheduled_at,
-    timeout_s). A malformed message or an unknown job is rejected; a stale one is dropped."""
+    """Run one claimed job (kwargs: a ``run_contract.RunRequest``). A malformed message or an
+    unknown job is rejected; a stale one is dropped."""
+    settings = settings_of(self.app)
+    ceiling_s = max_timeout_s(Params.from_settings(settings))
     try:
         if args:
             raise BadRunMessage("takes keyword arguments only")
-        request = RunRequest.parse(kwargs)
+        request = RunRequest.parse(kwargs, max_timeout_s=ceiling_s)
     except BadRunMessage as exc:
         log.error("checkbeat: rejected run_check message %s: %s", self.request.id, exc)
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
-    settings = settings_of(self.app)
     client = get_redis(settings.redis_url)
     keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)

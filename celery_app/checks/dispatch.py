@@ -29,17 +29,16 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import redis
 from celery import Celery
 
 from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
-from celery_app.checks.run_contract import lease_seconds, run_check_message
+from celery_app.checks.run_contract import RunRecord, lease_seconds, run_check_message
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import LANE_NAMES, Keys
+from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
@@ -84,10 +83,6 @@ class TickReport:
     rate_limited: int = 0
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
-
-
-def _iso(seconds: float) -> str:
-    return from_unix(seconds).isoformat()
 
 
 def _as_unix(now: float | datetime | None) -> float:
@@ -296,21 +291,8 @@ class Dispatcher:
                     next_scheduled_at=next_at,
                 )
             )
-            # Same shape as the workers' history records, so reports read one format.
-            result: dict[str, Any] = {
-                "status": "lost",
-                "latency_ms": None,
-                "error_class": "lease_expired",
-                "error": "no completion within the hard time limit; the claim was reaped",
-                "region": job.region,
-                "scheduled_at": _iso(job.scheduled_at),
-                "started_at": None,
-                "finished_at": _iso(now_s),
-                "worker": None,
-                "timed_out": True,
-                "lane": LANE_NAMES[job.lane],
-            }
-            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, result))
+            record = RunRecord.lost(job_id, lane=job.lane, scheduled_at=job.scheduled_at, now=now_s)
+            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record))
         if orphans:
             # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
             pipe = self.redis.pipeline(transaction=False)

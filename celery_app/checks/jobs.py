@@ -37,10 +37,11 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 1. ``job = read_job(redis, keys, job_id)``; ``None`` means the check was deleted: drop the run.
 2. ``state = params.post_exec(job.post_exec_input(duration_ms=..., timed_out=...,
    exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure.
-3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, result)`` — one Lua
+3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, record)`` — one Lua
    call: if the job's lease token still equals ``lease_token`` it writes the EWMAs, lane and
    effective deadline, releases the lease, places the job in ``due`` at next_scheduled_at and
-   appends ``result`` to the capped results stream and the last-result hash, and returns True.
+   appends ``record`` (a :class:`~celery_app.checks.run_contract.RunRecord`) to the capped
+   results stream and the last-result hash, and returns True.
    Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
    never recorded twice. :func:`finish_run` does all three steps.
 4. ``celery_app.checks.dispatch.refill_after_run(app, region)`` when it returned True: claims and
@@ -49,7 +50,6 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -57,6 +57,7 @@ from typing import Any
 
 import redis
 
+from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
@@ -213,7 +214,7 @@ class CompletedRun:
     lease_token: str
     state: PostExecState
     next_scheduled_at: datetime
-    result: dict[str, Any] | None = None
+    record: RunRecord | None = None
 
 
 def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
@@ -237,7 +238,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             format_ts(to_unix(state.effective_scheduled_at)),
             int(state.lane),
             format_ts(to_unix(run.next_scheduled_at)),
-            "" if run.result is None else json.dumps(run.result, separators=(",", ":")),
+            "" if run.record is None else run.record.to_json(),
             region,
             maxlen,
             run.job_id,
@@ -268,12 +269,12 @@ def complete_run(
     lease_token: str,
     state: PostExecState,
     next_scheduled_at: datetime,
-    result: dict[str, Any] | None = None,
+    record: RunRecord | None = None,
     *,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> bool:
     """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
-    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, result)
+    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, record)
     return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
 
 
@@ -288,11 +289,12 @@ def finish_run(
     timed_out: bool,
     exec_start: datetime | None,
     now: datetime,
-    result: dict[str, Any] | None = None,
+    record: RunRecord | None = None,
     scheduled_at: float | None = None,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> bool:
-    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it.
+    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it (``record``
+    gets the lane the job was claimed in: the stored one, before this run moves it).
 
     False when the job is gone or its lease is no longer ``lease_token``.
     """
@@ -309,6 +311,8 @@ def finish_run(
             scheduled_at=scheduled_at,
         )
     )
+    if record is not None:
+        record = record.in_lane(job.lane)
     return complete_run(
-        client, keys, job_id, lease_token, state, next_at, result, results_maxlen=results_maxlen
+        client, keys, job_id, lease_token, state, next_at, record, results_maxlen=results_maxlen
     )

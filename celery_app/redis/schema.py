@@ -93,7 +93,7 @@ class ResultField(StrEnum):
     ``complete.lua``; ``Keys.last_result`` maps region -> the same record JSON."""
 
     REGION = "region"
-    RECORD = "result"  # the run record's JSON (``checks.run_contract.RunRecord``)
+    RECORD = "result"  # the JSON of a ``checks.run_contract.RunRecord``
 
 
 #: The field tables Lua scripts see, by the name they have there (see redis.scripts).
