@@ -111,7 +111,7 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
         promoted = dispatcher.promote(now)
         promote_s = time.perf_counter() - started
         started = time.perf_counter()
-        claims, _, _ = dispatcher.claim(now)
+        claims = dispatcher.claim(now).claims
         claim_s = time.perf_counter() - started
         started = time.perf_counter()
         dispatcher.publish(claims)

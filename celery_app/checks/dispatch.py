@@ -75,7 +75,19 @@ class RegionSlots:
 
 
 @dataclass(frozen=True)
+class ClaimResult:
+    """What one :meth:`Dispatcher.claim` took: the claims, per region what its claim script saw
+    first, and how many due jobs the tenants' token buckets turned away (held)."""
+
+    claims: tuple[Claim, ...] = ()
+    slots: dict[str, RegionSlots] = field(default_factory=dict)
+    rate_limited: int = 0
+
+
+@dataclass(frozen=True)
 class TickReport:
+    """What one :meth:`Dispatcher.tick` did."""
+
     now: float
     reaped: int = 0
     promoted: int = 0
@@ -126,15 +138,15 @@ class Dispatcher:
         now_s = _as_unix(now)
         reaped = self.reap(now_s)
         promoted = self.promote(now_s)
-        claims, slots, limited = self.claim(now_s)
-        published = self.publish(claims)
+        claimed = self.claim(now_s)
+        published = self.publish(claimed.claims)
         return TickReport(
             now=now_s,
             reaped=reaped,
             promoted=promoted,
-            claims=tuple(claims),
-            rate_limited=limited,
-            slots=slots,
+            claims=claimed.claims,
+            rate_limited=claimed.rate_limited,
+            slots=claimed.slots,
             published=published,
         )
 
@@ -142,11 +154,11 @@ class Dispatcher:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
         now_s = _as_unix(now)
         self.promote(now_s)
-        claims, _, _ = self.claim(
+        claims = self.claim(
             now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
-        )
+        ).claims
         self.publish(claims)
-        return tuple(claims)
+        return claims
 
     def promote(self, now_s: float) -> int:
         total = 0
@@ -167,7 +179,7 @@ class Dispatcher:
         regions: Sequence[str] | None = None,
         *,
         rate_limited_scan: int = RATE_LIMITED_SCAN,
-    ) -> tuple[list[Claim], dict[str, RegionSlots], int]:
+    ) -> ClaimResult:
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
         limited = 0
@@ -219,7 +231,7 @@ class Dispatcher:
                     got += 1
                 if got < CLAIM_BATCH:
                     break
-        return claims, slots, limited
+        return ClaimResult(tuple(claims), slots, limited)
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
         return [
