@@ -33,8 +33,9 @@ from datetime import datetime
 import redis
 from celery import Celery
 
+from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
 from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
-from celery_app.checks.run_contract import RunRecord, lease_seconds, run_check_message
+from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
@@ -49,29 +50,6 @@ CLAIM_BATCH = 2000
 RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per call
 # A refill runs after every finished run: it moves fewer, the next tick does the rest.
 REFILL_RATE_LIMITED_SCAN = 200
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One job claimed in this tick."""
-
-    job_id: str
-    region: str
-    lane: int
-    lease_token: str
-    scheduled_at: float
-    effective_scheduled_at: float
-    cost_ewma_ms: float
-
-
-@dataclass(frozen=True)
-class RegionSlots:
-    """What the claim script saw in a region (before this tick's claims)."""
-
-    total: int
-    slow_capacity: int
-    in_flight_fast: int
-    in_flight_slow: int
 
 
 @dataclass(frozen=True)
@@ -126,6 +104,7 @@ class Dispatcher:
         self.regions = tuple(regions or settings.regions)
         self.lease_s = lease_seconds(self.params, settings.lease_margin)
         self._publisher = publisher
+        self._claimers: dict[str, RegionClaimer] = {}
 
     @property
     def publisher(self) -> Publisher:
@@ -161,17 +140,7 @@ class Dispatcher:
         return claims
 
     def promote(self, now_s: float) -> int:
-        total = 0
-        while True:
-            moved = run_script(
-                self.redis,
-                "promote",
-                keys=[self.keys.due()],
-                args=[repr(now_s), self.keys.job_prefix(), self.keys.ready_prefix(), PROMOTE_BATCH],
-            )
-            total += moved
-            if moved < PROMOTE_BATCH:
-                return total
+        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
 
     def claim(
         self,
@@ -180,66 +149,29 @@ class Dispatcher:
         *,
         rate_limited_scan: int = RATE_LIMITED_SCAN,
     ) -> ClaimResult:
+        """Claim the free slots of each region (two phases, see :mod:`claiming`)."""
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
         limited = 0
-        expiry = f"{now_s + self.lease_s:.3f}"
+        expiry = now_s + self.lease_s
         for region in regions or self.regions:
-            first = True
-            while True:
-                total, slow, in_fast, in_slow, skipped, lines = run_script(
-                    self.redis,
-                    "claim",
-                    keys=[
-                        self.keys.ready(region, LANE_FAST),
-                        self.keys.ready(region, LANE_SLOW),
-                        self.keys.leases(region, LANE_FAST),
-                        self.keys.leases(region, LANE_SLOW),
-                        self.keys.region_workers(region),
-                        self.keys.lease_seq(),
-                        self.keys.held_tenants(region),
-                    ],
-                    args=[
-                        repr(now_s),
-                        expiry,
-                        self.keys.worker_prefix(),
-                        self.keys.job_prefix(),
-                        self.keys.rate_limit_prefix(),
-                        CLAIM_BATCH,
-                        rate_limited_scan,
-                        self.keys.held_prefix(region),
-                    ],
-                )
-                if first:
-                    slots[region] = RegionSlots(total, slow, in_fast, in_slow)
-                    first = False
-                limited += skipped
-                got = 0
-                for line in lines.splitlines() if lines else ():
-                    job, token, sched, effective, cost, lane = line.split(" ")
-                    claims.append(
-                        Claim(
-                            job_id=job,
-                            region=region,
-                            lane=int(lane),
-                            lease_token=token,
-                            scheduled_at=float(sched),
-                            effective_scheduled_at=float(effective),
-                            cost_ewma_ms=float(cost),
-                        )
-                    )
-                    got += 1
-                if got < CLAIM_BATCH:
-                    break
+            claimer = self._claimers.get(region)
+            if claimer is None:
+                claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
+            taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+            slots[region] = taken.slots
+            claims.extend(taken.claims)
+            limited += taken.rate_limited
         return ClaimResult(tuple(claims), slots, limited)
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
+        build = RunMessages(self.params).message
         return [
-            run_check_message(
-                self.params,
+            build(
                 job_id=c.job_id,
-                lease_token=c.lease_token,
+                region=c.region,
                 lane=c.lane,
+                lease_token=c.lease_token,
                 scheduled_at=c.scheduled_at,
                 effective_scheduled_at=c.effective_scheduled_at,
                 cost_ewma_ms=c.cost_ewma_ms,

@@ -7,6 +7,10 @@ smaller than the tenant's demand every check still runs, within ceil(demand / ra
 instead of the same checks losing every window (the seed's 7.5-hour starvation). Each tick a
 held job misses is counted as a skipped run (``sk``) and its scheduled_at moves on to the latest
 tick. Held jobs are out of the ready index, so they never hold back other tenants' claims.
+
+Every tenant with a bucket is in ``Keys.rate_limited_tenants`` (written in the bucket's own
+transaction): the claim declares those buckets in its KEYS, and treats any other tenant as
+unlimited. A bucket written around this module is found by the repair (:func:`index_rate_limits`).
 """
 
 from __future__ import annotations
@@ -37,19 +41,38 @@ def set_rate_limit(
     if not (isinstance(burst, int | float) and math.isfinite(burst) and burst >= 1):
         raise CheckFieldError("burst", f"must be a number >= 1, got {burst!r}")
     key = keys.rate_limit(tenant)
-    pipe = client.pipeline()
+    pipe = client.pipeline()  # one transaction: a bucket is never outside the index
     pipe.hset(
         key,
         mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
     )
     pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
+    pipe.sadd(keys.rate_limited_tenants(), tenant)
     pipe.execute()
     return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
 
 
 def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
     """Remove the bucket: the tenant is unlimited again. False if it had none."""
-    return bool(client.delete(keys.rate_limit(tenant)))
+    pipe = client.pipeline()
+    pipe.delete(keys.rate_limit(tenant))
+    pipe.srem(keys.rate_limited_tenants(), tenant)
+    deleted, _ = pipe.execute()
+    return bool(deleted)
+
+
+def index_rate_limits(client: redis.Redis, keys: Keys) -> list[str]:
+    """Add every bucket's tenant missing from ``Keys.rate_limited_tenants`` (buckets written
+    before the index existed, or by hand); the tenants added. The repair runs it."""
+    head = keys.rate_limit("")
+    tenants = [
+        key[len(head) :] for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash")
+    ]
+    indexed = client.smembers(keys.rate_limited_tenants())
+    missing = sorted(set(tenants) - indexed)
+    if missing:
+        client.sadd(keys.rate_limited_tenants(), *missing)
+    return missing
 
 
 def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | None:

@@ -136,6 +136,23 @@ def _timeout(kwargs: Mapping[str, Any], ceiling_s: float) -> float:
     return float(value)
 
 
+def run_kwargs(
+    job_id: str,
+    lease_token: str,
+    scheduled_at: float,
+    effective_scheduled_at: float,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """The wire form of a :class:`RunRequest` (built without one on the dispatcher's hot path)."""
+    return {
+        "job_id": job_id,
+        "lease_token": lease_token,
+        "scheduled_at": scheduled_at,
+        "effective_scheduled_at": effective_scheduled_at,
+        "timeout_s": timeout_s,
+    }
+
+
 @dataclass(frozen=True)
 class RunRequest:
     """The kwargs of one ``checkbeat.run_check`` message (build with :meth:`parse` when they
@@ -156,13 +173,13 @@ class RunRequest:
         return split_job_id(self.job_id)[1]
 
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "lease_token": self.lease_token,
-            "scheduled_at": self.scheduled_at,
-            "effective_scheduled_at": self.effective_scheduled_at,
-            "timeout_s": self.timeout_s,
-        }
+        return run_kwargs(
+            self.job_id,
+            self.lease_token,
+            self.scheduled_at,
+            self.effective_scheduled_at,
+            self.timeout_s,
+        )
 
     @classmethod
     def parse(cls, kwargs: Mapping[str, Any] | None, *, max_timeout_s: float) -> RunRequest:
@@ -183,26 +200,40 @@ class RunRequest:
         return cls(job_id, lease_token, scheduled_at, effective_scheduled_at, timeout_s)
 
 
-def run_check_message(
-    params: Params,
-    *,
-    job_id: str,
-    lease_token: str,
-    lane: int,
-    scheduled_at: float,
-    effective_scheduled_at: float,
-    cost_ewma_ms: float,
-) -> TaskMessage:
-    """The TaskMessage the dispatcher publishes for one claimed job."""
-    soft, hard = time_limits(params, cost_ewma_ms)
-    request = RunRequest(job_id, lease_token, scheduled_at, effective_scheduled_at, soft)
-    return TaskMessage(
-        name=RUN_CHECK_TASK,
-        queue=check_queue(request.region, lane),
-        kwargs=request.kwargs(),
-        time_limit=hard,
-        soft_time_limit=soft,
-    )
+class RunMessages:
+    """Builds the TaskMessage of each claimed job; one per batch (a tick publishes thousands:
+    the time limits are computed once per distinct cost EWMA, the queue once per lane)."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self._limits: dict[float, tuple[float, float]] = {}
+        self._queues: dict[tuple[str, int], str] = {}
+
+    def message(
+        self,
+        *,
+        job_id: str,
+        region: str,
+        lane: int,
+        lease_token: str,
+        scheduled_at: float,
+        effective_scheduled_at: float,
+        cost_ewma_ms: float,
+    ) -> TaskMessage:
+        limits = self._limits.get(cost_ewma_ms)
+        if limits is None:
+            limits = self._limits[cost_ewma_ms] = time_limits(self.params, cost_ewma_ms)
+        queue = self._queues.get((region, lane))
+        if queue is None:
+            queue = self._queues[region, lane] = check_queue(region, lane)
+        soft, hard = limits
+        return TaskMessage(
+            name=RUN_CHECK_TASK,
+            queue=queue,
+            kwargs=run_kwargs(job_id, lease_token, scheduled_at, effective_scheduled_at, soft),
+            time_limit=hard,
+            soft_time_limit=soft,
+        )
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -215,29 +215,9 @@ class Keys:
         """Set of tenants with held jobs in a region."""
         return f"{self.prefix}:heldtenants:{region}"
 
-    def held_prefix(self, region: str) -> str:
-        """``held(r, lane, t) == held_prefix(r) + f"{LANE_NAMES[lane]}:{t}"`` (for Lua)."""
-        return f"{self.prefix}:held:{region}:"
-
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
         return f"{self.prefix}:leaseseq"
-
-    def job_prefix(self) -> str:
-        """``job(x) == job_prefix() + x``: Lua scripts build job keys from ids with it."""
-        return f"{self.prefix}:job:"
-
-    def ready_prefix(self) -> str:
-        """``ready(r, lane) == ready_prefix() + f"{r}:{LANE_NAMES[lane]}"`` (for Lua)."""
-        return f"{self.prefix}:ready:"
-
-    def worker_prefix(self) -> str:
-        """``worker(h) == worker_prefix() + h`` (for Lua)."""
-        return f"{self.prefix}:worker:"
-
-    def rate_limit_prefix(self) -> str:
-        """``rate_limit(t) == rate_limit_prefix() + t`` (for Lua)."""
-        return f"{self.prefix}:ratelimit:"
 
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
@@ -250,6 +230,12 @@ class Keys:
     def rate_limit(self, tenant: str) -> str:
         """Hash: a tenant's token bucket (rate per minute, burst, tokens, updated)."""
         return f"{self.prefix}:ratelimit:{tenant}"
+
+    def rate_limited_tenants(self) -> str:
+        """Set of the tenants that have a token bucket: written with the bucket in one
+        transaction, so a claim can declare every bucket it may spend without reading the
+        tenant of each candidate first."""
+        return f"{self.prefix}:ratelimited"
 
     # --- workers ----------------------------------------------------------------------------
     def worker(self, hostname: str) -> str:
