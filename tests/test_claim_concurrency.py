@@ -18,6 +18,7 @@ from celery_app.checks.claiming import RegionClaimer, promote_due
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import set_rate_limit
+from celery_app.redis.schema import JobField
 
 pytest_plugins = ["checks_fixtures"]
 
@@ -199,7 +200,7 @@ def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
         now += 1.0
         for job in fast + slow:
             if rng.random() < 0.6:
-                token = r.hget(keys.job(job), "lt")
+                token = r.hget(keys.job(job), JobField.LEASE_TOKEN)
                 assert finish_run(
                     r,
                     keys,
