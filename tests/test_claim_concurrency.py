@@ -14,7 +14,7 @@ import pytest
 import redis
 from checks_helpers import at, learned, register_fake_worker
 
-from celery_app.checks.claiming import RegionClaimer, promote_due
+from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import set_rate_limit
@@ -67,7 +67,7 @@ def test_a_claim_never_takes_what_another_claimed_after_it_read(r, keys, store):
     # ... so A skips them (no longer ready) and the script's own count leaves A 6 slots
     assert slots.in_flight_fast == 4
     assert [c.job_id for c in got] == ids[4:10]
-    assert stop == "full"
+    assert stop == ClaimStop.FULL
     assert sorted(leased(r, keys)) == sorted(ids[:10])
     assert len({c.lease_token for c in taken + got}) == 10
 
@@ -81,7 +81,7 @@ def test_a_claim_whose_slots_were_taken_meanwhile_claims_nothing(r, keys, store)
     read = a._read(state, 32, T0 + 1)
     assert len(b.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 5
     slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 5, 100)
-    assert (got, stop, slots.free) == ([], "full", 0)
+    assert (got, stop, slots.free) == ([], ClaimStop.FULL, 0)
     assert len(leased(r, keys)) == 5
 
 
@@ -135,7 +135,7 @@ def test_a_tenant_limited_after_the_read_is_not_claimed_past_its_bucket(r, keys,
     read = a._read(state, 32, T0 + 1)
     set_rate_limit(r, keys, "acme", per_minute=1, burst=2)
     _slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 6, 100)
-    assert (got, stop) == ([], "more")  # the undeclared bucket: nothing taken, read again
+    assert (got, stop) == ([], ClaimStop.MORE)  # the undeclared bucket: nothing taken, read again
     again = a.claim(T0 + 1, EXPIRY, batch=6, max_holds=100)
     assert [c.job_id for c in again.claims] == ids[:2] and again.rate_limited == 4
 

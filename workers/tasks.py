@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from enum import StrEnum
 from typing import Any
 
 from celery import shared_task
@@ -37,6 +38,13 @@ from workers.runner import run_probe
 from workers.target_guard import AddressPolicy
 
 log = logging.getLogger(__name__)
+
+
+class Discarded(StrEnum):
+    """Why a well-formed run message was dropped without probing (the task's return value)."""
+
+    CHECK_DELETED = "its check was deleted"
+    LEASE_GONE = "its lease was reaped or replaced"
 
 
 @shared_task(
@@ -73,9 +81,9 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"unknown job id {request.job_id!r}", requeue=False)
     job = JobState.from_hash(request.job_id, job_hash)
     if job.lease_token != request.lease_token or not check_hash:
-        why = "its check was deleted" if not check_hash else "its lease was reaped or replaced"
+        why = Discarded.CHECK_DELETED if not check_hash else Discarded.LEASE_GONE
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
-        return {"discarded": why}
+        return {"discarded": str(why)}
 
     check = decode_check(request.uid, check_hash).definition
     context = ProbeContext(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from celery_app.redis.schema import Keys, split_job_id
@@ -17,6 +18,16 @@ from celery_app.redis.scripts import KeyTable
 from scheduling_core import LANE_FAST, LANE_SLOW
 
 MUST_NOT_EXIST = -1
+
+
+class StoreStatus(StrEnum):
+    """The first element of store.lua's reply (the second names the refused check)."""
+
+    OK = "ok"
+    EXISTS = "exists"  # a create found the check
+    CONFLICT = "conflict"  # its version changed since it was read
+    MISSING = "missing"  # an update or delete found no check
+    STALE = "stale"  # a job hash holds another tenant than declared: read the jobs again
 
 
 @dataclass(frozen=True)

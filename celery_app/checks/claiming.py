@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import redis
@@ -38,6 +39,15 @@ MIN_READ = 32
 MAX_IDLE_ROUNDS = 8
 #: Rate-limited tenants a claim declares outright; with more, it reads the candidates' tenants.
 MAX_DECLARED_TENANTS = 128
+
+
+class ClaimStop(StrEnum):
+    """Why a claim script stopped (its reply's ``stop``)."""
+
+    FULL = "full"  # no free slot left (or the call's batch was taken)
+    LIMIT = "limit"  # the hold limit for rate-limited jobs was reached
+    MORE = "more"  # candidates ran out while the index may hold more, or some were stale
+    DONE = "done"  # every candidate was seen and the indexes hold no more
 
 
 @dataclass(frozen=True)
@@ -189,9 +199,9 @@ class RegionClaimer:
             result.claims.extend(got)
             result.rate_limited += holds
             idle = 0 if got or holds else idle + 1
-            if stop == "more":
+            if stop == ClaimStop.MORE:
                 depth = min(depth * 2, 64) if holds else 1
-            elif not (stop == "full" and len(got) == free and slots.free > free):
+            elif not (stop == ClaimStop.FULL and len(got) == free and slots.free > free):
                 break
         assert result is not None
         return result
@@ -218,16 +228,17 @@ class RegionClaimer:
             for host in missing:
                 pipe.hmget(k.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
             workers.update(zip(missing, map(tuple, pipe.execute()), strict=True))
-        self._workers = {h: workers[h] for h in sorted(hosts)}
+        current = {h: workers[h] for h in sorted(hosts)}
+        self._workers = current  # a refill may run in several threads: each uses its own view
         total = slow = 0
-        for role, concurrency in self._workers.values():
+        for role, concurrency in current.values():
             if concurrency is not None:
                 total += int(concurrency)
                 if role == WorkerRoleName.SHARED:
                     slow += int(concurrency)
-        stale = any(concurrency is None for _, concurrency in self._workers.values())
+        stale = any(concurrency is None for _, concurrency in current.values())
         slots = RegionSlots(total, slow, in_fast, in_slow)
-        return _State(list(self._workers), sorted(held), limited, slots, stale)
+        return _State(list(current), sorted(held), limited, slots, stale)
 
     def _read(self, state: _State, size: int, now_s: float) -> _Read:
         """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
@@ -283,7 +294,7 @@ class RegionClaimer:
         expiry_s: float,
         max_claims: int,
         max_holds: int,
-    ) -> tuple[RegionSlots, str, list[Claim], int]:
+    ) -> tuple[RegionSlots, ClaimStop, list[Claim], int]:
         k, region = self.keys, self.region
         tenants = self._declared_tenants(state, read) if max_claims else []
         tenant_number = {t: n for n, t in enumerate(tenants, start=1)}
@@ -346,6 +357,7 @@ class RegionClaimer:
             ],
         )
         slots = RegionSlots(total, slow, in_fast, in_slow)
+        stop = ClaimStop(stop)
         if not lines:
             return slots, stop, [], holds
         claims = []

@@ -1,10 +1,12 @@
 """The check dispatcher: due -> ready -> claimed and published, and expired leases reaped.
 
 Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (a driver of ``beat.CronScheduler``,
-``tick(now)``); any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
+``tick(now)``); any number of beats may, since every write is an atomic Lua call on Redis that
+re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Per tick:
 
 1. reap: leases that expired (worker killed, message lost) are finished as timed-out runs
-   (cost pinned to the ceiling by ``post_exec``), recorded as lost, rescheduled at the next tick;
+   (cost pinned to the ceiling by ``post_exec``), recorded as lost (the run contract's
+   ``RunRecord.lost``, the workers' record shape), rescheduled at the next tick;
 2. promote: due jobs (scheduled_at <= now) enter their (region, lane) ready index at their
    stored effective deadline;
 3. claim: per region, as many jobs as the live workers have free slots, lowest effective
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
-RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per call
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per region
 # A refill runs after every finished run: it moves fewer, the next tick does the rest.
 REFILL_RATE_LIMITED_SCAN = 200
 

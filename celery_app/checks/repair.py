@@ -25,7 +25,7 @@ from datetime import datetime
 
 import redis
 
-from celery_app.checks.changes import CheckChange, JobChange, encode_changes
+from celery_app.checks.changes import CheckChange, JobChange, StoreStatus, encode_changes
 from celery_app.checks.definition import StoredCheck, decode_check, encode_check
 from celery_app.checks.jobs import JobState, format_ts, to_unix
 from celery_app.checks.ratelimit import index_rate_limits
@@ -153,7 +153,7 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
                 planned.append((s.definition.uid, to_place))
         statuses = [st for st in writes.execute() if isinstance(st, list)]
         for (uid, to_place), status in zip(planned, statuses, strict=True):
-            if status[0] == "ok":
+            if status[0] == StoreStatus.OK:
                 placed.extend(to_place)
             else:
                 conflicts.append(uid)

@@ -25,6 +25,7 @@ from celery_app.checks.changes import (
     CheckChange,
     JobChange,
     JobRemoval,
+    StoreStatus,
     encode_changes,
 )
 from celery_app.checks.definition import (
@@ -192,7 +193,7 @@ class CheckStore:
         """Create in one call; a batch refused as stale (a leftover job hash holds another
         tenant) is planned again with the jobs read."""
         status = self._apply([plan_change(None, d, {}, when, self.params) for d in definitions])
-        if status[0] == "stale":
+        if status[0] == StoreStatus.STALE:
             jobs = self._read_jobs(j for d in definitions for j in d.job_ids())
             changes = [plan_change(None, d, jobs, when, self.params) for d in definitions]
             status = self._apply(changes)
@@ -205,7 +206,7 @@ class CheckStore:
         """Validate and create a check; CheckExists if the uid is taken."""
         defn = validate_definition(self.settings, **raw)
         status = self._create([defn], self._now(now))
-        if status[0] == "exists":
+        if status[0] == StoreStatus.EXISTS:
             raise CheckExists(f"check {defn.uid!r} already exists (use update)")
         return defn
 
@@ -224,9 +225,9 @@ class CheckStore:
             for b in batches:
                 self._apply([plan_change(None, d, {}, when, self.params) for d in b], pipe)
             for b, status in zip(batches, pipe.execute(), strict=True):
-                if status[0] == "stale":
+                if status[0] == StoreStatus.STALE:
                     status = self._create(b, when)
-                if status[0] != "ok":
+                if status[0] != StoreStatus.OK:
                     raise CheckExists(f"check {status[1]!r} already exists")
             batches.clear()
 
@@ -251,9 +252,9 @@ class CheckStore:
             ids = old.definition.job_ids() + (new.job_ids() if new else [])
             jobs = self._read_jobs(ids)
             status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
-            if status[0] == "ok":
+            if status[0] == StoreStatus.OK:
                 return new
-            if status[0] == "missing":
+            if status[0] == StoreStatus.MISSING:
                 raise CheckNotFound(uid)
             # conflict or stale: it changed while we planned; read it again
         raise ConcurrentUpdate(f"check {uid!r} changed {_RETRIES} times while being updated")
