@@ -10,7 +10,10 @@ import each other; this module is what they agree on.
 - **Request**: :class:`RunRequest`, the message kwargs (JSON, keyword arguments only):
   ``job_id`` (``<uid>@<region>``), ``lease_token``, ``scheduled_at`` and
   ``effective_scheduled_at`` (Unix s), ``timeout_s`` (the soft limit). :meth:`RunRequest.parse`
-  is strict; extra fields are ignored so a newer dispatcher may add some before workers update.
+  is strict: present, typed (no coercion), finite, in range (times in [0, :data:`MAX_UNIX_S`],
+  0 < ``timeout_s`` <= :func:`max_timeout_s`, ids of at most :data:`MAX_ID_CHARS` characters
+  without whitespace), else :class:`BadRunMessage` naming the field. Extra fields are ignored
+  so a newer dispatcher may add some before the workers update.
 - **Record**: :class:`RunRecord`, the JSON each run appends to the check's results stream and
   last-result hash (``schema.ResultField``). Every path writes the same keys: a probe that ran,
   a run killed by its hard limit or lost with its process, and a lease the reaper found expired
