@@ -30,7 +30,7 @@ from celery_app.checks.store import CheckStore
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.publish import KombuBatchPublisher
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
 from celery_app.settings import load_settings
 
 REGIONS = ["eu", "us", "ap"]
@@ -97,7 +97,12 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
         for region in REGIONS:
             state.hset(
                 keys.worker(f"bench-{region}"),
-                mapping={"region": region, "role": "shared", "queues": "", "concurrency": jobs},
+                mapping={
+                    WorkerField.REGION: region,
+                    WorkerField.ROLE: WorkerRoleName.SHARED,
+                    WorkerField.QUEUES: "",
+                    WorkerField.CONCURRENCY: jobs,
+                },
             )
             state.sadd(keys.region_workers(region), f"bench-{region}")
         dispatcher = Dispatcher(app, client=state)
@@ -106,7 +111,7 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
         promoted = dispatcher.promote(now)
         promote_s = time.perf_counter() - started
         started = time.perf_counter()
-        claims, _, _ = dispatcher.claim(now)
+        claims = dispatcher.claim(now).claims
         claim_s = time.perf_counter() - started
         started = time.perf_counter()
         dispatcher.publish(claims)

@@ -8,11 +8,13 @@ import pytest
 from support.checks import at
 
 from celery_app.checks.jobs import CompletedRun, complete_runs, read_job
+from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError
 from scheduling_core import PostExecState
 
 NOW = at(1_780_000_000.25)
+UP_RECORD = RunRecord(RunStatus.UP, "eu", finished_at=NOW.timestamp())
 
 
 def add(store: CheckStore, uid: str = "c1", **kw):
@@ -173,7 +175,7 @@ def test_delete_removes_jobs_leases_and_discards_a_started_run(store, r, keys):
     assert r.dbsize() == 0, r.keys("*")
     state = PostExecState(10.0, 0.0, at(eu.scheduled_at), 0)
     done = complete_runs(
-        r, keys, [CompletedRun("c1@eu", "tok", state, at(eu.scheduled_at + 60), {"ok": True})]
+        r, keys, [CompletedRun("c1@eu", "tok", state, at(eu.scheduled_at + 60), UP_RECORD)]
     )
     assert done == [False]
     assert r.dbsize() == 0

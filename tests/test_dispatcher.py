@@ -6,11 +6,11 @@ import json
 import threading
 
 import pytest
-from support.checks import at, learned, register_fake_worker
+from support.checks import RECORD_KEYS, at, learned, register_fake_worker
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import complete_run, read_job
-from celery_app.checks.run_contract import RUN_CHECK_TASK, RunCheck
+from celery_app.checks.run_contract import RUN_CHECK_TASK, RunRequest, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import check_queue
 from celery_app.settings import load_settings
@@ -182,7 +182,8 @@ def test_published_message_carries_the_claim_and_time_limits(
     assert raw["headers"]["task"] == RUN_CHECK_TASK
     assert raw["headers"]["timelimit"] == [17.0, 15.0]
     _args, kwargs, _ = json.loads(base64.b64decode(raw["body"]))
-    msg = RunCheck.from_kwargs(kwargs)
+    msg = RunRequest.parse(kwargs, max_timeout_s=17.0)
+    assert kwargs == msg.kwargs()  # the wire form is exactly the request, nothing else
     assert msg.job_id == "c000@eu" and msg.lease_token == claim.lease_token
     assert msg.scheduled_at == pytest.approx(T0) and msg.timeout_s == 15.0
     job = read_job(r, keys, "c000@eu")
@@ -233,7 +234,8 @@ def test_expired_lease_is_reaped_once_as_a_lost_timed_out_run(
     assert job.scheduled_at > expired
     assert r.zscore(keys.due(), "c000@eu") == pytest.approx(job.scheduled_at)
     last = json.loads(r.hget(keys.last_result("c000"), "eu"))
-    assert last["status"] == "lost"
+    assert last["status"] == RunStatus.LOST and set(last) == RECORD_KEYS  # the workers' shape
+    assert (last["lane"], last["error_class"], last["timed_out"]) == ("fast", "lost", True)
     # the worker finishing late is discarded: its token was reaped
     state = PostExecState(100.0, 0.0, at(T0 + 60), 0)
     assert not complete_run(r, keys, "c000@eu", claim.lease_token, state, at(T0 + 60))

@@ -8,9 +8,14 @@ import pytest
 from support.checks import at
 
 from celery_app.checks.jobs import complete_run, finish_run, lease_is_current, read_job
+from celery_app.checks.run_contract import RunRecord, RunStatus
 from scheduling_core import Params, PostExecState
 
 NOW = at(1_780_000_000.0)
+
+
+def record(**kw) -> RunRecord:
+    return RunRecord(RunStatus.UP, "eu", finished_at=NOW.timestamp(), **kw)
 
 
 @pytest.fixture
@@ -40,7 +45,8 @@ def test_complete_writes_state_releases_lease_places_job_and_records_result(r, k
     )
     nxt = at(leased.scheduled_at + 60)
     assert lease_is_current(r, keys, "c1@eu", "7.1")
-    assert complete_run(r, keys, "c1@eu", "7.1", state, nxt, {"ok": True, "ms": 1200}) is True
+    done = record(latency_ms=1200.0, lane="fast")
+    assert complete_run(r, keys, "c1@eu", "7.1", state, nxt, done) is True
     job = read_job(r, keys, "c1@eu")
     assert (job.cost_ewma_ms, job.delay_ewma_ms, job.lane, job.runs) == (1200.0, 15.0, 1, 1)
     assert job.effective_scheduled_at == pytest.approx(leased.scheduled_at + 62.4)
@@ -48,13 +54,47 @@ def test_complete_writes_state_releases_lease_places_job_and_records_result(r, k
     assert r.zscore(keys.due(), "c1@eu") == pytest.approx(nxt.timestamp())
     assert r.zcard(keys.leases("eu", 0)) == 0
     entries = r.xrange(keys.results("c1"))
-    assert [json.loads(e[1]["result"]) for e in entries] == [{"ok": True, "ms": 1200}]
-    assert json.loads(r.hget(keys.last_result("c1"), "eu")) == {"ok": True, "ms": 1200}
+    assert [json.loads(e[1]["result"]) for e in entries] == [done.as_dict()]
+    assert [e[1]["region"] for e in entries] == ["eu"]
+    assert json.loads(r.hget(keys.last_result("c1"), "eu")) == done.as_dict()
     # the same token again (a late duplicate, or the reaper racing the worker): nothing written
-    assert complete_run(r, keys, "c1@eu", "7.1", state, at(nxt.timestamp() + 60), {"x": 1}) is False
+    assert complete_run(r, keys, "c1@eu", "7.1", state, at(nxt.timestamp() + 60), record()) is False
     assert read_job(r, keys, "c1@eu").runs == 1
     assert len(r.xrange(keys.results("c1"))) == 1
     assert not lease_is_current(r, keys, "c1@eu", "7.1")
+
+
+def test_a_record_has_one_documented_shape():
+    assert list(record().as_dict()) == [
+        "status",
+        "region",
+        "lane",
+        "queue",
+        "worker",
+        "scheduled_at",
+        "started_at",
+        "finished_at",
+        "latency_ms",
+        "duration_ms",
+        "timed_out",
+        "timeout_s",
+        "error_class",
+        "error",
+        "detail",
+    ]
+    lost = RunRecord.lost("c1@eu", lane=1, scheduled_at=NOW.timestamp(), now=NOW.timestamp() + 30)
+    assert list(lost.as_dict()) == list(record().as_dict())
+    assert lost.as_dict() | {"error": None} == {
+        **dict.fromkeys(record().as_dict()),
+        "status": "lost",
+        "region": "eu",
+        "lane": "slow",
+        "scheduled_at": NOW.isoformat(),
+        "finished_at": at(NOW.timestamp() + 30).isoformat(),
+        "timed_out": True,
+        "error_class": "lost",
+        "detail": {},
+    }
 
 
 def test_wrong_token_writes_nothing(r, keys, leased):
@@ -77,9 +117,12 @@ def test_finish_run_folds_post_exec_and_next_tick(r, keys, leased):
         timed_out=False,
         exec_start=at(leased.scheduled_at + 0.5),
         now=now,
-        result={"ok": True},
+        record=record(),
     )
     job = read_job(r, keys, "c1@eu")
+    # the record carries the lane the run was claimed in (fast), not the one it moves to
+    (last,) = [json.loads(e[1]["result"]) for e in r.xrange(keys.results("c1"))]
+    assert last["lane"] == "fast" and last["status"] == "up"
     assert job.cost_ewma_ms == 2000.0 and job.lane == 1
     assert job.delay_ewma_ms == pytest.approx(500.0)
     # the next tick is on the job's phase second; next_aligned carries now's sub-second part
@@ -98,7 +141,7 @@ def test_results_stream_is_capped(r, keys, leased):
             f"t{i}",
             state,
             at(leased.scheduled_at + 60),
-            {"i": i},
+            record(latency_ms=float(i)),
             results_maxlen=20,
         )
     assert r.xlen(keys.results("c1")) < 120

@@ -10,6 +10,7 @@ from support.checks import at, learned, register_fake_worker
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run, read_job
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.errors import CheckFieldError
 
 T0 = 1_780_000_000.0
@@ -44,7 +45,7 @@ def simulate(r, keys, store, app, minutes: int, *, step: float = 1.0):
                 timed_out=False,
                 exec_start=at(now),
                 now=at(now + 0.05),
-                result={"ok": True},
+                record=RunRecord(RunStatus.UP, "eu", finished_at=now + 0.05),
             )
             runs[claim.job_id].append(now)
         now += step

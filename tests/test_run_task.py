@@ -13,13 +13,14 @@ import time
 
 import pytest
 from celery.signals import task_postrun
+from support.checks import RECORD_KEYS
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
+from celery_app.checks.run_contract import BadRunMessage, RunRequest
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, check_queue, job_id
 from celery_app.settings import load_settings
-from workers.outcome import BadRunMessage, RunRequest
 
 KEYS = Keys("cbtest")
 QUEUES = [check_queue("local", "fast"), check_queue("local", "slow")]
@@ -78,6 +79,8 @@ def test_a_run_records_its_result_and_folds_its_cost(
     assert result["latency_ms"] >= 60
     assert result["region"] == "local" and result["worker"]  # the node (host in tests)
     assert result["started_at"] and result["scheduled_at"]
+    assert set(result) == RECORD_KEYS  # the reaper writes the same shape
+    assert (result["lane"], result["queue"], result["timed_out"]) == ("fast", QUEUES[0], False)
     assert json.loads(r.hget(KEYS.last_result("web"), "local")) == result
 
 
@@ -131,6 +134,8 @@ def test_bad_messages_are_rejected_and_the_worker_keeps_going(
         ({k: v for k, v in good.items() if k != "lease_token"}, "lease_token must be"),
         ({**good, "scheduled_at": "yesterday"}, "scheduled_at must be a number"),
         ({**good, "timeout_s": -1}, "timeout_s must be > 0"),
+        ({**good, "timeout_s": 10**400}, "timeout_s must be at most 17 s"),
+        ({**good, "scheduled_at": 10**400}, "scheduled_at must be between 0 and"),
         ({**good, "job_id": "no-region"}, "job_id"),
         ({**good, "job_id": "ghost@local"}, "unknown job ghost@local"),
     ]
@@ -178,6 +183,7 @@ def test_a_check_deleted_while_it_runs_is_discarded(
     assert r.zscore(KEYS.due(), job_id("gone", "local")) is None
 
 
+CEILING_S = 17.0  # the default 15 s ceiling + the 2 s hard-limit margin
 GOOD = {
     "job_id": "c@local",
     "lease_token": "7.1",
@@ -199,9 +205,41 @@ GOOD = {
 )
 def test_run_request_refuses_wrong_types_without_coercion(change, message):
     with pytest.raises(BadRunMessage, match=message):
-        RunRequest.parse({**GOOD, **change})
+        RunRequest.parse({**GOOD, **change}, max_timeout_s=CEILING_S)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"scheduled_at": 10**400},
+            r"scheduled_at must be between 0 and .* an integer of 1329 bits",
+        ),
+        ({"effective_scheduled_at": 1e300}, "effective_scheduled_at must be between 0 and"),
+        ({"scheduled_at": -1.0}, "scheduled_at must be between 0 and"),
+        ({"effective_scheduled_at": 253_402_300_800}, "effective_scheduled_at must be between"),
+        ({"timeout_s": 10**400}, r"timeout_s must be at most 17 s .* an integer of 1329 bits"),
+        ({"timeout_s": 3600}, r"timeout_s must be at most 17 s .*got 3600"),
+        ({"timeout_s": 17.001}, "timeout_s must be at most 17 s"),
+        ({"timeout_s": 0}, "timeout_s must be > 0"),
+        ({"timeout_s": float("inf")}, "timeout_s must be finite"),
+        ({"job_id": "a b@local"}, "job_id must be at most 512 characters without whitespace"),
+        ({"lease_token": "7" * 513}, "lease_token must be at most 512 characters"),
+    ],
+)
+def test_run_request_refuses_out_of_range_numbers_and_names_the_field(change, message):
+    with pytest.raises(BadRunMessage, match=message):
+        RunRequest.parse({**GOOD, **change}, max_timeout_s=CEILING_S)
+
+
+def test_a_json_1e400_is_infinite_and_refused():
+    kwargs = json.loads('{"job_id": "c@local", "lease_token": "7.1", "scheduled_at": 1e400}')
+    with pytest.raises(BadRunMessage, match="scheduled_at must be finite"):
+        RunRequest.parse(kwargs, max_timeout_s=CEILING_S)
 
 
 def test_run_request_ignores_fields_a_newer_dispatcher_may_add():
-    request = RunRequest.parse({**GOOD, "lane": 1})
+    request = RunRequest.parse({**GOOD, "lane": 1}, max_timeout_s=CEILING_S)
     assert (request.uid, request.region, request.timeout_s) == ("c", "local", 15.0)
+    assert RunRequest.parse(request.kwargs(), max_timeout_s=CEILING_S) == request
+    assert RunRequest.parse({**GOOD, "timeout_s": CEILING_S}, max_timeout_s=CEILING_S)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.checks import RECORD_KEYS
 from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
@@ -79,6 +80,7 @@ def test_a_hard_time_limit_is_recorded_once_as_a_timeout(r, make_app, start_work
     (result,) = history(r, "stubborn")
     assert (result["status"], result["error_class"]) == ("timeout", "timeout")
     assert "hard time limit (3 s)" in result["error"]
+    assert set(result) == RECORD_KEYS and result["lane"] == "fast"  # one shape on every path
     # the pool's error path and Request.on_timeout race: either may log and signal first
     wait_for(lambda: "Hard time limit (3.0s) exceeded" in worker.output(), 10, what="the log")
     # Celery 5.7 sent task_failure twice: the second write found the lease gone
@@ -109,4 +111,5 @@ def test_a_killed_worker_is_reaped_through_the_lease(
     assert state.lease_token is None and state.runs == 1
     assert state.cost_ewma_ms == pytest.approx(1000.0)
     assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
-    assert history(r, "hang")[-1]["status"] == "lost"
+    lost = history(r, "hang")[-1]
+    assert lost["status"] == "lost" and set(lost) == RECORD_KEYS

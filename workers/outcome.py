@@ -1,76 +1,23 @@
-"""The run message a worker accepts, and the outcome of one run as a value.
+"""The outcome of one run as a value: what the run task hands to the post-exec handler.
 
 Why values: the run task and the post-exec signal handler are two functions that Celery calls at
 different moments (and, for a hard time limit, in different processes); the outcome is what
-passes between them, and it must survive JSON.
+passes between them, and it must survive JSON (it travels as the task's return value).
+
+Why it stays here and not in the run contract: it is the worker's private hand-off (it carries
+the lease token and the probe's duration to the one write); what leaves the worker is the
+contract's :class:`~celery_app.checks.run_contract.RunRecord`, built by :meth:`record`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from celery_app.checks.run_contract import RunRecord, RunRequest, RunStatus
 from celery_app.redis.schema import split_job_id
 from workers.probes.result import ProbeResult
-
-_FLOAT_FIELDS = ("scheduled_at", "effective_scheduled_at", "timeout_s")
-
-
-class BadRunMessage(ValueError):
-    """A ``checkbeat.run_check`` message is malformed; the message names the field."""
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """The kwargs of one ``checkbeat.run_check`` message, type-checked."""
-
-    job_id: str
-    lease_token: str
-    scheduled_at: float
-    effective_scheduled_at: float
-    timeout_s: float
-
-    @property
-    def uid(self) -> str:
-        return split_job_id(self.job_id)[0]
-
-    @property
-    def region(self) -> str:
-        return split_job_id(self.job_id)[1]
-
-    @classmethod
-    def parse(cls, kwargs: Mapping[str, Any] | None) -> RunRequest:
-        """Check every field's presence and type (no coercion: a string is not a number)."""
-        if not isinstance(kwargs, Mapping):
-            raise BadRunMessage(f"kwargs must be an object, got {type(kwargs).__name__}")
-        values: dict[str, Any] = {}
-        for name in ("job_id", "lease_token"):
-            value = kwargs.get(name)
-            if not isinstance(value, str) or not value:
-                raise BadRunMessage(f"{name} must be a non-empty string, got {value!r}")
-            values[name] = value
-        try:
-            split_job_id(values["job_id"])
-        except ValueError as exc:
-            raise BadRunMessage(f"job_id: {exc}") from None
-        for name in _FLOAT_FIELDS:
-            value = kwargs.get(name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise BadRunMessage(f"{name} must be a number (Unix seconds), got {value!r}")
-            if not math.isfinite(value):
-                raise BadRunMessage(f"{name} must be finite, got {value!r}")
-            values[name] = float(value)
-        if values["timeout_s"] <= 0:
-            raise BadRunMessage(f"timeout_s must be > 0, got {values['timeout_s']!r}")
-        # Extra fields are ignored: a newer dispatcher may add some before the workers update.
-        return cls(**values)
-
-
-def iso(seconds: float | None) -> str | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, UTC).isoformat()
 
 
 @dataclass(frozen=True)
@@ -80,7 +27,7 @@ class RunOutcome:
     job_id: str
     lease_token: str
     scheduled_at: float
-    status: str
+    status: RunStatus
     latency_ms: float
     duration_ms: float
     timed_out: bool
@@ -109,7 +56,7 @@ class RunOutcome:
             job_id=request.job_id,
             lease_token=request.lease_token,
             scheduled_at=request.scheduled_at,
-            status=result.status,
+            status=RunStatus(result.status),
             latency_ms=round(result.latency_ms, 3),
             duration_ms=round(duration_ms, 3),
             timed_out=result.timed_out,
@@ -133,7 +80,7 @@ class RunOutcome:
             job_id=request.job_id,
             lease_token=request.lease_token,
             scheduled_at=request.scheduled_at,
-            status="timeout",
+            status=RunStatus.TIMEOUT,
             latency_ms=round(limit_s * 1000.0, 3),
             duration_ms=round(limit_s * 1000.0, 3),
             timed_out=True,
@@ -147,29 +94,31 @@ class RunOutcome:
 
     def as_message(self) -> dict[str, Any]:
         """JSON-ready, for the task's return value (the post-exec handler reads it back)."""
-        return {"checkbeat_outcome": asdict(self) | {"detail": dict(self.detail)}}
+        fields = asdict(self) | {"status": str(self.status), "detail": dict(self.detail)}
+        return {"checkbeat_outcome": fields}
 
     @classmethod
     def from_message(cls, value: Any) -> RunOutcome | None:
         if isinstance(value, Mapping) and isinstance(value.get("checkbeat_outcome"), Mapping):
-            return cls(**value["checkbeat_outcome"])
+            fields = dict(value["checkbeat_outcome"])
+            return cls(**fields | {"status": RunStatus(fields["status"])})
         return None
 
-    def history_record(self) -> dict[str, Any]:
-        """What the results stream and the last-result hash keep for this run."""
-        _uid, region = split_job_id(self.job_id)
-        return {
-            "status": self.status,
-            "latency_ms": self.latency_ms,
-            "error_class": self.error_class,
-            "error": self.error,
-            "region": region,
-            "scheduled_at": iso(self.scheduled_at),
-            "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at),
-            "worker": self.worker,
-            "queue": self.queue,
-            "timeout_s": self.timeout_s,
-            "duration_ms": self.duration_ms,
-            "detail": dict(self.detail),
-        }
+    def record(self) -> RunRecord:
+        """The run's history record (the lane is filled in where the job is read)."""
+        return RunRecord(
+            status=self.status,
+            region=split_job_id(self.job_id)[1],
+            finished_at=self.finished_at,
+            scheduled_at=self.scheduled_at,
+            started_at=self.started_at,
+            latency_ms=self.latency_ms,
+            duration_ms=self.duration_ms,
+            timed_out=self.timed_out,
+            timeout_s=self.timeout_s,
+            error_class=self.error_class,
+            error=self.error,
+            worker=self.worker or None,
+            queue=self.queue or None,
+            detail=dict(self.detail),
+        )

@@ -26,15 +26,19 @@ from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.dispatch import refill_after_run
 from celery_app.checks.jobs import finish_run
+from celery_app.checks.run_contract import (
+    RUN_CHECK_TASK,
+    BadRunMessage,
+    RunRequest,
+    max_timeout_s,
+)
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys, split_job_id
 from scheduling_core import Params
-from workers.outcome import BadRunMessage, RunOutcome, RunRequest
+from workers.outcome import RunOutcome
 
 log = logging.getLogger(__name__)
-
-RUN_CHECK_TASK = "checkbeat.run_check"
 
 
 def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
@@ -60,7 +64,7 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         exec_start=(
             datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
         ),
-        result=outcome.history_record(),
+        record=outcome.record(),
         scheduled_at=outcome.scheduled_at,
         results_maxlen=settings.results_history,
     )
@@ -104,8 +108,9 @@ def _after_kill(
         return
     if not isinstance(exception, TimeLimitExceeded | WorkerLostError):
         return  # other failures come through task_postrun
+    params = Params.from_settings(settings_of(sender.app))
     try:
-        request = RunRequest.parse(kwargs)
+        request = RunRequest.parse(kwargs, max_timeout_s=max_timeout_s(params))
     except BadRunMessage:
         return
     if isinstance(exception, TimeLimitExceeded):

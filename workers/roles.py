@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.redis.schema import LANE_NAMES, Keys, check_queue
+from celery_app.redis.schema import LANE_NAMES, Keys, WorkerField, WorkerRoleName, check_queue
 from celery_app.settings import Settings
 
 log = logging.getLogger(__name__)
 
-ROLES = ("fast", "shared")
+ROLES = tuple(WorkerRoleName)
 #: A worker's registration lives this long without a heartbeat.
 WORKER_TTL_S = 15
 #: How often a live worker refreshes its registration.
@@ -49,12 +49,12 @@ class WorkerRole:
     def fields(self, hostname: str) -> dict[str, str]:
         """The worker hash (every value a string, as Redis stores it)."""
         return {
-            "hostname": hostname,
-            "region": self.region,
-            "role": self.role,
-            "queues": ",".join(self.queues),
-            "concurrency": str(self.concurrency),
-            "pid": str(os.getpid()),
+            WorkerField.HOSTNAME: hostname,
+            WorkerField.REGION: self.region,
+            WorkerField.ROLE: self.role,
+            WorkerField.QUEUES: ",".join(self.queues),
+            WorkerField.CONCURRENCY: str(self.concurrency),
+            WorkerField.PID: str(os.getpid()),
         }
 
 
@@ -143,7 +143,9 @@ class CapacityRegistration:
         """Write the hash, its TTL and the region membership in one round trip."""
         key = self.keys.worker(self.hostname)
         pipe = self.client.pipeline(transaction=True)
-        pipe.hset(key, mapping={**self.role.fields(self.hostname), "heartbeat": f"{time.time()}"})
+        fields = self.role.fields(self.hostname)
+        fields[WorkerField.HEARTBEAT] = f"{time.time()}"
+        pipe.hset(key, mapping=fields)
         pipe.expire(key, self.ttl_s)
         pipe.sadd(self.keys.region_workers(self.role.region), self.hostname)
         pipe.execute()

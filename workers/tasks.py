@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from enum import StrEnum
 from typing import Any
 
 from celery import shared_task
@@ -19,20 +20,32 @@ from celery.exceptions import Reject
 from celery_app.checks.definition import decode_check
 from celery_app.checks.jobs import JobState
 from celery_app.checks.kinds import get_kind
+from celery_app.checks.run_contract import (
+    RUN_CHECK_TASK,
+    BadRunMessage,
+    RunRequest,
+    max_timeout_s,
+)
 from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from celery_app.registry import registry_of
+from scheduling_core import Params
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
-from workers.outcome import BadRunMessage, RunOutcome, RunRequest
+from workers.outcome import RunOutcome
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.runner import run_probe
 from workers.target_guard import AddressPolicy
 
 log = logging.getLogger(__name__)
 
-RUN_CHECK_TASK = "checkbeat.run_check"
+
+class Discarded(StrEnum):
+    """Why a well-formed run message was dropped without probing (the task's return value)."""
+
+    CHECK_DELETED = "its check was deleted"
+    LEASE_GONE = "its lease was reaped or replaced"
 
 
 @shared_task(
@@ -44,17 +57,18 @@ RUN_CHECK_TASK = "checkbeat.run_check"
     ignore_result=True,
 )
 def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run one claimed job (kwargs: job_id, lease_token, scheduled_at, effective_scheduled_at,
-    timeout_s). A malformed message or an unknown job is rejected; a stale one is dropped."""
+    """Run one claimed job (kwargs: a ``run_contract.RunRequest``). A malformed message or an
+    unknown job is rejected; a stale one is dropped."""
+    settings = settings_of(self.app)
+    ceiling_s = max_timeout_s(Params.from_settings(settings))
     try:
         if args:
             raise BadRunMessage("takes keyword arguments only")
-        request = RunRequest.parse(kwargs)
+        request = RunRequest.parse(kwargs, max_timeout_s=ceiling_s)
     except BadRunMessage as exc:
         log.error("checkbeat: rejected run_check message %s: %s", self.request.id, exc)
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
-    settings = settings_of(self.app)
     client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
     pipe = client.pipeline(transaction=False)
@@ -68,9 +82,9 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"unknown job id {request.job_id!r}", requeue=False)
     job = JobState.from_hash(request.job_id, job_hash)
     if job.lease_token != request.lease_token or not check_hash:
-        why = "its check was deleted" if not check_hash else "its lease was reaped or replaced"
+        why = Discarded.CHECK_DELETED if not check_hash else Discarded.LEASE_GONE
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
-        return {"discarded": why}
+        return {"discarded": str(why)}
 
     check = decode_check(request.uid, check_hash).definition
     context = ProbeContext(

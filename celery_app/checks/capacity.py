@@ -1,7 +1,7 @@
 """Free probe slots per region, from the workers' heartbeats and the leases in flight.
 
-The workers write ``Keys.worker(hostname)`` (fields region, role "fast" | "shared", queues,
-concurrency; TTL ~15 s, refreshed ~5 s) and index it in ``Keys.region_workers(region)``. The
+The workers write ``Keys.worker(hostname)`` (fields :class:`~celery_app.redis.schema.WorkerField`;
+TTL ~15 s, refreshed ~5 s) and index it in ``Keys.region_workers(region)``. The
 claim script (``lua/claim.lua``) applies the same rule atomically; this module is the pure rule
 and the read the CLI's diagnose uses.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
 from scheduling_core import LANE_FAST, LANE_SLOW
 
 
@@ -40,7 +40,7 @@ def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacit
     hosts = sorted(client.smembers(keys.region_workers(region)))
     pipe = client.pipeline(transaction=False)
     for host in hosts:
-        pipe.hmget(keys.worker(host), "role", "concurrency")
+        pipe.hmget(keys.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
     pipe.zcard(keys.leases(region, LANE_FAST))
     pipe.zcard(keys.leases(region, LANE_SLOW))
     *entries, in_fast, in_slow = pipe.execute()
@@ -51,7 +51,7 @@ def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacit
             continue
         live.append(host)
         total += int(concurrency)
-        if role == "shared":
+        if role == WorkerRoleName.SHARED:
             slow += int(concurrency)
     return RegionCapacity(region, total, slow, in_fast, in_slow, tuple(live))
 

@@ -1,10 +1,8 @@
 """A check definition: its fields, their validation, and its hash encoding.
 
 Why separate from the store: validation is pure and runs before anything is written (the CLI,
-``checks apply`` and the store all call it), and the encoding is the one definition of the
-check hash's fields (``Keys.check(uid)``): t tenant, k kind, tg target, cf config JSON,
-p period, g regions (comma list), s region_spread override (absent = default), w plan_weight,
-e enabled (1/0), v version.
+``checks apply`` and the store all call it), and the encoding is the one place a definition
+becomes the check hash (``Keys.check(uid)``, fields :class:`~celery_app.redis.schema.CheckField`).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from typing import Any
 from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
 from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_characters
-from celery_app.redis.schema import job_id
+from celery_app.redis.schema import CheckField, job_id
 from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
 from scheduling_core import next_aligned, region_spread
@@ -232,33 +230,35 @@ def validate_definition(
 
 
 def encode_check(defn: CheckDefinition) -> dict[str, str]:
-    fields = {
-        "t": defn.tenant,
-        "k": defn.kind,
-        "tg": defn.target,
-        "cf": json.dumps(dict(defn.config), separators=(",", ":"), sort_keys=True),
-        "p": str(defn.period),
-        "g": ",".join(defn.regions),
-        "w": str(defn.plan_weight),
-        "e": "1" if defn.enabled else "0",
+    """The check hash (``Keys.check(uid)``); the fields are :class:`CheckField`."""
+    fields: dict[str, str] = {
+        CheckField.TENANT: defn.tenant,
+        CheckField.KIND: defn.kind,
+        CheckField.TARGET: defn.target,
+        CheckField.CONFIG: json.dumps(dict(defn.config), separators=(",", ":"), sort_keys=True),
+        CheckField.PERIOD: str(defn.period),
+        CheckField.REGIONS: ",".join(defn.regions),
+        CheckField.PLAN_WEIGHT: str(defn.plan_weight),
+        CheckField.ENABLED: "1" if defn.enabled else "0",
     }
     if defn.region_spread is not None:
-        fields["s"] = repr(defn.region_spread)
+        fields[CheckField.REGION_SPREAD] = repr(defn.region_spread)
     return fields
 
 
 def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
-    spread = h.get("s")
+    """Inverse of :func:`encode_check`, with the hash's version."""
+    spread = h.get(CheckField.REGION_SPREAD)
     defn = CheckDefinition(
         uid=uid,
-        tenant=h["t"],
-        kind=h["k"],
-        target=h["tg"],
-        period=int(h["p"]),
-        regions=tuple(x for x in h["g"].split(",") if x),
+        tenant=h[CheckField.TENANT],
+        kind=h[CheckField.KIND],
+        target=h[CheckField.TARGET],
+        period=int(h[CheckField.PERIOD]),
+        regions=tuple(x for x in h[CheckField.REGIONS].split(",") if x),
         region_spread=float(spread) if spread not in (None, "") else None,
-        plan_weight=int(h.get("w") or 0),
-        config=json.loads(h.get("cf") or "{}"),
-        enabled=h.get("e", "1") == "1",
+        plan_weight=int(h.get(CheckField.PLAN_WEIGHT) or 0),
+        config=json.loads(h.get(CheckField.CONFIG) or "{}"),
+        enabled=h.get(CheckField.ENABLED, "1") == "1",
     )
-    return StoredCheck(defn, int(h.get("v") or 0))
+    return StoredCheck(defn, int(h.get(CheckField.VERSION) or 0))

@@ -1,10 +1,12 @@
 """The check dispatcher: due -> ready -> claimed and published, and expired leases reaped.
 
 Beat runs it every CHECKBEAT_DISPATCH_INTERVAL seconds (a driver of ``beat.CronScheduler``,
-``tick()``); any number of beats may, since every step is an atomic Lua call on Redis. Per tick:
+``tick()``); any number of beats may, since every write is an atomic Lua call on Redis that
+re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Per tick:
 
 1. reap: leases that expired (worker killed, message lost) are finished as timed-out runs
-   (cost pinned to the ceiling by ``post_exec``), recorded as lost, rescheduled at the next tick;
+   (cost pinned to the ceiling by ``post_exec``), recorded as lost (the run contract's
+   ``RunRecord.lost``, the workers' record shape), rescheduled at the next tick;
 2. promote: due jobs (scheduled_at <= now) enter their (region, lane) ready index at their
    stored effective deadline;
 3. claim: per region, as many jobs as the live workers have free slots, lowest effective
@@ -33,18 +35,18 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import redis
 from celery import Celery
 
+from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
 from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
-from celery_app.checks.run_contract import lease_seconds, run_check_message
+from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import LANE_NAMES, Keys
+from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
@@ -52,36 +54,25 @@ log = logging.getLogger(__name__)
 
 PROMOTE_BATCH = 5000
 CLAIM_BATCH = 2000
-RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per call
+RATE_LIMITED_SCAN = 5000  # rate-limited jobs moved to their tenant's held index per region
 # A refill runs after every finished run: it moves fewer, the next tick does the rest.
 REFILL_RATE_LIMITED_SCAN = 200
 
 
 @dataclass(frozen=True)
-class Claim:
-    """One job claimed in this tick."""
+class ClaimResult:
+    """What one :meth:`Dispatcher.claim` took: the claims, per region what its claim script saw
+    first, and how many due jobs the tenants' token buckets turned away (held)."""
 
-    job_id: str
-    region: str
-    lane: int
-    lease_token: str
-    scheduled_at: float
-    effective_scheduled_at: float
-    cost_ewma_ms: float
-
-
-@dataclass(frozen=True)
-class RegionSlots:
-    """What the claim script saw in a region (before this tick's claims)."""
-
-    total: int
-    slow_capacity: int
-    in_flight_fast: int
-    in_flight_slow: int
+    claims: tuple[Claim, ...] = ()
+    slots: dict[str, RegionSlots] = field(default_factory=dict)
+    rate_limited: int = 0
 
 
 @dataclass(frozen=True)
 class TickReport:
+    """What one :meth:`Dispatcher.tick` did."""
+
     now: float
     reaped: int = 0
     promoted: int = 0
@@ -89,10 +80,6 @@ class TickReport:
     rate_limited: int = 0
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
-
-
-def _iso(seconds: float) -> str:
-    return from_unix(seconds).isoformat()
 
 
 def _as_unix(now: float | datetime) -> float:
@@ -122,6 +109,7 @@ class Dispatcher:
         self.regions = tuple(regions or settings.regions)
         self.lease_s = lease_seconds(self.params, settings.lease_margin)
         self._publisher = publisher
+        self._claimers: dict[str, RegionClaimer] = {}
 
     @property
     def publisher(self) -> Publisher:
@@ -138,15 +126,15 @@ class Dispatcher:
         now_s = self._now(now)
         reaped = self.reap(now_s)
         promoted = self.promote(now_s)
-        claims, slots, limited = self.claim(now_s)
-        published = self.publish(claims)
+        claimed = self.claim(now_s)
+        published = self.publish(claimed.claims)
         return TickReport(
             now=now_s,
             reaped=reaped,
             promoted=promoted,
-            claims=tuple(claims),
-            rate_limited=limited,
-            slots=slots,
+            claims=claimed.claims,
+            rate_limited=claimed.rate_limited,
+            slots=claimed.slots,
             published=published,
         )
 
@@ -154,24 +142,14 @@ class Dispatcher:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
         now_s = self._now(now)
         self.promote(now_s)
-        claims, _, _ = self.claim(
+        claims = self.claim(
             now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
-        )
+        ).claims
         self.publish(claims)
-        return tuple(claims)
+        return claims
 
     def promote(self, now_s: float) -> int:
-        total = 0
-        while True:
-            moved = run_script(
-                self.redis,
-                "promote",
-                keys=[self.keys.due()],
-                args=[repr(now_s), self.keys.job_prefix(), self.keys.ready_prefix(), PROMOTE_BATCH],
-            )
-            total += moved
-            if moved < PROMOTE_BATCH:
-                return total
+        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
 
     def claim(
         self,
@@ -179,67 +157,30 @@ class Dispatcher:
         regions: Sequence[str] | None = None,
         *,
         rate_limited_scan: int = RATE_LIMITED_SCAN,
-    ) -> tuple[list[Claim], dict[str, RegionSlots], int]:
+    ) -> ClaimResult:
+        """Claim the free slots of each region (two phases, see :mod:`claiming`)."""
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
         limited = 0
-        expiry = f"{now_s + self.lease_s:.3f}"
+        expiry = now_s + self.lease_s
         for region in regions or self.regions:
-            first = True
-            while True:
-                total, slow, in_fast, in_slow, skipped, lines = run_script(
-                    self.redis,
-                    "claim",
-                    keys=[
-                        self.keys.ready(region, LANE_FAST),
-                        self.keys.ready(region, LANE_SLOW),
-                        self.keys.leases(region, LANE_FAST),
-                        self.keys.leases(region, LANE_SLOW),
-                        self.keys.region_workers(region),
-                        self.keys.lease_seq(),
-                        self.keys.held_tenants(region),
-                    ],
-                    args=[
-                        repr(now_s),
-                        expiry,
-                        self.keys.worker_prefix(),
-                        self.keys.job_prefix(),
-                        self.keys.rate_limit_prefix(),
-                        CLAIM_BATCH,
-                        rate_limited_scan,
-                        self.keys.held_prefix(region),
-                    ],
-                )
-                if first:
-                    slots[region] = RegionSlots(total, slow, in_fast, in_slow)
-                    first = False
-                limited += skipped
-                got = 0
-                for line in lines.splitlines() if lines else ():
-                    job, token, sched, effective, cost, lane = line.split(" ")
-                    claims.append(
-                        Claim(
-                            job_id=job,
-                            region=region,
-                            lane=int(lane),
-                            lease_token=token,
-                            scheduled_at=float(sched),
-                            effective_scheduled_at=float(effective),
-                            cost_ewma_ms=float(cost),
-                        )
-                    )
-                    got += 1
-                if got < CLAIM_BATCH:
-                    break
-        return claims, slots, limited
+            claimer = self._claimers.get(region)
+            if claimer is None:
+                claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
+            taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+            slots[region] = taken.slots
+            claims.extend(taken.claims)
+            limited += taken.rate_limited
+        return ClaimResult(tuple(claims), slots, limited)
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
+        build = RunMessages(self.params).message
         return [
-            run_check_message(
-                self.params,
+            build(
                 job_id=c.job_id,
-                lease_token=c.lease_token,
+                region=c.region,
                 lane=c.lane,
+                lease_token=c.lease_token,
                 scheduled_at=c.scheduled_at,
                 effective_scheduled_at=c.effective_scheduled_at,
                 cost_ewma_ms=c.cost_ewma_ms,
@@ -303,21 +244,8 @@ class Dispatcher:
                     next_scheduled_at=next_at,
                 )
             )
-            # Same shape as the workers' history records, so reports read one format.
-            result: dict[str, Any] = {
-                "status": "lost",
-                "latency_ms": None,
-                "error_class": "lease_expired",
-                "error": "no completion within the hard time limit; the claim was reaped",
-                "region": job.region,
-                "scheduled_at": _iso(job.scheduled_at),
-                "started_at": None,
-                "finished_at": _iso(now_s),
-                "worker": None,
-                "timed_out": True,
-                "lane": LANE_NAMES[job.lane],
-            }
-            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, result))
+            record = RunRecord.lost(job_id, lane=job.lane, scheduled_at=job.scheduled_at, now=now_s)
+            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record))
         if orphans:
             # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
             pipe = self.redis.pipeline(transaction=False)

@@ -1,7 +1,9 @@
 """The (check, region) job: its Redis layout, a typed read, and the one write after each run.
 
 Layout of ``Keys.job(job_id)`` (job id = ``<uid>@<region>``; short field names keep the hash a
-small listpack, under 512 bytes per job with its index entries):
+small listpack, under 512 bytes per job with its index entries). The names are defined, and
+documented authoritatively, by :class:`celery_app.redis.schema.JobField`; this table is the
+overview (Python spells them ``JobField.SCHEDULED_AT``, Lua ``JOB.SCHEDULED_AT``):
 
 ====  ===========================================================  ==========================
 name  meaning                                                      written by
@@ -36,10 +38,11 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 2. ``state = params.post_exec(job.post_exec_input(duration_ms=..., timed_out=...,
    exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure; ``now`` is Redis's
    time (``celery_app.redis.clock``), and the next tick is strictly after the run's tick.
-3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, result)`` — one Lua
+3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, record)`` — one Lua
    call: if the job's lease token still equals ``lease_token`` it writes the EWMAs, lane and
    effective deadline, releases the lease, places the job in ``due`` at next_scheduled_at and
-   appends ``result`` to the capped results stream and the last-result hash, and returns True.
+   appends ``record`` (a :class:`~celery_app.checks.run_contract.RunRecord`) to the capped
+   results stream and the last-result hash, and returns True.
    Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
    never recorded twice. :func:`finish_run` does all three steps.
 4. ``celery_app.checks.dispatch.refill_after_run(app, region)`` when it returned True: claims and
@@ -48,7 +51,6 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -56,8 +58,9 @@ from typing import Any
 
 import redis
 
+from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
-from celery_app.redis.schema import Keys, split_job_id
+from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
     LANE_FAST,
@@ -116,25 +119,27 @@ class JobState:
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
         uid, region = split_job_id(job_id)
+        spread = h.get(JobField.REGION_SPREAD)
+        expiry = h.get(JobField.LEASE_EXPIRY)
         return cls(
             job_id=job_id,
             uid=uid,
             region=region,
-            tenant=h.get("t", ""),
-            plan_weight=int(h.get("w") or 0),
-            period_s=int(h.get("p") or 0),
-            regions=tuple(x for x in h.get("g", "").split(",") if x),
-            region_spread_s=float(h["s"]) if h.get("s") not in (None, "") else None,
-            scheduled_at=_float(h.get("sa")),
-            effective_scheduled_at=_float(h.get("ea")),
-            cost_ewma_ms=_float(h.get("c")),
-            delay_ewma_ms=_float(h.get("d")),
-            lane=int(h.get("l") or LANE_FAST),
-            runs=int(h.get("n") or 0),
-            skipped=int(h.get("sk") or 0),
-            lease_token=h.get("lt"),
-            lease_expiry=float(h["lx"]) if h.get("lx") else None,
-            enabled=h.get("off") != "1",
+            tenant=h.get(JobField.TENANT, ""),
+            plan_weight=int(h.get(JobField.PLAN_WEIGHT) or 0),
+            period_s=int(h.get(JobField.PERIOD) or 0),
+            regions=tuple(x for x in h.get(JobField.REGIONS, "").split(",") if x),
+            region_spread_s=float(spread) if spread not in (None, "") else None,
+            scheduled_at=_float(h.get(JobField.SCHEDULED_AT)),
+            effective_scheduled_at=_float(h.get(JobField.EFFECTIVE_AT)),
+            cost_ewma_ms=_float(h.get(JobField.COST_EWMA_MS)),
+            delay_ewma_ms=_float(h.get(JobField.DELAY_EWMA_MS)),
+            lane=int(h.get(JobField.LANE) or LANE_FAST),
+            runs=int(h.get(JobField.RUNS) or 0),
+            skipped=int(h.get(JobField.SKIPPED) or 0),
+            lease_token=h.get(JobField.LEASE_TOKEN),
+            lease_expiry=float(expiry) if expiry else None,
+            enabled=h.get(JobField.DISABLED) != "1",
         )
 
     @property
@@ -219,7 +224,7 @@ def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[J
 def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: str) -> bool:
     """Whether ``lease_token`` still holds the job: a worker checks it before running a message
     that may have been reaped or deleted while it waited in the queue."""
-    return client.hget(keys.job(job_id), "lt") == lease_token
+    return client.hget(keys.job(job_id), JobField.LEASE_TOKEN) == lease_token
 
 
 @dataclass(frozen=True)
@@ -230,7 +235,7 @@ class CompletedRun:
     lease_token: str
     state: PostExecState
     next_scheduled_at: datetime
-    result: dict[str, Any] | None = None
+    record: RunRecord | None = None
 
 
 def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
@@ -254,7 +259,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             format_ts(to_unix(state.effective_scheduled_at)),
             int(state.lane),
             format_ts(to_unix(run.next_scheduled_at)),
-            "" if run.result is None else json.dumps(run.result, separators=(",", ":")),
+            "" if run.record is None else run.record.to_json(),
             region,
             maxlen,
             run.job_id,
@@ -285,12 +290,12 @@ def complete_run(
     lease_token: str,
     state: PostExecState,
     next_scheduled_at: datetime,
-    result: dict[str, Any] | None = None,
+    record: RunRecord | None = None,
     *,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> bool:
     """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
-    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, result)
+    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, record)
     return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
 
 
@@ -305,11 +310,12 @@ def finish_run(
     timed_out: bool,
     exec_start: datetime | None,
     now: datetime | None = None,
-    result: dict[str, Any] | None = None,
+    record: RunRecord | None = None,
     scheduled_at: float | None = None,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> bool:
-    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it.
+    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it (``record``
+    gets the lane the job was claimed in: the stored one, before this run moves it).
 
     The next tick is computed at ``now``, by default the Redis server's time (read with the job,
     one round trip), not the caller's clock, and is always after the run's tick
@@ -334,6 +340,8 @@ def finish_run(
             scheduled_at=scheduled_at,
         )
     )
+    if record is not None:
+        record = record.in_lane(job.lane)
     return complete_run(
-        client, keys, job_id, lease_token, state, next_at, result, results_maxlen=results_maxlen
+        client, keys, job_id, lease_token, state, next_at, record, results_maxlen=results_maxlen
     )

@@ -7,6 +7,10 @@ smaller than the tenant's demand every check still runs, within ceil(demand / ra
 instead of the same checks losing every window (the seed's 7.5-hour starvation). Each tick a
 held job misses is counted as a skipped run (``sk``) and its scheduled_at moves on to the latest
 tick. Held jobs are out of the ready index, so they never hold back other tenants' claims.
+
+Every tenant with a bucket is in ``Keys.rate_limited_tenants`` (written in the bucket's own
+transaction): the claim declares those buckets in its KEYS, and treats any other tenant as
+unlimited. A bucket written around this module is found by the repair (:func:`index_rate_limits`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import redis
 
 from celery_app.errors import CheckFieldError
 from celery_app.names import TENANT_RULE, is_tenant
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import BucketField, Keys
 
 #: Bounds of a bucket. A rate may be a fraction (0.5 = one run every two minutes); a burst below
 #: one token could never admit a run, so it is refused rather than quietly raised.
@@ -56,9 +60,13 @@ def set_rate_limit(
             "burst", f"must be a number >= {MIN_BURST:g} and <= {MAX_BURST:,.0f}, got {burst!r}"
         )
     key = keys.rate_limit(tenant)
-    pipe = client.pipeline()
-    pipe.hset(key, mapping={"rate": repr(float(per_minute)), "burst": repr(float(burst))})
-    pipe.hsetnx(key, "tokens", repr(float(burst)))
+    pipe = client.pipeline()  # one transaction: a bucket is never outside the index
+    pipe.hset(
+        key,
+        mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
+    )
+    pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
+    pipe.sadd(keys.rate_limited_tenants(), tenant)
     pipe.execute()
     return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
 
@@ -81,7 +89,25 @@ def _number_within(value: object, low: float, high: float, *, low_open: bool) ->
 
 def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
     """Remove the bucket: the tenant is unlimited again. False if it had none."""
-    return bool(client.delete(keys.rate_limit(tenant)))
+    pipe = client.pipeline()
+    pipe.delete(keys.rate_limit(tenant))
+    pipe.srem(keys.rate_limited_tenants(), tenant)
+    deleted, _ = pipe.execute()
+    return bool(deleted)
+
+
+def index_rate_limits(client: redis.Redis, keys: Keys) -> list[str]:
+    """Add every bucket's tenant missing from ``Keys.rate_limited_tenants`` (buckets written
+    before the index existed, or by hand); the tenants added. The repair runs it."""
+    head = keys.rate_limit("")
+    tenants = [
+        key[len(head) :] for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash")
+    ]
+    indexed = client.smembers(keys.rate_limited_tenants())
+    missing = sorted(set(tenants) - indexed)
+    if missing:
+        client.sadd(keys.rate_limited_tenants(), *missing)
+    return missing
 
 
 def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | None:
@@ -90,7 +116,7 @@ def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | 
         return None
     return RateLimit(
         tenant,
-        float(h["rate"]),
-        float(h["burst"]),
-        float(h["tokens"]) if h.get("tokens") else None,
+        float(h[BucketField.RATE]),
+        float(h[BucketField.BURST]),
+        float(h[BucketField.TOKENS]) if h.get(BucketField.TOKENS) else None,
     )

@@ -9,7 +9,8 @@ derived state, so whatever of a job a restore lost can be rebuilt:
   placed at its next aligned tick again (keeping whatever EWMAs survived);
 - a job that holds a lease the lease index forgot is put back in that index, so the reaper
   finishes it as a lost run instead of it staying claimed forever;
-- the ``checks`` and per-tenant sets are re-added (the same store.lua write as an update).
+- the ``checks`` and per-tenant sets are re-added (the same store.lua write as an update);
+- every token bucket's tenant is put back in the rate-limited index the claim reads.
 
 Checks created after the snapshot are gone with it: re-apply them from wherever they are
 managed (``checks add``). Run ``celery -A celery_app checks reconcile`` after a restore; it is
@@ -18,16 +19,16 @@ idempotent and safe while beat and workers run (each check's write is version-gu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import redis
 
+from celery_app.checks.changes import CheckChange, JobChange, StoreStatus, encode_changes
 from celery_app.checks.definition import StoredCheck, decode_check, encode_check
 from celery_app.checks.jobs import JobState, format_ts, to_unix
+from celery_app.checks.ratelimit import index_rate_limits
 from celery_app.checks.store import job_fields
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
@@ -42,6 +43,7 @@ class RepairReport:
     placed: tuple[str, ...]
     leases_restored: tuple[str, ...]
     conflicts: tuple[str, ...]
+    rate_limits_indexed: tuple[str, ...] = ()
 
 
 def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
@@ -59,12 +61,12 @@ def plan_repair(
     indexed: dict[str, bool],
     now: datetime,
     params: Params,
-) -> tuple[dict[str, Any] | None, list[str], list[JobState]]:
+) -> tuple[CheckChange | None, list[str], list[JobState]]:
     """(store.lua change or None, jobs to place, leased jobs missing from the lease index)."""
     defn = stored.definition
     if not defn.enabled:
         return None, [], []
-    entries: list[dict[str, Any]] = []
+    entries: list[JobChange] = []
     placed: list[str] = []
     orphaned_leases: list[JobState] = []
     for region, jid in zip(defn.regions, defn.job_ids(), strict=True):
@@ -78,31 +80,34 @@ def plan_repair(
         sa = defn.next_tick(region, now)
         cost = job.cost_ewma_ms if job else 0.0
         ea = params.effective_scheduled_at(sa, cost, defn.plan_weight)
+        tenant = job.tenant if job is not None and job.tenant else defn.tenant
         entries.append(
-            {
-                "id": jid,
-                "f": job_fields(stored.definition),
-                "place": True,
-                "off": False,
-                "sa": format_ts(to_unix(sa)),
-                "ea": format_ts(to_unix(ea)),
-            }
+            JobChange(
+                jid,
+                tenant,
+                job_fields(defn),
+                place=True,
+                off=False,
+                scheduled_at=format_ts(to_unix(sa)),
+                effective_at=format_ts(to_unix(ea)),
+            )
         )
         placed.append(jid)
-    change = {
-        "uid": defn.uid,
-        "expect": stored.version,
-        "old_tenant": defn.tenant,
-        "op": "put",
-        "check": encode_check(stored.definition),
-        "remove": [],
-        "jobs": entries,
-    }
+    change = CheckChange(
+        defn.uid,
+        "put",
+        stored.version,
+        old_tenant=defn.tenant,
+        tenant=defn.tenant,
+        fields=encode_check(defn),
+        jobs=tuple(entries),
+    )
     return change, placed, orphaned_leases
 
 
 def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> RepairReport:
     """Scan every definition and rebuild what its jobs lost (see the module docstring)."""
+    indexed_limits = index_rate_limits(client, keys)
     uids = list(check_uids(client, keys))
     placed: list[str] = []
     restored: list[str] = []
@@ -143,13 +148,15 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
                 writes.zadd(keys.leases(job.region, job.lane), {job.job_id: expiry})
                 restored.append(job.job_id)
             if change is not None:
-                payload = json.dumps({"changes": [change]}, separators=(",", ":"))
-                run_script(writes, "store", args=[keys.prefix, payload])
+                store_keys, payload = encode_changes(keys, [change])
+                run_script(writes, "store", keys=store_keys, args=[payload])
                 planned.append((s.definition.uid, to_place))
         statuses = [st for st in writes.execute() if isinstance(st, list)]
         for (uid, to_place), status in zip(planned, statuses, strict=True):
-            if status[0] == "ok":
+            if status[0] == StoreStatus.OK:
                 placed.extend(to_place)
             else:
                 conflicts.append(uid)
-    return RepairReport(len(uids), tuple(placed), tuple(restored), tuple(conflicts))
+    return RepairReport(
+        len(uids), tuple(placed), tuple(restored), tuple(conflicts), tuple(indexed_limits)
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from celery_app.checks.jobs import JobState, read_jobs
-from celery_app.redis.schema import LANE_NAMES, Keys, job_id
+from celery_app.redis.schema import LANE_NAMES, CheckField, Keys, job_id
 
 COST_BUCKETS_MS = (100.0, 500.0, 1000.0, 5000.0, 15000.0)
 
@@ -94,7 +94,7 @@ def read_all_jobs(
         chunk = uids[start : start + batch]
         pipe = client.pipeline(transaction=False)
         for uid in chunk:
-            pipe.hget(keys.check(uid), "g")
+            pipe.hget(keys.check(uid), CheckField.REGIONS)
         ids = [
             job_id(uid, region)
             for uid, regions in zip(chunk, pipe.execute(), strict=True)

@@ -1,7 +1,8 @@
 """The check store: writing definitions and reconciling them into (check, region) jobs.
 
-Every change is one Lua call (``lua/store.lua``) guarded by the check's version, so a refused
-or concurrent change writes nothing. Reconcile rules: a new job, or one whose period, regions or
+Every change is one Lua call (``lua/store.lua``, its keys declared by
+:mod:`celery_app.checks.changes`) guarded by the check's version, so a refused or concurrent
+change writes nothing. Reconcile rules: a new job, or one whose period, regions or
 spread changed, is placed at ``next_aligned(...)`` with its region's phase; a surviving job keeps
 its cost and delay EWMAs and lane; removed regions' jobs are deleted with their index entries
 and leases (a run already started finishes and its completion is discarded: the lease is gone).
@@ -11,7 +12,6 @@ Definitions and their validation live in :mod:`celery_app.checks.definition`.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -20,6 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from celery_app.checks.changes import (
+    MUST_NOT_EXIST,
+    CheckChange,
+    JobChange,
+    JobRemoval,
+    StoreStatus,
+    encode_changes,
+)
 from celery_app.checks.definition import (
     CheckDefinition,
     StoredCheck,
@@ -47,14 +55,14 @@ _RETRIES = 5
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
     """The job hash fields copied from the definition (tenant, weight, period, regions, spread):
     written by every reconcile, and by the repair after a restore."""
-    fields = {
-        "t": defn.tenant,
-        "w": str(defn.plan_weight),
-        "p": str(defn.period),
-        "g": ",".join(defn.regions),
+    fields: dict[str, str] = {
+        JobField.TENANT: defn.tenant,
+        JobField.PLAN_WEIGHT: str(defn.plan_weight),
+        JobField.PERIOD: str(defn.period),
+        JobField.REGIONS: ",".join(defn.regions),
     }
     if defn.region_spread is not None:
-        fields["s"] = repr(defn.region_spread)
+        fields[JobField.REGION_SPREAD] = repr(defn.region_spread)
     return fields
 
 
@@ -72,25 +80,30 @@ def plan_change(
     jobs: Mapping[str, JobState | None],
     now: datetime,
     params: Params,
-) -> dict[str, Any]:
+) -> CheckChange:
     """The store.lua change that turns ``old`` into ``new`` (None = delete).
 
-    ``jobs`` maps the old definition's job ids to their stored state (for the EWMAs).
+    ``jobs`` maps job ids to their stored state, as far as they were read: the old definition's
+    jobs keep their EWMAs, and every job's stored tenant says which held indexes to leave (a job
+    not read is taken to hold the definition's tenant; store.lua refuses the change as
+    ``stale`` if it holds another).
     """
     old_def = old.definition if old else None
     subject = new or old_def
     if subject is None:
         raise ValueError("plan_change needs an old or a new definition")
-    uid = subject.uid
-    old_ids = set(old_def.job_ids()) if old_def else set()
-    change: dict[str, Any] = {
-        "uid": uid,
-        "expect": old.version if old else -1,
-        "old_tenant": old_def.tenant if old_def else "",
-    }
+
+    def stored_tenant(jid: str, default: str) -> str:
+        state = jobs.get(jid)
+        return state.tenant if state is not None and state.tenant else default
+
+    old_ids = old_def.job_ids() if old_def else []
+    expect = old.version if old else MUST_NOT_EXIST
+    old_tenant = old_def.tenant if old_def else ""
     if new is None:
-        change.update(op="delete", remove=sorted(old_ids))
-        return change
+        assert old_def is not None
+        removals = tuple(JobRemoval(j, stored_tenant(j, old_def.tenant)) for j in sorted(old_ids))
+        return CheckChange(subject.uid, "delete", expect, old_tenant, remove=removals)
     new_ids = new.job_ids()
     replace_all = old_def is not None and _phase_changed(old_def, new)
     enabling = old_def is not None and new.enabled and not old_def.enabled
@@ -98,27 +111,36 @@ def plan_change(
     job_changes = []
     for region, jid in zip(new.regions, new_ids, strict=True):
         existing = jobs.get(jid) if jid in old_ids else None
-        fields = job_fields(new)
         place = existing is None or replace_all or enabling
-        entry: dict[str, Any] = {"id": jid, "f": fields, "place": place, "off": not new.enabled}
+        sa = ea = None
         if place:
-            sa = new.next_tick(region, now)
+            tick = new.next_tick(region, now)
             cost = existing.cost_ewma_ms if existing else 0.0
-            ea = params.effective_scheduled_at(sa, cost, new.plan_weight)
-            entry["sa"] = format_ts(to_unix(sa))
-            entry["ea"] = format_ts(to_unix(ea))
-        elif reweighed and existing is not None and existing.scheduled_at:
+            sa = format_ts(to_unix(tick))
+            ea = format_ts(to_unix(params.effective_scheduled_at(tick, cost, new.plan_weight)))
+        fields = job_fields(new)
+        if not place and reweighed and existing is not None and existing.scheduled_at:
             # The deadline follows the new weight from the job's current tick and cost, so it
             # is promoted by the new weight now, not by the old one until its next run.
-            ea = params.effective_scheduled_at(
+            reweighed_at = params.effective_scheduled_at(
                 from_unix(existing.scheduled_at), existing.cost_ewma_ms, new.plan_weight
             )
-            fields[JobField.EFFECTIVE_AT] = format_ts(to_unix(ea))
-        job_changes.append(entry)
-    change.update(
-        op="put", check=encode_check(new), remove=sorted(old_ids - set(new_ids)), jobs=job_changes
+            fields[JobField.EFFECTIVE_AT] = format_ts(to_unix(reweighed_at))
+        tenant = stored_tenant(jid, old_tenant or new.tenant)
+        job_changes.append(JobChange(jid, tenant, fields, place, not new.enabled, sa, ea))
+    removals = tuple(
+        JobRemoval(j, stored_tenant(j, old_tenant)) for j in sorted(set(old_ids) - set(new_ids))
     )
-    return change
+    return CheckChange(
+        new.uid,
+        "put",
+        expect,
+        old_tenant,
+        new.tenant,
+        encode_check(new),
+        removals,
+        tuple(job_changes),
+    )
 
 
 # --- the store (I/O) --------------------------------------------------------------------------
@@ -187,9 +209,24 @@ class CheckStore:
         return [j for j in read_jobs(self.redis, self.keys, stored.definition.job_ids()) if j]
 
     # writes
-    def _apply(self, changes: Sequence[dict[str, Any]]) -> list[str]:
-        payload = json.dumps({"changes": list(changes)}, separators=(",", ":"))
-        return run_script(self.redis, "store", args=[self.keys.prefix, payload])
+    def _apply(self, changes: Sequence[CheckChange], client: Any = None) -> Any:
+        """One store.lua call (queued when ``client`` is a pipeline): ["ok"] or the refusal."""
+        keys, payload = encode_changes(self.keys, changes)
+        return run_script(client or self.redis, "store", keys=keys, args=[payload])
+
+    def _read_jobs(self, job_ids: Iterable[str]) -> dict[str, JobState | None]:
+        ids = sorted(set(job_ids))
+        return dict(zip(ids, read_jobs(self.redis, self.keys, ids), strict=True))
+
+    def _create(self, definitions: Sequence[CheckDefinition], when: datetime) -> list[str]:
+        """Create in one call; a batch refused as stale (a leftover job hash holds another
+        tenant) is planned again with the jobs read."""
+        status = self._apply([plan_change(None, d, {}, when, self.params) for d in definitions])
+        if status[0] == StoreStatus.STALE:
+            jobs = self._read_jobs(j for d in definitions for j in d.job_ids())
+            changes = [plan_change(None, d, jobs, when, self.params) for d in definitions]
+            status = self._apply(changes)
+        return status
 
     def _now(self, now: datetime | None) -> datetime:
         return now or from_unix(time.time())
@@ -197,8 +234,8 @@ class CheckStore:
     def create(self, now: datetime | None = None, **raw: Any) -> CheckDefinition:
         """Validate and create a check; CheckExists if the uid is taken."""
         defn = validate_definition(self.settings, registry=self.registry, **raw)
-        status = self._apply([plan_change(None, defn, {}, self._now(now), self.params)])
-        if status[0] == "exists":
+        status = self._create([defn], self._now(now))
+        if status[0] == StoreStatus.EXISTS:
             raise CheckExists(f"check {defn.uid!r} already exists (use update)")
         return defn
 
@@ -206,54 +243,49 @@ class CheckStore:
         self, definitions: Iterable[CheckDefinition], now: datetime | None = None, chunk: int = 500
     ) -> int:
         """Create many already-validated checks, ``chunk`` per Lua call (a batch is all or
-        nothing); CheckExists names the first uid that was taken."""
+        nothing; up to 8 calls per round trip); CheckExists names the first uid that was taken."""
         when = self._now(now)
         count = 0
-        batch: list[dict[str, Any]] = []
-        pipe = self.redis.pipeline(transaction=False)
-        pending = 0
+        batches: list[list[CheckDefinition]] = []
+        batch: list[CheckDefinition] = []
 
-        def flush_pipe() -> None:
-            nonlocal pending
-            for status in pipe.execute():
-                if status[0] != "ok":
+        def flush() -> None:
+            pipe = self.redis.pipeline(transaction=False)
+            for b in batches:
+                self._apply([plan_change(None, d, {}, when, self.params) for d in b], pipe)
+            for b, status in zip(batches, pipe.execute(), strict=True):
+                if status[0] == StoreStatus.STALE:
+                    status = self._create(b, when)
+                if status[0] != StoreStatus.OK:
                     raise CheckExists(f"check {status[1]!r} already exists")
-            pending = 0
+            batches.clear()
 
         for defn in definitions:
-            batch.append(plan_change(None, defn, {}, when, self.params))
+            batch.append(defn)
             count += 1
             if len(batch) >= chunk:
-                payload = json.dumps({"changes": batch}, separators=(",", ":"))
-                run_script(pipe, "store", args=[self.keys.prefix, payload])
+                batches.append(batch)
                 batch = []
-                pending += 1
-                if pending >= 8:
-                    flush_pipe()
+                if len(batches) >= 8:
+                    flush()
         if batch:
-            payload = json.dumps({"changes": batch}, separators=(",", ":"))
-            run_script(pipe, "store", args=[self.keys.prefix, payload])
-            pending += 1
-        if pending:
-            flush_pipe()
+            batches.append(batch)
+        if batches:
+            flush()
         return count
 
     def _write(self, uid: str, make: Any, now: datetime | None) -> CheckDefinition | None:
         for _ in range(_RETRIES):
             old = self.require(uid)
             new = make(old.definition)
-            jobs = dict(
-                zip(
-                    old.definition.job_ids(),
-                    read_jobs(self.redis, self.keys, old.definition.job_ids()),
-                    strict=True,
-                )
-            )
+            ids = old.definition.job_ids() + (new.job_ids() if new else [])
+            jobs = self._read_jobs(ids)
             status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
-            if status[0] == "ok":
+            if status[0] == StoreStatus.OK:
                 return new
-            if status[0] == "missing":
+            if status[0] == StoreStatus.MISSING:
                 raise CheckNotFound(uid)
+            # conflict or stale: it changed while we planned; read it again
         raise ConcurrentUpdate(f"check {uid!r} changed {_RETRIES} times while being updated")
 
     def update(self, uid: str, now: datetime | None = None, **changes: Any) -> CheckDefinition:

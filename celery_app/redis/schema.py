@@ -17,7 +17,8 @@ LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
 
 
 class CheckField(StrEnum):
-    """Fields of a check definition hash (``Keys.check``)."""
+    """Fields of a check definition hash (``Keys.check``), all written by ``store.lua`` from
+    ``definition.encode_check``; read by the worker (kind, target, config) and the CLI."""
 
     TENANT = "t"
     KIND = "k"
@@ -32,44 +33,67 @@ class CheckField(StrEnum):
 
 
 class JobField(StrEnum):
-    """Fields of a (check, region) job hash (``Keys.job``); short names keep it a listpack."""
+    """Fields of a (check, region) job hash (``Keys.job``); short names keep it a listpack.
 
-    TENANT = "t"
-    PLAN_WEIGHT = "w"
-    PERIOD = "p"  # whole seconds
-    REGIONS = "g"  # the check's regions, comma list (phase = index in the sorted list)
-    REGION_SPREAD = "s"  # seconds; absent = the default spread
-    SCHEDULED_AT = "sa"  # Unix s
-    EFFECTIVE_AT = "ea"  # Unix s: the WFQ order key
-    COST_EWMA_MS = "c"
-    DELAY_EWMA_MS = "d"
-    LANE = "l"  # 0 fast / 1 slow
-    RUNS = "n"  # runs completed (or reaped)
-    SKIPPED = "sk"  # runs skipped by the tenant rate limit
-    LEASE_TOKEN = "lt"  # only while claimed
-    LEASE_EXPIRY = "lx"  # Unix s, only while claimed
-    DISABLED = "off"  # "1" while the check is disabled
+    The authoritative list (``celery_app.checks.jobs`` has an overview table). "store" is
+    ``store.lua`` (reconcile, repair), "complete" is ``complete.lua`` (worker or reaper),
+    "claim" is ``claim.lua``, "release" is ``release.lua``.
+    """
+
+    TENANT = "t"  # store
+    PLAN_WEIGHT = "w"  # store
+    PERIOD = "p"  # whole seconds; store
+    REGIONS = "g"  # the check's regions, comma list (phase = index in the sorted list); store
+    REGION_SPREAD = "s"  # seconds; absent = the default spread; store
+    SCHEDULED_AT = "sa"  # Unix s; store, complete, claim (a held job's missed ticks)
+    EFFECTIVE_AT = "ea"  # Unix s: the WFQ order key; store, complete
+    COST_EWMA_MS = "c"  # absent = 0; complete
+    DELAY_EWMA_MS = "d"  # absent = 0; complete
+    LANE = "l"  # 0 fast / 1 slow, absent = 0; complete
+    RUNS = "n"  # runs completed (or reaped); complete
+    SKIPPED = "sk"  # runs skipped by the tenant rate limit; claim (when a held job is released)
+    LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete and release remove it
+    LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
+    DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
 
 
 class WorkerField(StrEnum):
-    """Fields of a check worker's registration hash (``Keys.worker``)."""
+    """Fields of a check worker's registration hash (``Keys.worker``), written by the worker's
+    heartbeat (``workers.roles``); the claim script counts ROLE and CONCURRENCY."""
 
     HOSTNAME = "hostname"
     REGION = "region"
-    ROLE = "role"  # "fast" | "shared"
+    ROLE = "role"  # a WorkerRoleName
     QUEUES = "queues"  # comma list
     CONCURRENCY = "concurrency"
     PID = "pid"
     HEARTBEAT = "heartbeat"  # Unix s
 
 
+class WorkerRoleName(StrEnum):
+    """Values of ``WorkerField.ROLE``: a fast worker's slots are reserved for fast work, a
+    shared worker's slots take both lanes (slow work only ever counts these)."""
+
+    FAST = "fast"
+    SHARED = "shared"
+
+
 class BucketField(StrEnum):
-    """Fields of a tenant's token bucket (``Keys.rate_limit``)."""
+    """Fields of a tenant's token bucket (``Keys.rate_limit``): RATE and BURST written by
+    ``checks.ratelimit``, TOKENS and UPDATED by the claim script as it spends tokens."""
 
     RATE = "rate"  # runs per minute
     BURST = "burst"
     TOKENS = "tokens"
     UPDATED = "ts"  # Unix s of the last refill
+
+
+class ResultField(StrEnum):
+    """Fields of one entry of a check's results stream (``Keys.results``), written by
+    ``complete.lua``; ``Keys.last_result`` maps region -> the same record JSON."""
+
+    REGION = "region"
+    RECORD = "result"  # the JSON of a ``checks.run_contract.RunRecord``
 
 
 #: The field tables Lua scripts see, by the name they have there (see redis.scripts).
@@ -78,6 +102,8 @@ LUA_FIELD_TABLES: dict[str, type[StrEnum] | type[IntEnum]] = {
     "JOB": JobField,
     "WORKER": WorkerField,
     "BUCKET": BucketField,
+    "ROLE": WorkerRoleName,
+    "RESULT": ResultField,
 }
 
 
@@ -199,29 +225,9 @@ class Keys:
         """Set of tenants with held jobs in a region."""
         return f"{self.prefix}:heldtenants:{region}"
 
-    def held_prefix(self, region: str) -> str:
-        """``held(r, lane, t) == held_prefix(r) + f"{LANE_NAMES[lane]}:{t}"`` (for Lua)."""
-        return f"{self.prefix}:held:{region}:"
-
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
         return f"{self.prefix}:leaseseq"
-
-    def job_prefix(self) -> str:
-        """``job(x) == job_prefix() + x``: Lua scripts build job keys from ids with it."""
-        return f"{self.prefix}:job:"
-
-    def ready_prefix(self) -> str:
-        """``ready(r, lane) == ready_prefix() + f"{r}:{LANE_NAMES[lane]}"`` (for Lua)."""
-        return f"{self.prefix}:ready:"
-
-    def worker_prefix(self) -> str:
-        """``worker(h) == worker_prefix() + h`` (for Lua)."""
-        return f"{self.prefix}:worker:"
-
-    def rate_limit_prefix(self) -> str:
-        """``rate_limit(t) == rate_limit_prefix() + t`` (for Lua)."""
-        return f"{self.prefix}:ratelimit:"
 
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
@@ -234,6 +240,12 @@ class Keys:
     def rate_limit(self, tenant: str) -> str:
         """Hash: a tenant's token bucket (rate per minute, burst, tokens, updated)."""
         return f"{self.prefix}:ratelimit:{tenant}"
+
+    def rate_limited_tenants(self) -> str:
+        """Set of the tenants that have a token bucket: written with the bucket in one
+        transaction, so a claim can declare every bucket it may spend without reading the
+        tenant of each candidate first."""
+        return f"{self.prefix}:ratelimited"
 
     # --- workers ----------------------------------------------------------------------------
     def worker(self, hostname: str) -> str:

@@ -2,6 +2,11 @@
 
 Why Lua: every multi-key change of a job (claim, completion, reconcile) must be atomic across
 beats, workers and the CLI, and must cost one round trip per batch.
+
+Every script gets every key it touches in KEYS, built by :class:`~celery_app.redis.schema.Keys`
+(none builds a key from a prefix), and its field names from the schema's tables rendered as a
+preamble: the schema reads in one file, and each call declares its keys as Redis Cluster needs.
+Each script documents its KEYS and ARGV at its top.
 """
 
 from __future__ import annotations
@@ -15,6 +20,24 @@ import redis
 from redis.commands.core import Script
 
 from celery_app.redis.schema import LUA_FIELD_TABLES
+
+
+class KeyTable:
+    """The KEYS of one script call, each key once: ``table(key)`` is its number in KEYS
+    (1-based, as Lua counts), so a payload can refer to keys by number."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def __call__(self, key: str) -> int:
+        number = self._numbers.get(key)
+        if number is None:
+            number = self._numbers[key] = len(self._numbers) + 1
+        return number
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self._numbers)
 
 
 @cache

@@ -144,6 +144,9 @@ BAD_MESSAGES = [
     ("scheduled_at a string", (), GOOD_KWARGS | {"scheduled_at": "yesterday"}),
     ("timeout_s negative", (), GOOD_KWARGS | {"timeout_s": -1}),
     ("timeout_s a bool", (), GOOD_KWARGS | {"timeout_s": True}),
+    ("timeout_s 10**400", (), GOOD_KWARGS | {"timeout_s": 10**400}),
+    ("timeout_s an hour, past the ceiling", (), GOOD_KWARGS | {"timeout_s": 3600}),
+    ("scheduled_at 10**400", (), GOOD_KWARGS | {"scheduled_at": 10**400}),
     ("lease_token empty", (), GOOD_KWARGS | {"lease_token": ""}),
     ("positional args", ("missing@local",), {}),
     ("unknown job id", (), GOOD_KWARGS),
@@ -174,6 +177,8 @@ def test_bad_run_messages_are_rejected_and_logged_and_the_worker_keeps_going(
     assert "unknown job missing@local" in logged.text
     assert "lease_token must be a non-empty string" in logged.text
     assert "scheduled_at must be a number" in logged.text
+    assert "timeout_s must be at most 17 s" in logged.text
+    assert "scheduled_at must be between 0 and" in logged.text
     # ... and the same worker still runs a real job
     kwargs = claim(r, KEYS, job, "9.1")
     app.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=queue)

@@ -11,7 +11,11 @@ from datetime import UTC, datetime
 
 import redis
 
-from celery_app.redis.schema import Keys, check_queue
+from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.redis.schema import JobField, Keys, WorkerField, check_queue
+
+#: The keys of every results-history record, whichever path wrote it (worker, kill, reaper).
+RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
 
 
 def at(seconds: float) -> datetime:
@@ -35,7 +39,12 @@ def register_fake_worker(
     pipe = client.pipeline()
     pipe.hset(
         keys.worker(hostname),
-        mapping={"region": region, "role": role, "queues": queues, "concurrency": concurrency},
+        mapping={
+            WorkerField.REGION: region,
+            WorkerField.ROLE: role,
+            WorkerField.QUEUES: queues,
+            WorkerField.CONCURRENCY: concurrency,
+        },
     )
     if ttl:
         pipe.expire(keys.worker(hostname), ttl)
@@ -59,7 +68,7 @@ def learned(
     from celery_app.checks.jobs import complete_run
     from scheduling_core import PostExecState
 
-    client.hset(keys.job(job_id), "lt", "setup")
+    client.hset(keys.job(job_id), JobField.LEASE_TOKEN, "setup")
     client.zrem(keys.due(), job_id)
     ea = params.effective_scheduled_at(at(scheduled_at), cost_ms, plan_weight)
     state = PostExecState(

@@ -64,14 +64,17 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     """Take a job's lease as the dispatcher's claim does (test data for single-run tests):
     returns the run_check kwargs for it."""
     from celery_app.checks.jobs import read_job
-    from celery_app.redis.schema import split_job_id
+    from celery_app.redis.schema import JobField, split_job_id
 
     job = read_job(client, keys, job_id)
     assert job is not None, job_id
     _uid, region = split_job_id(job_id)
     expiry = time.time() + lease_s
     pipe = client.pipeline(transaction=True)
-    pipe.hset(keys.job(job_id), mapping={"lt": token, "lx": f"{expiry:.3f}"})
+    pipe.hset(
+        keys.job(job_id),
+        mapping={JobField.LEASE_TOKEN: token, JobField.LEASE_EXPIRY: f"{expiry:.3f}"},
+    )
     pipe.zadd(keys.leases(region, job.lane), {job_id: expiry})
     pipe.zrem(keys.due(), job_id)
     pipe.zrem(keys.ready(region, job.lane), job_id)

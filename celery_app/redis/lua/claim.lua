@@ -1,50 +1,83 @@
 -- Claim, in one atomic step, as many ready jobs of one region as its workers have free slots,
 -- lowest effective deadline first across both lanes, slow jobs only up to the shared capacity,
--- each tenant's token bucket permitting. Atomic, so dispatchers on several beats never claim
--- the same job and never claim past the free slots together.
+-- each tenant's token bucket permitting. Atomic, so dispatchers on several beats (and workers
+-- refilling their slots) never claim the same job and never claim past the free slots together.
+--
+-- Second phase of a claim (celery_app.checks.claiming.RegionClaimer): Python read the region's
+-- workers, its held tenants, the rate-limited tenants and the top of both ready indexes, and
+-- declares every key the claim may touch. This script re-validates all of it: only workers whose
+-- key still exists count; a candidate is claimed only if it is still in its ready index at the
+-- score Python read; a candidate whose tenant has a bucket that is not declared here (the tenant
+-- became rate-limited meanwhile) is left in place. Either of the last two makes the result
+-- 'more', and Python reads again.
+--
 -- KEYS: 1 ready fast, 2 ready slow, 3 leases fast, 4 leases slow, 5 region workers set,
---       6 lease sequence counter, 7 held tenants set of the region
--- ARGV: 1 now, 2 lease expiry, 3 worker key prefix, 4 job key prefix, 5 rate-limit key prefix,
---       6 max claims in this call, 7 max rate-limited jobs to hold in this call,
---       8 held key prefix of the region ("<prefix>:held:<region>:")
--- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited, claims}
--- where claims is ONE string, a line per claim: "job token scheduled_at effective cost lane"
--- (job ids hold no whitespace; one bulk reply parses far faster than six per claim).
+--       6 lease sequence counter, 7 held tenants set of the region, 8 rate-limited tenants set,
+--       then W worker hashes (9 .. 8+W),
+--       then per declared tenant t (1..T) three keys: its token bucket at TK+3t-2, its held
+--       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 8+W),
+--       then the job hashes (job j at JK+j, JK = TK+3T)
+-- ARGV: 1 now, 2 lease expiry, 3 max claims in this call, 4 max rate-limited jobs to hold,
+--       5 W, 6 T, then W worker hostnames (7 .. 6+W), then, packed (P = 6+W; tenants and job
+--       ids hold no whitespace; t and j below are their numbers):
+--       P+1 the declared tenants "name name ...", P+2 the job ids "id\nid\n...",
+--       P+3 held tenants to settle "t t ...", P+4 held jobs to release "t j lane\n...",
+--       P+5 the number F of fast candidates, P+6 the number S of slow ones: jobs 1..F are the
+--       fast candidates in index order, F+1..F+S the slow ones, P+7 their scores "s s ...",
+--       P+8 the fast list's full flag ('1' = the index may hold more than was read),
+--       P+9 the slow list's.
+-- A tenant that is neither declared nor in the rate-limited set has no bucket: unlimited.
+-- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited (held now),
+--          stop, lease sequence number (0 = no claim), claims}
+-- stop: 'full' (no free slot left), 'limit' (the hold limit was reached), 'more' (a candidate
+-- list ran out while its index may hold more, or a candidate was stale: read again), 'done'.
+-- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms"; the
+-- k-th claim's lease token is "<sequence>.<k>".
 local now = tonumber(ARGV[1])
+local expiry = ARGV[2]
+local max_claims, skip_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local W, T = tonumber(ARGV[5]), tonumber(ARGV[6])
+local TK = 8 + W
+local JK = TK + 3 * T
+local P = 6 + W
+local CHUNK = 1000  -- values per batched command (Lua's unpack limit is 8000)
 
 -- Capacity: live workers (their heartbeat key exists) of this region.
 local total, slowcap = 0, 0
-for _, host in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-  local w = redis.call('HMGET', ARGV[3] .. host, 'role', 'concurrency')
-  if w[2] then
-    local c = tonumber(w[2]) or 0
+for w = 1, W do
+  local v = redis.call('HMGET', KEYS[8 + w], WORKER.ROLE, WORKER.CONCURRENCY)
+  if v[2] then
+    local c = tonumber(v[2]) or 0
     total = total + c
-    if w[1] == 'shared' then slowcap = slowcap + c end
+    if v[1] == ROLE.SHARED then slowcap = slowcap + c end
   else
-    redis.call('SREM', KEYS[5], host)  -- stale: its heartbeat expired
+    redis.call('SREM', KEYS[5], ARGV[6 + w])  -- stale: its heartbeat expired
   end
 end
 local in_fast = redis.call('ZCARD', KEYS[3])
 local in_slow = redis.call('ZCARD', KEYS[4])
 local free = total - in_fast - in_slow
 local free_slow = math.min(slowcap - in_slow, free)
-local max_claims = tonumber(ARGV[6])
 if free > max_claims then free = max_claims end
-local claims = {}
 if free <= 0 then
-  return {total, slowcap, in_fast, in_slow, 0, ''}
+  return {total, slowcap, in_fast, in_slow, 0, 'full', 0, ''}
 end
 
-local skip_limit = tonumber(ARGV[7])
-local held_prefix = ARGV[8]
-local LANE = {[0] = 'fast', [1] = 'slow'}
+local tenants, tenant_number, ids = {}, {}, {}
+for name in string.gmatch(ARGV[P + 1], '%S+') do
+  tenants[#tenants + 1] = name
+  tenant_number[name] = #tenants
+end
+for id in string.gmatch(ARGV[P + 2], '%S+') do ids[#ids + 1] = id end
+local function held_key(t, lane) return KEYS[TK + 3 * t - 1 + lane] end
 
 -- Token buckets, read once per tenant per call and written back at the end.
 local buckets = {}
-local function bucket(tenant)
-  local b = buckets[tenant]
+local function bucket(t)
+  local b = buckets[t]
   if b == nil then
-    local v = redis.call('HMGET', ARGV[5] .. tenant, 'rate', 'burst', 'tokens', 'ts')
+    local v = redis.call('HMGET', KEYS[TK + 3 * t - 2], BUCKET.RATE, BUCKET.BURST, BUCKET.TOKENS,
+      BUCKET.UPDATED)
     if not v[1] then
       b = false
     else
@@ -57,127 +90,175 @@ local function bucket(tenant)
       end
       b = {tokens = tokens, ts = ts}
     end
-    buckets[tenant] = b
+    buckets[t] = b
   end
   return b
+end
+
+-- The declared number of a job's tenant; 0 = unlimited (no bucket); nil = it has a bucket this
+-- call did not declare (it became rate-limited after Python read the set).
+local undeclared = {}
+local function tenant_of(name)
+  local t = tenant_number[name]
+  if t then return t end
+  local limited = undeclared[name]
+  if limited == nil then
+    limited = redis.call('SISMEMBER', KEYS[8], name) == 1
+    undeclared[name] = limited
+  end
+  if limited then return nil end
+  return 0
 end
 
 -- A rate-limited job's missed ticks are skipped runs: scheduled_at moves on to its latest tick,
 -- the effective deadline does not (it recedes, and wins the next token).
 local function account_skipped(key)
-  local v = redis.call('HMGET', key, 'sa', 'p')
+  local v = redis.call('HMGET', key, JOB.SCHEDULED_AT, JOB.PERIOD)
   local sa, period = tonumber(v[1]), tonumber(v[2])
   if sa and period and period > 0 and now >= sa + period then
     local missed = math.floor((now - sa) / period)
-    redis.call('HSET', key, 'sa', string.format('%.3f', sa + missed * period))
-    redis.call('HINCRBY', key, 'sk', missed)
+    redis.call('HSET', key, JOB.SCHEDULED_AT, string.format('%.3f', sa + missed * period))
+    redis.call('HINCRBY', key, JOB.SKIPPED, missed)
   end
 end
 
 -- Release held jobs of tenants whose bucket has tokens again (all of them if the bucket is
 -- gone), oldest effective deadline first, back into the ready index at that old deadline.
-for _, tenant in ipairs(redis.call('SMEMBERS', KEYS[7])) do
-  local b = bucket(tenant)
+local releases = {}
+for t, j, lane in string.gmatch(ARGV[P + 4], '(%d+) (%d+) (%d)') do
+  t = tonumber(t)
+  local list = releases[t]
+  if not list then
+    list = {}
+    releases[t] = list
+  end
+  list[#list + 1] = {tonumber(j), tonumber(lane)}
+end
+for t in string.gmatch(ARGV[P + 3], '%d+') do
+  t = tonumber(t)
+  local b = bucket(t)
   local n = b and math.floor(b.tokens) or -1
   if n ~= 0 then
-    for lane = 0, 1 do
-      local hk = held_prefix .. LANE[lane] .. ':' .. tenant
-      local members = redis.call('ZRANGE', hk, 0, n < 0 and -1 or n - 1, 'WITHSCORES')
-      for k = 1, #members, 2 do
-        local job = members[k]
-        redis.call('ZREM', hk, job)
-        if redis.call('EXISTS', ARGV[4] .. job) == 1 then
-          account_skipped(ARGV[4] .. job)
-          redis.call('ZADD', KEYS[lane + 1], members[k + 1], job)
+    local released = {[0] = 0, [1] = 0}
+    for _, entry in ipairs(releases[t] or {}) do
+      local j, lane = entry[1], entry[2]
+      if n < 0 or released[lane] < n then
+        local id, hk = ids[j], held_key(t, lane)
+        local score = redis.call('ZSCORE', hk, id)
+        if score then
+          released[lane] = released[lane] + 1
+          redis.call('ZREM', hk, id)
+          if redis.call('EXISTS', KEYS[JK + j]) == 1 then
+            account_skipped(KEYS[JK + j])
+            redis.call('ZADD', KEYS[1 + lane], score, id)
+          end
         end
       end
     end
-    if redis.call('EXISTS', held_prefix .. 'fast:' .. tenant, held_prefix .. 'slow:' .. tenant) == 0 then
-      redis.call('SREM', KEYS[7], tenant)
+    if redis.call('EXISTS', held_key(t, 0), held_key(t, 1)) == 0 then
+      redis.call('SREM', KEYS[7], tenants[t])
     end
   end
 end
 
--- Read each ready index lazily, a page at a time: usually one page of `free` entries is all it
--- takes. Every entry visited leaves the index (claimed, held, or deleted), so each next page
--- starts at the top again (`kept` counts entries stepped over and left in place: none today).
-local function pager(key, enabled)
-  return {key = key, buf = {}, pos = 1, kept = 0, done = not enabled}
-end
-local function peek(p)
-  if p.done then return nil end
-  if p.buf[p.pos] == nil then
-    local size = math.max(free, 32)
-    p.buf = redis.call('ZRANGE', p.key, p.kept, p.kept + size - 1, 'WITHSCORES')
-    p.pos = 1
-    if p.buf[1] == nil then
-      p.done = true
-      return nil
-    end
+-- The candidates: the score Python read, and the one each has now (a ZMSCORE per chunk, after
+-- the releases); job j's candidate entry is j itself (see ARGV).
+local F, S = tonumber(ARGV[P + 5]), tonumber(ARGV[P + 6])
+local expected, current = {}, {}
+for score in string.gmatch(ARGV[P + 7], '%S+') do expected[#expected + 1] = tonumber(score) end
+for lane = 0, 1 do
+  local first, last = 1, F
+  if lane == 1 then first, last = F + 1, F + S end
+  for a = first, last, CHUNK do
+    local b = math.min(a + CHUNK - 1, last)
+    local scores = redis.call('ZMSCORE', KEYS[1 + lane], unpack(ids, a, b))
+    for k = a, b do current[k] = tonumber(scores[k - a + 1]) end
   end
-  return p.buf[p.pos], p.buf[p.pos + 1]
 end
-local F = pager(KEYS[1], true)
-local S = pager(KEYS[2], free_slow > 0)
+local full = {[0] = ARGV[P + 8] == '1', [1] = ARGV[P + 9] == '1'}
+local next_of = {[0] = 1, [1] = F + 1}
+local last_of = {[0] = F, [1] = F + S}
 
+local unready = {[0] = {}, [1] = {}}  -- ZREM'd from the ready index at the end, in batches
+local leased = {[0] = {}, [1] = {}}   -- ZADD'ed to the lease index at the end
+local claims = {}
 local seq = nil
 local skipped = 0
-local n = 0
-while free > 0 do
-  local fjob, fea = peek(F)
-  local sjob, sea = nil, nil
-  if free_slow > 0 then sjob, sea = peek(S) end
-  local take_slow
-  if fjob and sjob then
-    take_slow = tonumber(sea) < tonumber(fea)
-  elseif fjob then
-    take_slow = false
-  elseif sjob then
-    take_slow = true
-  else
+local stale = false
+local stop = 'done'
+while true do
+  if free <= 0 then
+    stop = 'full'
     break
   end
-  local job, ea, lane, ready_key, lease_key, page
-  if take_slow then
-    job, ea, lane, ready_key, lease_key, page = sjob, sea, 1, KEYS[2], KEYS[4], S
-  else
-    job, ea, lane, ready_key, lease_key, page = fjob, fea, 0, KEYS[1], KEYS[3], F
+  local f = next_of[0] <= last_of[0] and next_of[0] or nil
+  local s = nil
+  if free_slow > 0 and next_of[1] <= last_of[1] then s = next_of[1] end
+  -- A list that ran out although its index holds more: the next entry is unknown, so taking
+  -- from the other lane now could break the deadline order.
+  if (not f and full[0]) or (free_slow > 0 and not s and full[1]) then
+    stop = 'more'
+    break
   end
-  page.pos = page.pos + 2
-  local key = ARGV[4] .. job
-  local v = redis.call('HMGET', key, 't', 'sa', 'c', 'p')
-  if not v[1] then
-    redis.call('ZREM', ready_key, job)  -- the job was deleted: nothing to run
+  if not f and not s then break end
+  local lane = 0
+  if s and (not f or expected[s] < expected[f]) then lane = 1 end
+  local j = (lane == 1) and s or f
+  next_of[lane] = j + 1
+  local id, key, ready_key = ids[j], KEYS[JK + j], KEYS[1 + lane]
+  local score = expected[j]
+  if current[j] ~= score then
+    stale = true  -- claimed by another dispatcher, held, or re-scored since it was read
   else
-    local b = bucket(v[1])
-    if b and b.tokens < 1 then
-      -- Rate-limited: held (out of the way of other tenants' jobs) at its old effective
-      -- deadline, and released first when the tenant's bucket has tokens again.
-      skipped = skipped + 1
-      redis.call('ZREM', ready_key, job)
-      redis.call('ZADD', held_prefix .. LANE[lane] .. ':' .. v[1], ea, job)
-      redis.call('SADD', KEYS[7], v[1])
-      if skipped >= skip_limit then break end
+    local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS)
+    local t = v[1] and tenant_of(v[1])
+    if not v[1] then
+      redis.call('ZREM', ready_key, id)  -- the job was deleted: nothing to run
+    elseif not t then
+      stale = true  -- its tenant's bucket is not declared here: read again
     else
-      if b then b.tokens = b.tokens - 1 end
-      if not seq then seq = redis.call('INCR', KEYS[6]) end
-      n = n + 1
-      local token = seq .. '.' .. n
-      redis.call('HSET', key, 'lt', token, 'lx', ARGV[2])
-      redis.call('ZREM', ready_key, job)
-      redis.call('ZADD', lease_key, ARGV[2], job)
-      claims[#claims + 1] = job .. ' ' .. token .. ' ' .. v[2] .. ' ' .. ea .. ' ' ..
-        (v[3] or '0') .. ' ' .. lane
-      free = free - 1
-      if take_slow then free_slow = free_slow - 1 end
+      local b = t > 0 and bucket(t)
+      if b and b.tokens < 1 then
+        -- Rate-limited: held (out of the way of other tenants' jobs) at its old effective
+        -- deadline, and released first when the tenant's bucket has tokens again.
+        skipped = skipped + 1
+        redis.call('ZREM', ready_key, id)
+        redis.call('ZADD', held_key(t, lane), score, id)
+        redis.call('SADD', KEYS[7], v[1])
+        if skipped >= skip_limit then
+          stop = 'limit'
+          break
+        end
+      else
+        if b then b.tokens = b.tokens - 1 end
+        if not seq then seq = redis.call('INCR', KEYS[6]) end
+        claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0')
+        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, expiry)
+        local u, l = unready[lane], leased[lane]
+        u[#u + 1] = id
+        l[#l + 1] = expiry
+        l[#l + 1] = id
+        free = free - 1
+        if lane == 1 then free_slow = free_slow - 1 end
+      end
     end
   end
 end
+if stop == 'done' and stale then stop = 'more' end
 
-for tenant, b in pairs(buckets) do
-  if b then
-    redis.call('HSET', ARGV[5] .. tenant, 'tokens', string.format('%.6f', b.tokens), 'ts',
-      string.format('%.3f', b.ts))
+for lane = 0, 1 do
+  local u, l = unready[lane], leased[lane]
+  for a = 1, #u, CHUNK do
+    redis.call('ZREM', KEYS[1 + lane], unpack(u, a, math.min(a + CHUNK - 1, #u)))
+  end
+  for a = 1, #l, 2 * CHUNK do
+    redis.call('ZADD', KEYS[3 + lane], unpack(l, a, math.min(a + 2 * CHUNK - 1, #l)))
   end
 end
-return {total, slowcap, in_fast, in_slow, skipped, table.concat(claims, '\n')}
+for t, b in pairs(buckets) do
+  if b then
+    redis.call('HSET', KEYS[TK + 3 * t - 2], BUCKET.TOKENS, string.format('%.6f', b.tokens),
+      BUCKET.UPDATED, string.format('%.3f', b.ts))
+  end
+end
+return {total, slowcap, in_fast, in_slow, skipped, stop, seq or 0, table.concat(claims, '\n')}

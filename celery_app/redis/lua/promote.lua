@@ -1,16 +1,53 @@
 -- Move due jobs (scheduled_at <= now) into the ready index of their (region, lane), scored by the
 -- job's STORED effective deadline: a job deferred by the rate limit keeps its old, receding one.
--- KEYS: 1 due zset
--- ARGV: 1 now, 2 job key prefix, 3 ready key prefix, 4 max jobs to move
--- Returns the number of jobs moved.
-local jobs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[4]))
-for _, job in ipairs(jobs) do
-  local v = redis.call('HMGET', ARGV[2] .. job, 'l', 'ea')
-  local region = string.match(job, '@([^@]+)$')
-  if v[2] and region then
-    local lane = (v[1] == '1') and 'slow' or 'fast'
-    redis.call('ZADD', ARGV[3] .. region .. ':' .. lane, v[2], job)
-  end
-  redis.call('ZREM', KEYS[1], job)
+-- Second phase of a promote (celery_app.checks.claiming.promote_due): Python read the due ids
+-- and declares every key here. A job no longer due (promoted by another beat, rescheduled) is
+-- skipped, so concurrent promotes move each job once.
+-- KEYS: 1 due zset;
+--       2 .. 1+2R the ready indexes: region r (1..R) fast at 2r, slow at 2r+1;
+--       then one job hash per job, in ARGV's order (job i at 1+2R+i)
+-- ARGV: 1 now, 2 R, 3 the job ids packed "id\nid\n..." (job ids hold no whitespace),
+--       4 each job's region number r, packed "r r ..."
+-- Returns the number of jobs this call moved out of the due index.
+local now = tonumber(ARGV[1])
+local R = tonumber(ARGV[2])
+local regions = {}
+for r in string.gmatch(ARGV[4], '%d+') do regions[#regions + 1] = tonumber(r) end
+local ids = {}
+for job in string.gmatch(ARGV[3], '%S+') do ids[#ids + 1] = job end
+-- Their due scores now, a ZMSCORE per chunk (unpack stays far below Lua's limit of 8000 values).
+local CHUNK = 1000
+local scores = {}
+for a = 1, #ids, CHUNK do
+  local b = math.min(a + CHUNK - 1, #ids)
+  local current = redis.call('ZMSCORE', KEYS[1], unpack(ids, a, b))
+  for k = a, b do scores[k] = tonumber(current[k - a + 1]) end
 end
-return #jobs
+local moved, by_index = {}, {}
+for i, job in ipairs(ids) do
+  local score = scores[i]
+  if score and score <= now then
+    local v = redis.call('HMGET', KEYS[1 + 2 * R + i], JOB.LANE, JOB.EFFECTIVE_AT)
+    if v[2] then
+      local k = 2 * regions[i] + ((v[1] == '1') and 1 or 0)
+      local entries = by_index[k]
+      if not entries then
+        entries = {}
+        by_index[k] = entries
+      end
+      entries[#entries + 1] = v[2]
+      entries[#entries + 1] = job
+    end
+    moved[#moved + 1] = job
+  end
+end
+-- Batched writes.
+for k, entries in pairs(by_index) do
+  for s = 1, #entries, 2 * CHUNK do
+    redis.call('ZADD', KEYS[k], unpack(entries, s, math.min(s + 2 * CHUNK - 1, #entries)))
+  end
+end
+for s = 1, #moved, CHUNK do
+  redis.call('ZREM', KEYS[1], unpack(moved, s, math.min(s + CHUNK - 1, #moved)))
+end
+return #moved

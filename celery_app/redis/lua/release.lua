@@ -2,8 +2,8 @@
 -- effective deadline, lease dropped; only if the lease token is still ours.
 -- KEYS: 1 job hash, 2 leases zset of its lane, 3 ready zset of its lane
 -- ARGV: 1 lease token, 2 job id
-if redis.call('HGET', KEYS[1], 'lt') ~= ARGV[1] then return 0 end
-redis.call('HDEL', KEYS[1], 'lt', 'lx')
+if redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN) ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
 redis.call('ZREM', KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], 'ea'), ARGV[2])
+redis.call('ZADD', KEYS[3], redis.call('HGET', KEYS[1], JOB.EFFECTIVE_AT), ARGV[2])
 return 1

@@ -1,20 +1,23 @@
 -- Apply a batch of check changes atomically: every precondition is checked before anything is
 -- written, so a refused change writes nothing (and neither does the rest of its batch).
--- KEYS: none (standalone Redis; names come from ARGV[1], the key prefix)
--- ARGV: 1 key prefix, 2 JSON {"changes": [change, ...]} where change is
---   {uid, op: "put"|"delete", expect: -1 (must not exist) | version,
---    check: {field: value} (put), old_tenant: "" | tenant,
---    remove: [job id], jobs: [{id, f: {field: value}, place: bool, sa, ea, off: bool}]}
--- Returns {"ok"} or {"exists"|"conflict"|"missing", uid}.
-local P = ARGV[1]
-local changes = cjson.decode(ARGV[2]).changes
+-- Built by celery_app.checks.store (encode_changes), which declares every key in KEYS and refers
+-- to them by number in the payload.
+-- KEYS: every key the batch touches: check hashes, the checks set, tenants' check sets, job
+--       hashes, the due index, ready, lease and held indexes, results streams, last-result hashes
+-- ARGV: 1 JSON {"checks": k, "due": k, "changes": [change, ...]}, k a KEYS number; a change is
+--   {uid, check: k, expect: -1 (must not exist) | version, op: "put" | "delete",
+--    fields: {CheckField: value} (put), tenant_add: k | 0, tenant_remove: k | 0,
+--    drop: [k] (delete: results, last result),
+--    remove: [job], jobs: [job + {fields: {JobField: value}, place, off, sa, ea}]}
+--   and a job is {id, key: k, tenant (the one its hash holds, if any), held: [k fast, k slow]
+--   (that tenant's held indexes), ready: [k fast, k slow], leases: [k fast, k slow]}
+-- Returns {"ok"} or {"exists"|"conflict"|"missing"|"stale", uid}; "stale": a job's hash holds
+-- another tenant than the one declared (read it again and re-plan).
+local batch = cjson.decode(ARGV[1])
+local DUE = KEYS[batch.due]
 
-local function lanes_of(prefix_kind, region)
-  return P .. ':' .. prefix_kind .. ':' .. region .. ':fast', P .. ':' .. prefix_kind .. ':' .. region .. ':slow'
-end
-
-for _, ch in ipairs(changes) do
-  local v = redis.call('HGET', P .. ':check:' .. ch.uid, 'v')
+for _, ch in ipairs(batch.changes) do
+  local v = redis.call('HGET', KEYS[ch.check], CHECK.VERSION)
   if ch.expect == -1 then
     if v then return {'exists', ch.uid} end
   elseif not v then
@@ -22,78 +25,73 @@ for _, ch in ipairs(changes) do
   elseif tonumber(v) ~= ch.expect then
     return {'conflict', ch.uid}
   end
-end
-
--- Out of its tenant's held index (rate-limited jobs wait there instead of in ready).
-local function unhold(id, region, key)
-  local tenant = redis.call('HGET', key, 't')
-  if tenant then
-    redis.call('ZREM', P .. ':held:' .. region .. ':fast:' .. tenant, id)
-    redis.call('ZREM', P .. ':held:' .. region .. ':slow:' .. tenant, id)
+  -- Held indexes are per tenant: only the declared tenant's may hold the job.
+  for _, list in ipairs({ch.remove or {}, ch.jobs or {}}) do
+    for _, job in ipairs(list) do
+      local tenant = redis.call('HGET', KEYS[job.key], JOB.TENANT)
+      if tenant and tenant ~= job.tenant then return {'stale', ch.uid} end
+    end
   end
 end
 
-local function remove_job(id)
-  local region = string.match(id, '@([^@]+)$')
-  unhold(id, region, P .. ':job:' .. id)
-  redis.call('DEL', P .. ':job:' .. id)
-  redis.call('ZREM', P .. ':due', id)
-  local rf, rs = lanes_of('ready', region)
-  local lf, ls = lanes_of('leases', region)
-  redis.call('ZREM', rf, id)
-  redis.call('ZREM', rs, id)
-  redis.call('ZREM', lf, id)
-  redis.call('ZREM', ls, id)
+-- Out of its tenant's held index (rate-limited jobs wait there instead of in ready).
+local function unhold(job)
+  redis.call('ZREM', KEYS[job.held[1]], job.id)
+  redis.call('ZREM', KEYS[job.held[2]], job.id)
 end
 
-for _, ch in ipairs(changes) do
-  local ckey = P .. ':check:' .. ch.uid
-  for _, id in ipairs(ch.remove or {}) do remove_job(id) end
+local function remove_job(job)
+  unhold(job)
+  redis.call('DEL', KEYS[job.key])
+  redis.call('ZREM', DUE, job.id)
+  for _, k in ipairs({job.ready[1], job.ready[2], job.leases[1], job.leases[2]}) do
+    redis.call('ZREM', KEYS[k], job.id)
+  end
+end
+
+local function hset_all(key, fields)
+  local args = {}
+  for k, val in pairs(fields) do
+    args[#args + 1] = k
+    args[#args + 1] = val
+  end
+  redis.call('HSET', key, unpack(args))
+end
+
+local checks = KEYS[batch.checks]
+for _, ch in ipairs(batch.changes) do
+  local ckey = KEYS[ch.check]
+  for _, job in ipairs(ch.remove or {}) do remove_job(job) end
+  if ch.tenant_remove ~= 0 then redis.call('SREM', KEYS[ch.tenant_remove], ch.uid) end
   if ch.op == 'delete' then
-    redis.call('DEL', ckey, P .. ':results:' .. ch.uid, P .. ':last:' .. ch.uid)
-    redis.call('SREM', P .. ':checks', ch.uid)
-    if ch.old_tenant ~= '' then
-      redis.call('SREM', P .. ':tenant:' .. ch.old_tenant .. ':checks', ch.uid)
-    end
+    redis.call('DEL', ckey)
+    for _, k in ipairs(ch.drop or {}) do redis.call('DEL', KEYS[k]) end
+    redis.call('SREM', checks, ch.uid)
   else
-    local args = {}
-    for k, val in pairs(ch.check) do
-      args[#args + 1] = k
-      args[#args + 1] = val
-    end
-    redis.call('HSET', ckey, unpack(args))
-    if not ch.check.s then redis.call('HDEL', ckey, 's') end
-    redis.call('HINCRBY', ckey, 'v', 1)
-    redis.call('SADD', P .. ':checks', ch.uid)
-    if ch.old_tenant ~= '' and ch.old_tenant ~= ch.check.t then
-      redis.call('SREM', P .. ':tenant:' .. ch.old_tenant .. ':checks', ch.uid)
-    end
-    redis.call('SADD', P .. ':tenant:' .. ch.check.t .. ':checks', ch.uid)
+    hset_all(ckey, ch.fields)
+    if not ch.fields[CHECK.REGION_SPREAD] then redis.call('HDEL', ckey, CHECK.REGION_SPREAD) end
+    redis.call('HINCRBY', ckey, CHECK.VERSION, 1)
+    redis.call('SADD', checks, ch.uid)
+    redis.call('SADD', KEYS[ch.tenant_add], ch.uid)
     for _, job in ipairs(ch.jobs or {}) do
-      local key = P .. ':job:' .. job.id
-      local region = string.match(job.id, '@([^@]+)$')
-      local rf, rs = lanes_of('ready', region)
-      local leased = redis.call('HEXISTS', key, 'lt') == 1
-      if job.off or (job.place and not leased) then unhold(job.id, region, key) end
-      local fargs = {}
-      for k, val in pairs(job.f) do
-        fargs[#fargs + 1] = k
-        fargs[#fargs + 1] = val
-      end
-      redis.call('HSET', key, unpack(fargs))
-      if not job.f.s then redis.call('HDEL', key, 's') end
+      local key = KEYS[job.key]
+      local rf, rs = KEYS[job.ready[1]], KEYS[job.ready[2]]
+      local leased = redis.call('HEXISTS', key, JOB.LEASE_TOKEN) == 1
+      if job.off or (job.place and not leased) then unhold(job) end
+      hset_all(key, job.fields)
+      if not job.fields[JOB.REGION_SPREAD] then redis.call('HDEL', key, JOB.REGION_SPREAD) end
       if job.off then
-        redis.call('HSET', key, 'off', '1')
-        redis.call('ZREM', P .. ':due', job.id)
+        redis.call('HSET', key, JOB.DISABLED, '1')
+        redis.call('ZREM', DUE, job.id)
         redis.call('ZREM', rf, job.id)
         redis.call('ZREM', rs, job.id)
       else
-        redis.call('HDEL', key, 'off')
+        redis.call('HDEL', key, JOB.DISABLED)
         if job.place and not leased then
-          redis.call('HSET', key, 'sa', job.sa, 'ea', job.ea)
+          redis.call('HSET', key, JOB.SCHEDULED_AT, job.sa, JOB.EFFECTIVE_AT, job.ea)
           redis.call('ZREM', rf, job.id)
           redis.call('ZREM', rs, job.id)
-          redis.call('ZADD', P .. ':due', job.sa, job.id)
+          redis.call('ZADD', DUE, job.sa, job.id)
         end
       end
     end

@@ -1,0 +1,411 @@
+"""Promote and claim in two phases: read what may be touched, then one script with every key.
+
+Why two phases: a Lua script must receive every key it touches in KEYS (so the schema stays in
+Python, and so Redis Cluster could route it), but which job hashes, worker hashes, token buckets
+and held indexes a claim touches is only known once the indexes have been read. So Python reads
+first (pipelined), then calls the script with all those keys, and the script re-validates
+everything atomically: a job that another beat or worker claimed, promoted or re-scored
+meanwhile is skipped, a worker whose key expired is not counted. Concurrent claims therefore
+never take a job twice nor exceed the free slots; at worst one of them comes back with fewer
+claims and reads again (``stop == 'more'``).
+
+Round trips per claim round: the region's state (workers, held tenants, the rate-limited
+tenants, leases in flight); the top of both ready indexes (and the held jobs tokens may
+release); the claim (``claim.lua``). Tenants with a bucket are few, so the claim declares all of
+their buckets; past :data:`MAX_DECLARED_TENANTS` it first reads the candidates' tenants
+(``tenants.lua``) and declares only theirs. Promote: the due ids, then ``promote.lua``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import redis
+
+from celery_app.redis.schema import BucketField, Keys, WorkerField, WorkerRoleName
+from celery_app.redis.scripts import run_script
+from scheduling_core import LANE_FAST, LANE_SLOW
+
+LANES = (LANE_FAST, LANE_SLOW)
+#: Fewest candidates read per lane and round (a refill after one run has one free slot, but a
+#: few candidates may be rate-limited or taken by a concurrent claim).
+MIN_READ = 32
+#: Consecutive rounds that claimed and held nothing (every candidate was stale) before a call
+#: gives up until the next tick; productive rounds are bounded by the slots and the hold limit.
+MAX_IDLE_ROUNDS = 8
+#: Rate-limited tenants a claim declares outright; with more, it reads the candidates' tenants.
+MAX_DECLARED_TENANTS = 128
+
+
+class ClaimStop(StrEnum):
+    """Why a claim script stopped (its reply's ``stop``)."""
+
+    FULL = "full"  # no free slot left (or the call's batch was taken)
+    LIMIT = "limit"  # the hold limit for rate-limited jobs was reached
+    MORE = "more"  # candidates ran out while the index may hold more, or some were stale
+    DONE = "done"  # every candidate was seen and the indexes hold no more
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One job claimed."""
+
+    job_id: str
+    region: str
+    lane: int
+    lease_token: str
+    scheduled_at: float
+    effective_scheduled_at: float
+    cost_ewma_ms: float
+
+
+@dataclass(frozen=True)
+class RegionSlots:
+    """A region's capacity as a claim saw it (before its claims)."""
+
+    total: int
+    slow_capacity: int
+    in_flight_fast: int
+    in_flight_slow: int
+
+    @property
+    def free(self) -> int:
+        return self.total - self.in_flight_fast - self.in_flight_slow
+
+    @property
+    def free_slow(self) -> int:
+        return min(self.slow_capacity - self.in_flight_slow, self.free)
+
+
+@dataclass
+class RegionClaim:
+    """What :meth:`RegionClaimer.claim` took in one region."""
+
+    slots: RegionSlots
+    claims: list[Claim] = field(default_factory=list)
+    rate_limited: int = 0
+
+
+# --- promote ----------------------------------------------------------------------------------
+
+
+def promote_due(client: redis.Redis, keys: Keys, now_s: float, batch: int) -> int:
+    """Move every due job (scheduled_at <= now) into its ready index; the number moved."""
+    total = 0
+    while True:
+        packed = run_script(client, "due", keys=[keys.due()], args=[repr(now_s), batch])
+        if not packed:
+            return total
+        ids = packed.split("\n")
+        regions: dict[str, int] = {}
+        numbers = []
+        for job in ids:
+            region = job[job.rindex("@") + 1 :]
+            number = regions.get(region)
+            if number is None:
+                number = regions[region] = len(regions) + 1
+            numbers.append(str(number))
+        ready = [keys.ready(r, lane) for r in regions for lane in LANES]
+        total += run_script(
+            client,
+            "promote",
+            keys=[keys.due(), *ready, *map(keys.job, ids)],
+            args=[repr(now_s), len(regions), "\n".join(ids), " ".join(numbers)],
+        )
+        if len(ids) < batch:
+            return total
+
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+def bucket_tokens(fields: Sequence[str | None], now_s: float) -> float | None:
+    """A bucket's tokens at ``now_s`` (``HMGET rate burst tokens ts``), None without a bucket.
+
+    An estimate for choosing which held jobs to offer the claim script: the script refills and
+    spends the bucket itself (the same rule), so a stale estimate only offers too few or too many.
+    """
+    rate, burst, tokens, updated = fields
+    if rate is None:
+        return None
+    burst_f = float(burst or 0)
+    tokens_f = float(tokens) if tokens else burst_f
+    ts = float(updated) if updated else now_s
+    if now_s > ts:
+        tokens_f = min(burst_f, tokens_f + (now_s - ts) * float(rate) / 60.0)
+    return tokens_f
+
+
+@dataclass
+class _State:
+    hosts: list[str]
+    held: list[str]
+    limited: set[str]
+    slots: RegionSlots
+    stale_workers: bool
+
+
+@dataclass
+class _Read:
+    """One round's candidates: per lane (ids, scores) in index order and whether the read was
+    cut at its size; per offered held tenant, per lane, the held (ids, scores) to release."""
+
+    ready: list[list[tuple[str, str]]]
+    full: list[bool]
+    releases: dict[str, list[list[tuple[str, str]]]]
+
+
+class RegionClaimer:
+    """Claims the free slots of one region (see the module docstring); keeps the region's
+    worker hostnames between calls so the common round needs no separate worker read."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, region: str) -> None:
+        self.client = client
+        self.keys = keys
+        self.region = region
+        self._workers: dict[str, tuple[str | None, str | None]] = {}
+
+    def claim(self, now_s: float, expiry_s: float, *, batch: int, max_holds: int) -> RegionClaim:
+        """Claim the region's free slots, at most ``batch`` per script call, holding at most
+        ``max_holds`` rate-limited jobs. A round repeats while the script asks to read more
+        (``stop == 'more'``) or a full batch suggests more free slots."""
+        result: RegionClaim | None = None
+        depth = 1  # read deeper while a round's candidates are used up by holds
+        idle = 0
+        while idle < MAX_IDLE_ROUNDS:
+            state = self._state()
+            if result is None:
+                result = RegionClaim(state.slots)
+            free = min(state.slots.free, batch)
+            holds_left = max_holds - result.rate_limited
+            if free <= 0 or holds_left <= 0:
+                if state.stale_workers:
+                    # nothing to claim, but let the script prune the expired workers (its
+                    # check and SREM are atomic: a worker registering now is never dropped)
+                    empty = _Read([[], []], [False, False], {})
+                    result.slots = self._round(state, empty, now_s, expiry_s, 0, 0)[0]
+                break
+            size = max(1, min(max(free, MIN_READ) * depth, free + holds_left))
+            read = self._read(state, size, now_s)
+            if not any(read.ready) and not read.releases:
+                break
+            slots, stop, got, holds = self._round(state, read, now_s, expiry_s, free, holds_left)
+            if not result.claims and not result.rate_limited:
+                result.slots = slots  # what the first script that acted saw
+            result.claims.extend(got)
+            result.rate_limited += holds
+            idle = 0 if got or holds else idle + 1
+            if stop == ClaimStop.MORE:
+                depth = min(depth * 2, 64) if holds else 1
+            elif not (stop == ClaimStop.FULL and len(got) == free and slots.free > free):
+                break
+        assert result is not None
+        return result
+
+    # --- phase 1 ------------------------------------------------------------------------------
+    def _state(self) -> _State:
+        """Workers (hashes of the ones seen last time in the same round trip), held tenants,
+        rate-limited tenants and the leases in flight."""
+        k, region = self.keys, self.region
+        known = list(self._workers)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.smembers(k.region_workers(region))
+        pipe.smembers(k.held_tenants(region))
+        pipe.smembers(k.rate_limited_tenants())
+        pipe.zcard(k.leases(region, LANE_FAST))
+        pipe.zcard(k.leases(region, LANE_SLOW))
+        for host in known:
+            pipe.hmget(k.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
+        hosts, held, limited, in_fast, in_slow, *fields = pipe.execute()
+        workers = dict(zip(known, map(tuple, fields), strict=True))
+        missing = sorted(set(hosts) - set(known))
+        if missing:
+            pipe = self.client.pipeline(transaction=False)
+            for host in missing:
+                pipe.hmget(k.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
+            workers.update(zip(missing, map(tuple, pipe.execute()), strict=True))
+        current = {h: workers[h] for h in sorted(hosts)}
+        self._workers = current  # a refill may run in several threads: each uses its own view
+        total = slow = 0
+        for role, concurrency in current.values():
+            if concurrency is not None:
+                total += int(concurrency)
+                if role == WorkerRoleName.SHARED:
+                    slow += int(concurrency)
+        stale = any(concurrency is None for _, concurrency in current.values())
+        slots = RegionSlots(total, slow, in_fast, in_slow)
+        return _State(list(current), sorted(held), limited, slots, stale)
+
+    def _read(self, state: _State, size: int, now_s: float) -> _Read:
+        """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
+        (an estimate, see :func:`bucket_tokens`) may release."""
+        k, region = self.keys, self.region
+        slow_size = size if state.slots.free_slow > 0 else 0
+        pipe = self.client.pipeline(transaction=False)
+        _top(pipe, [k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW)], [size, slow_size])
+        for tenant in state.held:
+            pipe.hmget(
+                k.rate_limit(tenant),
+                BucketField.RATE,
+                BucketField.BURST,
+                BucketField.TOKENS,
+                BucketField.UPDATED,
+            )
+        packed, *buckets = pipe.execute()
+        ready = [_entries(packed[0]), _entries(packed[1])]
+        full = [len(ready[LANE_FAST]) >= size, slow_size > 0 and len(ready[LANE_SLOW]) >= size]
+        offered: dict[str, int] = {}
+        for tenant, fields in zip(state.held, buckets, strict=True):
+            tokens = bucket_tokens(fields, now_s)
+            n = size if tokens is None else min(size, math.floor(tokens))
+            if n > 0:  # an empty bucket releases nothing; its tenant waits for tokens
+                offered[tenant] = n
+        releases: dict[str, list[list[tuple[str, str]]]] = {}
+        if offered:
+            held_keys = [k.held(region, lane, t) for t in offered for lane in LANES]
+            counts = [n for n in offered.values() for _lane in LANES]
+            packed = iter(_top(self.client, held_keys, counts))
+            releases = {t: [_entries(next(packed)), _entries(next(packed))] for t in offered}
+        return _Read(ready, full, releases)
+
+    def _declared_tenants(self, state: _State, read: _Read) -> list[str]:
+        """The tenants whose bucket and held indexes the claim declares: every rate-limited
+        tenant when they are few, else those of the candidates; and the held ones offered."""
+        limited = state.limited
+        if len(limited) > MAX_DECLARED_TENANTS:
+            ids = [job for lane in read.ready for job, _ in lane]
+            of_candidates = set()
+            if ids:
+                packed = run_script(self.client, "tenants", keys=list(map(self.keys.job, ids)))
+                of_candidates = set(packed.split("\n"))
+            limited = limited & of_candidates
+        return sorted(limited | set(read.releases))
+
+    # --- phase 2 ------------------------------------------------------------------------------
+    def _round(
+        self,
+        state: _State,
+        read: _Read,
+        now_s: float,
+        expiry_s: float,
+        max_claims: int,
+        max_holds: int,
+    ) -> tuple[RegionSlots, ClaimStop, list[Claim], int]:
+        k, region = self.keys, self.region
+        tenants = self._declared_tenants(state, read) if max_claims else []
+        tenant_number = {t: n for n, t in enumerate(tenants, start=1)}
+        # Jobs are numbered in this order: the fast candidates, the slow ones, then held jobs
+        # to release that are no candidate (the script finds job j's hash at KEYS[JK + j]).
+        fast = _merge(read.ready[LANE_FAST], read.releases, LANE_FAST, read.full[LANE_FAST])
+        slow = _merge(read.ready[LANE_SLOW], read.releases, LANE_SLOW, read.full[LANE_SLOW])
+        candidates = fast + slow
+        jobs = [job for job, _ in candidates]
+        numbers = {job: n for n, job in enumerate(jobs, start=1)}
+        release_lines = []
+        for tenant, held in read.releases.items():
+            for lane in LANES:
+                for job, _ in held[lane]:
+                    n = numbers.get(job)
+                    if n is None:
+                        jobs.append(job)
+                        n = numbers[job] = len(jobs)
+                    release_lines.append(f"{tenant_number[tenant]} {n} {lane}")
+        tenant_keys = []
+        for tenant in tenants:
+            tenant_keys += [
+                k.rate_limit(tenant),
+                k.held(region, LANE_FAST, tenant),
+                k.held(region, LANE_SLOW, tenant),
+            ]
+        total, slow, in_fast, in_slow, holds, stop, seq, lines = run_script(
+            self.client,
+            "claim",
+            keys=[
+                k.ready(region, LANE_FAST),
+                k.ready(region, LANE_SLOW),
+                k.leases(region, LANE_FAST),
+                k.leases(region, LANE_SLOW),
+                k.region_workers(region),
+                k.lease_seq(),
+                k.held_tenants(region),
+                k.rate_limited_tenants(),
+                *map(k.worker, state.hosts),
+                *tenant_keys,
+                *map(k.job, jobs),
+            ],
+            args=[
+                repr(now_s),
+                f"{expiry_s:.3f}",
+                max_claims,
+                max_holds,
+                len(state.hosts),
+                len(tenants),
+                *state.hosts,
+                " ".join(tenants),
+                "\n".join(jobs),
+                " ".join(str(tenant_number[t]) for t in read.releases),
+                "\n".join(release_lines),
+                len(fast),
+                len(slow),
+                " ".join(score for _, score in candidates),
+                "1" if read.full[LANE_FAST] else "0",
+                "1" if read.full[LANE_SLOW] else "0",
+            ],
+        )
+        slots = RegionSlots(total, slow, in_fast, in_slow)
+        stop = ClaimStop(stop)
+        if not lines:
+            return slots, stop, [], holds
+        claims = []
+        n_fast = len(fast)
+        for n, line in enumerate(lines.split("\n"), start=1):
+            j, scheduled, cost = line.split(" ")
+            i = int(j) - 1
+            job, score = candidates[i]
+            lane = LANE_FAST if i < n_fast else LANE_SLOW
+            claims.append(
+                Claim(job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost))
+            )
+        return slots, stop, claims, holds
+
+
+def _top(client: redis.Redis | redis.client.Pipeline, keys: list[str], counts: list[int]) -> Any:
+    """``top.lua``: the first ``counts[i]`` entries of ``keys[i]``, packed (0 reads nothing)."""
+    return run_script(client, "top", keys=keys, args=counts)
+
+
+def _entries(packed: str) -> list[tuple[str, str]]:
+    """``top.lua``'s reply for one index as (member, score) pairs, the score as Redis wrote it
+    (the claim script compares it with the score it reads; Python only orders by it)."""
+    if not packed:
+        return []
+    parts = packed.split(" ")
+    return list(zip(parts[0::2], parts[1::2], strict=True))
+
+
+def _order(entry: tuple[str, str]) -> tuple[float, str]:
+    """A sorted set's order: by score, then by member."""
+    return float(entry[1]), entry[0]
+
+
+def _merge(
+    ready: list[tuple[str, str]],
+    releases: dict[str, list[list[tuple[str, str]]]],
+    lane: int,
+    full: bool,
+) -> list[tuple[str, str]]:
+    """One lane's claim candidates in index order: the ready ones and the held ones the release
+    may put back. When the ready read was cut, nothing past its last entry can be ordered."""
+    seen = {job for job, _ in ready}
+    released = [e for held in releases.values() for e in held[lane] if e[0] not in seen]
+    if not released:
+        return ready
+    merged = sorted(ready + released, key=_order)
+    if full and ready:
+        last = _order(ready[-1])
+        merged = [e for e in merged if _order(e) <= last]
+    return merged

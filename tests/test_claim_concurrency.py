@@ -1,0 +1,215 @@
+"""Two-phase claims under concurrency: what one claimer read may be stale when its script runs.
+
+The interleavings are forced (phase 1 of one claimer, all of another, then phase 2 of the first)
+so the script's re-validation is what is tested; a threaded run then hammers one region with
+dispatchers and refills at once and checks the invariants after every round.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+import redis
+from support.checks import at, learned, register_fake_worker
+
+from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import finish_run
+from celery_app.checks.ratelimit import set_rate_limit
+from celery_app.redis.schema import JobField
+
+T0 = 1_780_000_000.0
+EXPIRY = T0 + 60
+
+
+def make_jobs(store, r, keys, n: int, *, tenant: str = "acme", slow_every: int = 0) -> list[str]:
+    """n checks in eu, due at T0 + i ms (so the claim order is the creation order)."""
+    ids = []
+    for i in range(n):
+        uid = f"{tenant[0]}{i:03d}"
+        store.create(
+            now=at(T0 - 100), uid=uid, tenant=tenant, kind="testprobe", target="x", period=60
+        )
+        slow = bool(slow_every) and i % slow_every == 0
+        learned(
+            r,
+            keys,
+            store.params,
+            f"{uid}@eu",
+            scheduled_at=T0 + i * 0.001,
+            cost_ms=3000.0 if slow else 10.0,
+            lane=1 if slow else 0,
+        )
+        ids.append(f"{uid}@eu")
+    return ids
+
+
+def leased(r, keys) -> list[str]:
+    return r.zrange(keys.leases("eu", 0), 0, -1) + r.zrange(keys.leases("eu", 1), 0, -1)
+
+
+def test_a_claim_never_takes_what_another_claimed_after_it_read(r, keys, store):
+    ids = make_jobs(store, r, keys, 30)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10)
+    promote_due(r, keys, T0 + 1, 5000)
+    a, b = RegionClaimer(r, keys, "eu"), RegionClaimer(r, keys, "eu")
+    state = a._state()
+    read = a._read(state, 32, T0 + 1)  # A has read all 30 candidates and 10 free slots
+    assert len(read.ready[0]) == 30 and state.slots.free == 10
+    b_state = b._state()
+    taken = b._round(b_state, b._read(b_state, 32, T0 + 1), T0 + 1, EXPIRY, 4, 100)[2]
+    assert [c.job_id for c in taken] == ids[:4]  # B took the best 4 meanwhile...
+    slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 10, 100)
+    # ... so A skips them (no longer ready) and the script's own count leaves A 6 slots
+    assert slots.in_flight_fast == 4
+    assert [c.job_id for c in got] == ids[4:10]
+    assert stop == ClaimStop.FULL
+    assert sorted(leased(r, keys)) == sorted(ids[:10])
+    assert len({c.lease_token for c in taken + got}) == 10
+
+
+def test_a_claim_whose_slots_were_taken_meanwhile_claims_nothing(r, keys, store):
+    make_jobs(store, r, keys, 12)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=5)
+    promote_due(r, keys, T0 + 1, 5000)
+    a, b = RegionClaimer(r, keys, "eu"), RegionClaimer(r, keys, "eu")
+    state = a._state()
+    read = a._read(state, 32, T0 + 1)
+    assert len(b.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 5
+    slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 5, 100)
+    assert (got, stop, slots.free) == ([], ClaimStop.FULL, 0)
+    assert len(leased(r, keys)) == 5
+
+
+def test_a_worker_gone_between_the_phases_is_not_counted(r, keys, store):
+    make_jobs(store, r, keys, 8)
+    register_fake_worker(r, keys, "w1", region="eu", role="shared", concurrency=3)
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=3)
+    promote_due(r, keys, T0 + 1, 5000)
+    a = RegionClaimer(r, keys, "eu")
+    state = a._state()
+    read = a._read(state, 32, T0 + 1)
+    assert state.slots.total == 6
+    r.delete(keys.worker("w2"))  # its heartbeat expired
+    slots, _stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 6, 100)
+    assert slots.total == 3 and len(got) == 3
+    assert not r.sismember(keys.region_workers("eu"), "w2")
+
+
+def test_a_promote_never_readds_a_job_claimed_after_it_read(r, keys, store):
+    ids = make_jobs(store, r, keys, 6)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=6)
+    due = r.zrangebyscore(keys.due(), "-inf", T0 + 1)
+    assert sorted(due) == sorted(ids)
+    # another beat promotes and claims everything between this promote's read and its script
+    promote_due(r, keys, T0 + 1, 5000)
+    assert len(RegionClaimer(r, keys, "eu").claim(T0 + 1, EXPIRY, batch=10, max_holds=10).claims)
+    from celery_app.redis.scripts import run_script
+    from scheduling_core import LANE_FAST, LANE_SLOW
+
+    moved = run_script(
+        r,
+        "promote",
+        keys=[
+            keys.due(),
+            keys.ready("eu", LANE_FAST),
+            keys.ready("eu", LANE_SLOW),
+            *map(keys.job, due),
+        ],
+        args=[repr(T0 + 1), 1, "\n".join(due), " ".join("1" for _ in due)],
+    )
+    assert moved == 0
+    assert r.zcard(keys.ready("eu", 0)) == 0 and len(leased(r, keys)) == 6
+
+
+def test_a_tenant_limited_after_the_read_is_not_claimed_past_its_bucket(r, keys, store):
+    ids = make_jobs(store, r, keys, 6)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=6)
+    promote_due(r, keys, T0 + 1, 5000)
+    a = RegionClaimer(r, keys, "eu")
+    state = a._state()  # acme had no bucket when A read: A declares none
+    read = a._read(state, 32, T0 + 1)
+    set_rate_limit(r, keys, "acme", per_minute=1, burst=2)
+    _slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 6, 100)
+    assert (got, stop) == ([], ClaimStop.MORE)  # the undeclared bucket: nothing taken, read again
+    again = a.claim(T0 + 1, EXPIRY, batch=6, max_holds=100)
+    assert [c.job_id for c in again.claims] == ids[:2] and again.rate_limited == 4
+
+
+def claim_at_once(dispatchers: list[Dispatcher], now: float) -> list[list]:
+    """Dispatchers 0 and 1 tick, the others refill region eu, all released by one barrier."""
+    got: list[list] = [[] for _ in dispatchers]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(dispatchers))
+
+    def run(k: int) -> None:
+        try:
+            barrier.wait(10)
+            if k < 2:
+                got[k] = list(dispatchers[k].tick(now).claims)
+            else:
+                got[k] = list(dispatchers[k].refill("eu", now))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(dispatchers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    return got
+
+
+@pytest.mark.timeout(120)
+def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
+    r, keys, store, dispatcher_app, broker, redis_url
+):
+    """Two dispatchers and two refilling 'workers' claim one region at once, round after round;
+    runs finish at random. After every round: no job leased twice or both leased and ready, no
+    lane over its capacity, every lease token distinct."""
+    make_jobs(store, r, keys, 60, slow_every=3)
+    make_jobs(store, r, keys, 20, tenant="zeta")
+    set_rate_limit(r, keys, "zeta", per_minute=30, burst=3)
+    register_fake_worker(r, keys, "fast", region="eu", role="fast", concurrency=4)
+    register_fake_worker(r, keys, "shared", region="eu", role="shared", concurrency=8)
+    clients = [redis.Redis.from_url(redis_url, decode_responses=True) for _ in range(4)]
+    dispatchers = [Dispatcher(dispatcher_app, client=c) for c in clients]
+    rng = random.Random(7)
+    tokens: set[str] = set()
+    claimed_total = 0
+    now = T0 + 1
+    for _round in range(25):
+        got = claim_at_once(dispatchers, now)
+        claims = [c for batch in got for c in batch]
+        ids = [c.job_id for c in claims]
+        assert len(ids) == len(set(ids)), "a job was claimed twice in one round"
+        for c in claims:
+            assert c.lease_token not in tokens
+            tokens.add(c.lease_token)
+        fast, slow = r.zrange(keys.leases("eu", 0), 0, -1), r.zrange(keys.leases("eu", 1), 0, -1)
+        assert len(fast) + len(slow) <= 12 and len(slow) <= 8
+        assert not set(fast + slow) & set(r.zrange(keys.ready("eu", 0), 0, -1)), "leased+ready"
+        assert not set(fast + slow) & set(r.zrange(keys.ready("eu", 1), 0, -1)), "leased+ready"
+        claimed_total += len(claims)
+        # some runs finish, freeing slots for the next round
+        now += 1.0
+        for job in fast + slow:
+            if rng.random() < 0.6:
+                token = r.hget(keys.job(job), JobField.LEASE_TOKEN)
+                assert finish_run(
+                    r,
+                    keys,
+                    store.params,
+                    job,
+                    token,
+                    duration_ms=10.0,
+                    timed_out=False,
+                    exec_start=at(now - 0.5),
+                    now=at(now),
+                )
+    assert claimed_total > 50  # the region was busy, not idle
+    for c in clients:
+        c.close()
