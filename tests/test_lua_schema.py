@@ -35,12 +35,13 @@ SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA_DIR.iterdir() if p.name.end
 # Literals a script may spell: Redis commands and their options, its own reply words, Lua
 # string patterns and formats, separators. Anything else would be a key or a field name.
 COMMANDS = {
-    "DEL", "EXISTS", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "INCR", "SADD",
+    "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "INCR",
+    "LPUSH", "LTRIM", "SADD", "SET",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
     "ZRANGEBYSCORE", "ZREM", "ZSCORE",
 }  # fmt: skip
 OTHER_LITERALS = {
-    "WITHSCORES", "LIMIT", "MAXLEN", "*", "-inf",  # command options
+    "WITHSCORES", "LIMIT", "MAXLEN", "NX", "PX", "*", "-inf",  # command options
     "ok", "exists", "conflict", "missing", "stale", "full", "limit", "more", "done",  # replies
     "delete",  # store.lua's change op
     "%S+", "%d+", "(%d+) (%d+) (%d)", "%.3f", "%.6f",  # patterns and formats

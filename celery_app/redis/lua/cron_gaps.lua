@@ -6,7 +6,7 @@
 -- KEYS: 1 gaps list (Keys.cron_gaps); then one stats hash per gap (Keys.cron_stats)
 -- ARGV: 1 now (Unix s), 2 detector, 3 records kept; then 8 per gap: task id, from, to (Unix s),
 --       count (0: unknown), period (s between its windows, 0: uneven), tenants (JSON list, []:
---       the task's record), note ('' for none), if seen ("1": only if the task has a handled
+--       the task record), note (empty for none), if seen ("1": only if the task has a handled
 --       window, so a first start's catch-up window is not a loss)
 -- Returns how many gaps were new.
 local recorded = 0
