@@ -93,19 +93,56 @@ class CronEngine:
         # make re-offering a window another beat already fired harmless, and a window a killed
         # beat claimed nothing of is fired late instead of lost. Non-singletons have no key, so
         # they start at the current window.
-        self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
+        self._start = start
         self._first_window = first
         self._announced = False
         self._missed_tasks: dict[str, CronTask] = {}
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
-            begin = self._singleton_first if task.singleton else first
+            begin = self._begin_of(task, start)
             self._starts.append(begin)
             when = task.next_fire(begin)
             if when is not None:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
+
+    def _begin_of(self, task: CronTask, start: datetime) -> datetime:
+        """Where ``task`` starts: see the module docstring (windows of the task's own length,
+        grace of its own)."""
+        if not task.singleton:
+            return _window_of(task, start)
+        length = task.window_length
+        return _window_of(task, start - length - task.grace_or(self.grace)) + length
+
+    def set_tasks(self, tasks: Iterable[CronTask], at: datetime | None = None) -> None:
+        """Replace the task list (runtime schedules changed): a task whose id and definition
+        are unchanged keeps its place in the heap; a new or changed one starts as a new
+        engine's would, at ``at``. Takes effect at the next tick."""
+        at = require_aware(at, "at") if at is not None else self.clock()
+        new_tasks = tuple(tasks)
+        old_index = {task.id: index for index, task in enumerate(self.tasks)}
+        pending = {index: ts for ts, index in self._heap}
+        heap: list[tuple[float, int]] = []
+        starts: list[datetime] = []
+        fresh: list[CronTask] = []
+        for index, task in enumerate(new_tasks):
+            old = old_index.get(task.id)
+            if old is not None and _same_definition(self.tasks[old], task):
+                starts.append(self._starts[old])
+                if old in pending:
+                    heap.append((pending[old], index))
+                continue
+            begin = self._begin_of(task, at)
+            starts.append(begin)
+            fresh.append(task)
+            when = task.next_fire(begin)
+            if when is not None:
+                heap.append((when.timestamp(), index))
+        heapq.heapify(heap)
+        self.tasks, self._starts, self._heap = new_tasks, starts, heap
+        if fresh and self._announced:
+            self.store.note_first_seen(fresh, window_start(at))
 
     def next_due(self) -> datetime | None:
         """Start of the next window in which some task fires."""
@@ -119,14 +156,15 @@ class CronEngine:
         """
         at = require_aware(at, "at") if at is not None else self.clock()
         now_ts = at.timestamp()
-        current_ts = now_ts - now_ts % 60
+        # Heap entries are window starts, so "started by now" is "due".
+        current_ts = now_ts
         heap = self._heap
         if self._announced and (not heap or heap[0][0] > current_ts):
             return TickReport(at)
         if not self._announced:
             self._announce(at)
         saved = list(heap)
-        grace_s = self.grace.total_seconds()
+        default_grace = self.grace
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
@@ -134,14 +172,16 @@ class CronEngine:
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
-            resume = ts + 60
-            if now_ts >= ts + 60 + grace_s:
+            length_s = task.window_length.total_seconds()
+            grace_s = task.grace_or(default_grace).total_seconds()
+            resume = ts + length_s
+            if now_ts >= ts + length_s + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
                 self._missed_tasks[task.id] = task
                 log.warning("cron: %s missed window %s (its grace has passed)", task.id, _utc(ts))
                 # Skip straight to the oldest window whose grace has not passed.
-                edge = now_ts - 60 - grace_s
-                resume = max(resume, edge - edge % 60 + 60)
+                edge = now_ts - length_s - grace_s
+                resume = max(resume, edge - edge % length_s + length_s)
             else:
                 latest = due_at.get(index)
                 if latest is not None:
@@ -152,7 +192,7 @@ class CronEngine:
                     )
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
-            memo = (task.spec, task.timezone, resume)
+            memo = (type(task.schedule), task.spec, task.timezone, resume)
             next_ts = next_fires.get(memo, _UNSET)
             if next_ts is _UNSET:
                 when = task.next_fire(_utc(resume))
@@ -176,7 +216,11 @@ class CronEngine:
     def _record_missed(self, missed: list[Skipped], at: datetime) -> None:
         """Windows this engine slept through beyond their grace: a gap unless someone fired."""
         gaps = [
-            (self._missed_tasks[m.task_id], m.window, m.window + WINDOW)
+            (
+                self._missed_tasks[m.task_id],
+                m.window,
+                m.window + self._missed_tasks[m.task_id].window_length,
+            )
             for m in missed
             # Without a provider a per-tenant task never fires; diagnose says that instead.
             if not (self._missed_tasks[m.task_id].per_tenant and self.tenants is None)
@@ -196,7 +240,7 @@ class CronEngine:
             last = stats.get(task.id, {}).get(CronStatsField.LAST_WINDOW)
             if not last:
                 continue
-            expected = task.next_fire(_utc(float(last)) + WINDOW)
+            expected = task.next_fire(_utc(float(last)) + task.window_length)
             if expected is not None and expected < begin:
                 gaps.append((task, expected, begin))
         self.store.note_first_seen(self.tasks, self._first_window)
@@ -244,6 +288,16 @@ class CronEngine:
         firing = fire(self.store, self.sender, requests, now=at, owner=self.owner, marks=marks)
         skipped.extend(Skipped(r.task.id, r.tenant, r.window, why) for r, why in firing.skipped)
         return [Fired(r.task.id, r.tenant, r.window) for r in firing.fired], skipped
+
+
+def _window_of(task: CronTask, at: datetime) -> datetime:
+    return task.window_of(at)
+
+
+def _same_definition(old: CronTask, new: CronTask) -> bool:
+    """Whether a reload may keep ``old``'s place: same fields (the dataclass equality) and the
+    same schedule (its spec and kind)."""
+    return old == new and type(old.schedule) is type(new.schedule)
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

@@ -29,7 +29,8 @@ from beat.cron_engine import CronEngine
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.publish import CronPublisher
-from celery_app.cron_tasks.registration import WINDOW, cron_tasks
+from celery_app.cron_tasks.registration import WINDOW
+from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
@@ -119,7 +120,7 @@ class CronScheduler(Scheduler):
         app = self.app
         app.loader.import_default_modules()
         settings = settings_of(app)
-        tasks = list(cron_tasks(app).values())
+        tasks = list(all_tasks(app).values())
         store = CronStore(
             get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
         )

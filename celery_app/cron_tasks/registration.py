@@ -12,10 +12,10 @@ scope, which is what a worker runs. A task declared without a timezone follows t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cached_property, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,8 +23,9 @@ from celery import Celery, shared_task
 
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, is_id
+from celery_app.redis.schema import CronSource, Overlap
 from celery_app.registry import CRON, declaring_registry, origin_of, registry_of
-from scheduling_core.cron import CronError, Schedule, parse
+from scheduling_core.cron import CronError, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 #: Tenant placeholder in keys of tasks that are not per-tenant.
@@ -40,18 +41,34 @@ class CronSpecError(ValueError):
 
 @dataclass(frozen=True)
 class CronTask:
-    """One scheduled task, as registered."""
+    """One scheduled task, from any source (``@cron``, ``beat_schedule``, runtime).
+
+    ``schedule`` is anything with ``next(t)`` (our cron :class:`Schedule`, Celery's crontab as
+    ``CeleryCrontab``, or an ``Interval``); the window a firing belongs to is a minute for
+    crontabs and the interval's own epoch-anchored window for intervals (:attr:`window_length`,
+    :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``. ``args``,
+    ``kwargs`` and ``options`` are what the message carries (a beat_schedule entry's, as beat
+    sends them; ``entry`` evaluates its ``BeatLazyFunc`` arguments at each send).
+    """
 
     id: str
     name: str  # the Celery task name
     spec: str
-    schedule: Schedule = field(compare=False, repr=False)
+    schedule: Any = field(compare=False, repr=False)
     singleton: bool = True
     per_tenant: bool = False
     timeout: timedelta = DEFAULT_TIMEOUT
     timezone: str = "UTC"
     queue: str | None = None
-    zone: ZoneInfo = field(default=ZoneInfo("UTC"), compare=False, repr=False)
+    zone: tzinfo = field(default=ZoneInfo("UTC"), compare=False, repr=False)
+    source: str = CronSource.CRON
+    label: str = ""  # the name as declared, when it is not a valid id (add_periodic_task)
+    grace: timedelta | None = None
+    overlap: str = Overlap.SKIP
+    args: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    entry: Any = field(default=None, compare=False, repr=False)
 
     @property
     def scope(self) -> str:
@@ -65,11 +82,50 @@ class CronTask:
     def hard_time_limit(self) -> float:
         return self.timeout.total_seconds() + HARD_LIMIT_MARGIN
 
+    @property
+    def display_name(self) -> str:
+        return self.label or self.id
+
+    @cached_property
+    def window_length(self) -> timedelta:
+        """How long one window lasts: the interval, or a minute for a crontab."""
+        every = getattr(self.schedule, "every", None)
+        return every if isinstance(every, timedelta) else WINDOW
+
+    @cached_property
+    def _interval(self) -> bool:
+        return isinstance(getattr(self.schedule, "every", None), timedelta)
+
+    def window_id_of(self, start: datetime) -> str:
+        """The window's name in keys and messages: the UTC minute for a crontab (the keys of
+        ``@cron`` tasks stay as they were), the UTC second for an interval."""
+        if self._interval:
+            return interval_window_id(start)
+        return window_id(start)
+
+    def window_of(self, at: datetime) -> datetime:
+        """Start (UTC) of this task's window that ``at`` falls in."""
+        if not self._interval:
+            return window_start(at)
+        ts = at.timestamp()
+        step = self.window_length.total_seconds()
+        return datetime.fromtimestamp(ts - ts % step, UTC)
+
+    def grace_or(self, default: timedelta) -> timedelta:
+        return default if self.grace is None else self.grace
+
+    def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
+        """Positional and keyword arguments of one send (a beat entry's lazy values called)."""
+        if self.entry is not None:
+            return self.entry.call_arguments()
+        return list(self.args), dict(self.kwargs)
+
     def next_fire(self, at: datetime) -> datetime | None:
         """Start (UTC) of the first window at or after ``at`` this task fires in.
 
-        The schedule is evaluated in the task's timezone, so DST follows the cron parser's
-        rules; windows are whole minutes in every zone, so the UTC start names the window.
+        The schedule is evaluated in the task's timezone, so DST follows its parser's rules;
+        windows are whole minutes (or epoch-anchored intervals) in every zone, so the UTC start
+        names the window.
         """
         found = self.schedule.next(at.astimezone(self.zone))
         return None if found is None else found.astimezone(UTC)
@@ -84,6 +140,16 @@ def window_start(at: datetime) -> datetime:
 def window_id(start: datetime) -> str:
     """The window's name in keys and messages: its UTC ISO minute, e.g. ``2026-11-29T18:30Z``."""
     return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+@lru_cache(maxsize=256)
+def interval_window_id(start: datetime) -> str:
+    """An interval window's name: its UTC ISO second, e.g. ``2026-11-29T18:30:20Z`` (with
+    microseconds only when the interval is not whole seconds)."""
+    utc = start.astimezone(UTC)
+    if utc.microsecond:
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def make_cron_task(

@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 from uuid import uuid4
 
 import redis
 
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_id
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask
 from celery_app.redis.schema import (
     CronClaimCode,
     CronClaimKind,
@@ -33,6 +33,7 @@ from celery_app.redis.schema import (
     CronStateField,
     CronStatsField,
     Keys,
+    Overlap,
 )
 from celery_app.redis.scripts import run_script
 
@@ -71,7 +72,7 @@ class FireRequest:
 
     @cached_property
     def window_id(self) -> str:
-        return window_id(self.window)
+        return self.task.window_id_of(self.window)
 
     @cached_property
     def member(self) -> str:
@@ -83,9 +84,14 @@ def split_member(member: str) -> tuple[str, str, str]:
     return task_id, tenant, wid
 
 
-def window_deadline(window: datetime, grace: timedelta) -> datetime:
+def window_deadline(window: datetime, grace: timedelta, length: timedelta = WINDOW) -> datetime:
     """When a window's grace ends: nothing of it may be sent, or start, after this."""
-    return window + WINDOW + grace
+    return window + length + grace
+
+
+def task_deadline(task: CronTask, window: datetime, default_grace: timedelta) -> datetime:
+    """:func:`window_deadline` of one of ``task``'s windows, with the task's own grace."""
+    return window + task.window_length + task.grace_or(default_grace)
 
 
 def gap_record(
@@ -143,22 +149,34 @@ class CronStore:
         """
         # (task, tenant, window, "<kind>:<in-flight ttl ms>"), see cron_claim.lua
         entries: list[tuple[CronTask, str, datetime, str]] = []
-        left_ms: dict[datetime, float] = {}  # per window: ms until its grace ends
+        # per (window, length, grace): ms until its grace ends
+        left_ms: dict[tuple[datetime, timedelta, timedelta | None], float] = {}
         for req in requests:
-            kind = CronClaimKind.SINGLETON if req.task.singleton else CronClaimKind.NON_SINGLETON
+            task = req.task
+            if not task.singleton:
+                kind = CronClaimKind.NON_SINGLETON
+            elif task.overlap == Overlap.ALLOW:
+                kind = CronClaimKind.OVERLAP
+            else:
+                kind = CronClaimKind.SINGLETON
             window = req.window
-            base = left_ms.get(window)
+            memo = (window, task.window_length, task.grace)
+            base = left_ms.get(memo)
             if base is None:
-                base = (window_deadline(window, self.grace) - now).total_seconds() * 1000
-                left_ms[window] = base
+                deadline = task_deadline(task, window, self.grace)
+                base = left_ms[memo] = (deadline - now).total_seconds() * 1000
             # A message may wait until the deadline, then run up to the hard limit.
             inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
             entries.append((req.task, req.tenant, window, f"{kind}:{inflight_ms}"))
         for task, window in marks:
             entries.append((task, GLOBAL_TENANT, window, f"{CronClaimKind.MARK}:0"))
-        by_window: dict[datetime, list[int]] = {}
+        # One script call per (window, window id, deadline): a crontab's and an interval's
+        # window may start at the same instant under different ids and lengths.
+        by_window: dict[tuple[datetime, str, datetime], list[int]] = {}
         for index, entry in enumerate(entries):
-            by_window.setdefault(entry[2], []).append(index)
+            task, window = entry[0], entry[2]
+            group = (window, task.window_id_of(window), task_deadline(task, window, self.grace))
+            by_window.setdefault(group, []).append(index)
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
         if requests:
@@ -171,10 +189,9 @@ class CronStore:
             }
             pipe.hset(self.keys.cron_pending(), batch, json.dumps(record))
         calls: list[list[int]] = []
-        for window, indexes in by_window.items():
+        for (window, wid, deadline), indexes in by_window.items():
             # The window key must outlive every replica's chance to fire the window.
-            win_ms = int(((window_deadline(window, self.grace) - now).total_seconds() + 120) * 1000)
-            wid = window_id(window)
+            win_ms = int(((deadline - now).total_seconds() + 120) * 1000)
             header: list[Any] = [
                 int(window.timestamp()),
                 wid,
@@ -226,7 +243,12 @@ class CronStore:
         stamp = now.timestamp()
         for req in requests:
             gap = gap_record(
-                req.task.id, req.window, req.window + WINDOW, now, error, tenant=req.tenant
+                req.task.id,
+                req.window,
+                req.window + req.task.window_length,
+                now,
+                error,
+                tenant=req.tenant,
             )
             pipe.lpush(self.keys.cron_gaps(), gap)
             state = self.keys.cron_state(req.task.id, req.tenant)
@@ -387,7 +409,7 @@ class CronStore:
         pipe = self.client.pipeline(transaction=False)
         for member in lost:
             task_id, tenant, wid = split_member(member)
-            start = datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
+            start = datetime.fromisoformat(wid)  # a minute id, or an interval's second id
             detector = f"claimed by {owners.get(member, '?')}, never published"
             pipe.lpush(
                 self.keys.cron_gaps(),

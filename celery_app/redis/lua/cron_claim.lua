@@ -18,9 +18,10 @@ for i = 0, #KEYS / 4 - 1 do
   if kind == CRON_CLAIM_KIND.MARK then
     code = CRON_CLAIM.MARKED
   else
-    if kind == CRON_CLAIM_KIND.SINGLETON then
+    if kind == CRON_CLAIM_KIND.SINGLETON or kind == CRON_CLAIM_KIND.OVERLAP then
       if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
-        if not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
+        if kind == CRON_CLAIM_KIND.SINGLETON
+            and not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
           code = CRON_CLAIM.IN_FLIGHT
           redis.call('SET', win, 'skipped:' .. owner, 'PX', winttl)
         end
