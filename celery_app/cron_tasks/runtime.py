@@ -78,6 +78,7 @@ class ScheduleInputError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
+        self.problem = problem
 
 
 class ScheduleConflict(ValueError):
