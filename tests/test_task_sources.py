@@ -251,3 +251,39 @@ def test_beat_entries_are_sent_as_celerys_beat_sends_them_plus_the_cron_headers(
             assert ours.headers["timelimit"] == beats.headers["timelimit"]  # none of ours
             queue.close()
             assert redis.Redis.from_url(broker_url).llen(queue_name) == 0
+
+
+def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
+    from support.cron import store_of
+
+    from celery_app.cron_tasks.runtime import add_schedule
+    from celery_app.cron_tasks.service import CronService
+
+    _project(cron_app)
+    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", grace="10s")
+    service = CronService(cron_app, clock=lambda: T0 + 25 * SEC)
+    rows = {row.id: row for row in service.rows()}
+    echo_id = id_for_entry_name("proj.echo('x')")
+    assert {i: (rows[i].source, rows[i].grace_s, rows[i].overlap) for i in rows} == {
+        "cron-task": ("@cron", 60.0, "skip"),
+        "nightly-report": ("beat_schedule", 60.0, "skip"),
+        "ping-20s": ("beat_schedule", 60.0, "skip"),
+        echo_id: ("beat_schedule", 60.0, "skip"),
+        "rt-ping": ("runtime", 10.0, "skip"),
+    }
+    assert rows[echo_id].name == "proj.echo('x')"
+    # seen 10 minutes ago, never fired: every source is overdue
+    store_of(cron_app).note_first_seen(list(service.tasks.values()), T0 - 600 * SEC)
+    findings = service.diagnose(now=T0 + 25 * SEC)
+    overdue = {f.split("'")[1] for f in findings if "is overdue" in f}
+    assert overdue == set(rows)
+    for task_id, window in (
+        ("ping-20s", "00:00:20Z"),
+        ("rt-ping", "00:00:15Z"),
+        (echo_id, "00:00:00Z"),
+    ):
+        first = service.run_now(task_id)
+        assert first.sent and first.window == T0.strftime(f"%Y-%m-%dT{window}"), first
+        again = service.run_now(task_id)
+        assert not again.sent and "already fired" in again.message
+    assert sends(broker_url)[("ping-20s", "-", T0.strftime("%Y-%m-%dT00:00:20Z"))] == 1
