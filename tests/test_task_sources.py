@@ -115,6 +115,14 @@ def test_overlap_allow_fires_while_the_previous_run_is_in_flight(cron_app, broke
     assert sum(n for (t, _, _), n in counts.items() if t == "allows") == 3
     assert sum(n for (t, _, _), n in counts.items() if t == "skips") == 1
     assert r.exists(Keys("cbtest").cron_inflight("skips", "-"))
+    # claimed in one call, a crontab's and a 60 s interval's windows keep their own ids
+    assert {w for (t, _, w) in counts if t == "allows"} == {
+        (T0 + k * 60 * SEC).strftime("%Y-%m-%dT%H:%M:%SZ") for k in range(3)
+    }
+    assert ("skips", "-", T0.strftime("%Y-%m-%dT%H:%MZ")) in counts
+    keys = Keys("cbtest")
+    assert r.exists(keys.cron_window("skips", "-", T0.strftime("%Y-%m-%dT%H:%MZ")))
+    assert r.exists(keys.cron_window("allows", "-", T0.strftime("%Y-%m-%dT%H:%M:%SZ")))
 
 
 def test_grace_is_per_task(cron_app, broker_url, r):

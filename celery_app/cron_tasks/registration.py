@@ -93,19 +93,19 @@ class CronTask:
         return every if isinstance(every, timedelta) else WINDOW
 
     @cached_property
-    def _interval(self) -> bool:
+    def is_interval(self) -> bool:
         return isinstance(getattr(self.schedule, "every", None), timedelta)
 
     def window_id_of(self, start: datetime) -> str:
         """The window's name in keys and messages: the UTC minute for a crontab (the keys of
         ``@cron`` tasks stay as they were), the UTC second for an interval."""
-        if self._interval:
+        if self.is_interval:
             return interval_window_id(start)
         return window_id(start)
 
     def window_of(self, at: datetime) -> datetime:
         """Start (UTC) of this task's window that ``at`` falls in."""
-        if not self._interval:
+        if not self.is_interval:
             return window_start(at)
         ts = at.timestamp()
         step = self.window_length.total_seconds()

@@ -173,9 +173,15 @@ class CronStore:
         # One script call per (window, window id, deadline): a crontab's and an interval's
         # window may start at the same instant under different ids and lengths.
         by_window: dict[tuple[datetime, str, datetime], list[int]] = {}
+        groups: dict[tuple[datetime, bool, timedelta, timedelta | None], tuple] = {}
         for index, entry in enumerate(entries):
             task, window = entry[0], entry[2]
-            group = (window, task.window_id_of(window), task_deadline(task, window, self.grace))
+            # a crontab's and a 60 s interval's windows differ in id only
+            memo = (window, task.is_interval, task.window_length, task.grace)
+            group = groups.get(memo)
+            if group is None:
+                deadline = task_deadline(task, window, self.grace)
+                group = groups[memo] = (window, task.window_id_of(window), deadline)
             by_window.setdefault(group, []).append(index)
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
