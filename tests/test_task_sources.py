@@ -295,3 +295,25 @@ def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
         again = service.run_now(task_id)
         assert not again.sent and "already fired" in again.message
     assert sends(broker_url)[("ping-20s", "-", T0.strftime("%Y-%m-%dT00:00:20Z"))] == 1
+
+
+def test_grace_and_overlap_are_declared_for_cron_and_beat_schedule_tasks(cron_app):
+    from celery_app.cron_tasks.registration import CronSpecError
+    from celery_app.cron_tasks.sources import beat_policy
+
+    cron_app.conf.result_expires = None
+    cron(
+        "* * * * *", app=cron_app, id="c", name="t.c", grace=timedelta(seconds=5), overlap="allow"
+    )(_noop)
+    cron_app.conf.beat_schedule = {"b": {"task": "t.b", "schedule": 20.0}}
+    beat_policy(cron_app, "b", grace=timedelta(0), overlap="allow")
+    tasks = all_tasks(cron_app)
+    assert (tasks["c"].grace, tasks["c"].overlap) == (5 * SEC, "allow")
+    assert (tasks["b"].grace, tasks["b"].overlap) == (timedelta(0), "allow")
+    with pytest.raises(CronSpecError, match="overlap must be one of skip, allow"):
+        cron("* * * * *", app=cron_app, id="d", name="t.d", overlap="maybe")(_noop)
+    with pytest.raises(CronSpecError, match="grace must be a timedelta"):
+        beat_policy(cron_app, "b", grace=timedelta(seconds=-1))
+    beat_policy(cron_app, "typo", grace=timedelta(0))
+    with pytest.raises(CronSpecError, match="beat_policy for 'typo': no beat_schedule entry"):
+        all_tasks(cron_app)

@@ -162,6 +162,8 @@ def make_cron_task(
     per_tenant: bool = False,
     timeout: timedelta = DEFAULT_TIMEOUT,
     queue: str | None = None,
+    grace: timedelta | None = None,
+    overlap: str = Overlap.SKIP,
 ) -> CronTask:
     """Validate one declaration; raise CronSpecError naming the task on any bad field."""
     if not is_id(task_id):
@@ -180,6 +182,7 @@ def make_cron_task(
         ) from None
     if queue is not None and not queue:
         raise CronSpecError(f"cron task {task_id!r}: queue must be a non-empty name or None")
+    check_policies(f"cron task {task_id!r}", grace, overlap)
     return CronTask(
         id=task_id,
         name=name,
@@ -191,7 +194,19 @@ def make_cron_task(
         timezone=timezone,
         queue=queue,
         zone=zone,
+        grace=grace,
+        overlap=Overlap(overlap),
     )
+
+
+def check_policies(what: str, grace: timedelta | None, overlap: str) -> None:
+    """``grace`` (None: the app's CHECKBEAT_CRON_GRACE) and ``overlap``; CronSpecError naming
+    ``what``."""
+    if grace is not None and (not isinstance(grace, timedelta) or grace < timedelta(0)):
+        raise CronSpecError(f"{what}: grace must be a timedelta of 0 or more, or None")
+    if overlap not in tuple(Overlap):
+        allowed = ", ".join(o.value for o in Overlap)
+        raise CronSpecError(f"{what}: overlap must be one of {allowed}, got {overlap!r}")
 
 
 @dataclass(frozen=True)
@@ -207,6 +222,8 @@ class CronDeclaration:
     timeout: timedelta = DEFAULT_TIMEOUT
     timezone: str | None = None
     queue: str | None = None
+    grace: timedelta | None = None
+    overlap: str = Overlap.SKIP
 
     def resolve(self, default_timezone: str) -> CronTask:
         """The task as scheduled by an app whose default timezone is ``default_timezone``."""
@@ -229,6 +246,8 @@ def _resolve(declaration: CronDeclaration, timezone: str) -> CronTask:
         timeout=declaration.timeout,
         timezone=timezone,
         queue=declaration.queue,
+        grace=declaration.grace,
+        overlap=declaration.overlap,
     )
 
 
@@ -243,6 +262,8 @@ def cron(
     queue: str | None = None,
     name: str | None = None,
     app: Celery | None = None,
+    grace: timedelta | None = None,
+    overlap: str = Overlap.SKIP,
     **task_options: Any,
 ) -> Callable[[Callable[..., Any]], Any]:
     """Declare a cron task: ``@cron("0 3 * * *", per_tenant=True, timeout=timedelta(minutes=10))``.
@@ -251,6 +272,9 @@ def cron(
     task is called with ``tenant=<name>``. No retry: a failure is recorded and the next window
     runs again. ``queue`` is applied through ``task_routes`` (see :func:`route_cron_task`).
     Without ``timezone`` the task follows the ``CHECKBEAT_TIMEZONE`` of the app running it.
+    ``grace``: how late a missed window may still fire (None: ``CHECKBEAT_CRON_GRACE``);
+    ``overlap``: ``"skip"`` (a window while the previous run is in flight is skipped and
+    recorded) or ``"allow"`` (it fires anyway).
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
@@ -266,6 +290,8 @@ def cron(
             timeout=timeout,
             timezone=timezone,
             queue=queue,
+            grace=grace,
+            overlap=overlap,
         )
         declaration.validate()
         declaring_registry(app).add(CRON, task_name, declaration, origin_of(fun))

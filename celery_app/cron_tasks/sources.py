@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from datetime import UTC
+from dataclasses import replace
+from datetime import UTC, timedelta
 from typing import TYPE_CHECKING
 
 from celery import Celery
 
 from celery_app.cron_tasks.celery_schedules import BeatEntry, beat_entries
-from celery_app.cron_tasks.registration import CronSpecError, CronTask, cron_tasks
+from celery_app.cron_tasks.registration import CronSpecError, CronTask, check_policies, cron_tasks
 from celery_app.names import MAX_ID, is_id
-from celery_app.redis.schema import CronSource
+from celery_app.redis.schema import CronSource, Overlap
 
 if TYPE_CHECKING:
     from celery_app.cron_tasks.runtime import RuntimeStore
@@ -64,11 +65,40 @@ def beat_task(entry: BeatEntry) -> CronTask:
     )
 
 
+_POLICIES_ATTRIBUTE = "_checkbeat_beat_policies"
+
+
+def beat_policy(
+    app: Celery, entry: str, *, grace: timedelta | None = None, overlap: str = Overlap.SKIP
+) -> None:
+    """Set the ``grace`` and ``overlap`` of the beat_schedule entry named ``entry`` (an entry
+    has no key for them: Celery's beat refuses unknown keys). A policy naming no entry fails
+    beat start, so a typo cannot silently leave the defaults."""
+    check_policies(f"beat_policy for {entry!r}", grace, overlap)
+    policies = getattr(app, _POLICIES_ATTRIBUTE, None)
+    if policies is None:
+        policies = {}
+        setattr(app, _POLICIES_ATTRIBUTE, policies)
+    policies[entry] = (grace, Overlap(overlap))
+
+
 def beat_schedule_tasks(app: Celery) -> list[CronTask]:
     """The app's beat_schedule and add_periodic_task entries, read after ``app.finalize()`` as
-    ``celery beat`` does (a solar or unknown schedule raises ``BeatEntryError`` naming it)."""
+    ``celery beat`` does (a solar or unknown schedule raises ``BeatEntryError`` naming it),
+    with the :func:`beat_policy` of each."""
     app.finalize()
-    return [beat_task(entry) for entry in beat_entries(app)]
+    tasks = [beat_task(entry) for entry in beat_entries(app)]
+    policies = dict(getattr(app, _POLICIES_ATTRIBUTE, None) or {})
+    for index, task in enumerate(tasks):
+        policy = policies.pop(task.display_name, None)
+        if policy is not None:
+            tasks[index] = replace(task, grace=policy[0], overlap=policy[1])
+    if policies:
+        raise CronSpecError(
+            f"beat_policy for {', '.join(map(repr, sorted(policies)))}: no beat_schedule entry "
+            "of that name"
+        )
+    return tasks
 
 
 def merge_sources(*sources: Iterable[CronTask]) -> dict[str, CronTask]:
