@@ -274,9 +274,9 @@ def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
     echo_id = id_for_entry_name("proj.echo('x')")
     assert {i: (rows[i].source, rows[i].grace_s, rows[i].overlap) for i in rows} == {
         "cron-task": ("@cron", 60.0, "skip"),
-        "nightly-report": ("beat_schedule", 60.0, "skip"),
-        "ping-20s": ("beat_schedule", 60.0, "skip"),
-        echo_id: ("beat_schedule", 60.0, "skip"),
+        "nightly-report": ("beat_schedule", 60.0, "allow"),  # as Celery's beat sends
+        "ping-20s": ("beat_schedule", 60.0, "allow"),
+        echo_id: ("beat_schedule", 60.0, "allow"),
         "rt-ping": ("runtime", 10.0, "skip"),
     }
     assert rows[echo_id].name == "proj.echo('x')"
@@ -306,10 +306,11 @@ def test_grace_and_overlap_are_declared_for_cron_and_beat_schedule_tasks(cron_ap
         "* * * * *", app=cron_app, id="c", name="t.c", grace=timedelta(seconds=5), overlap="allow"
     )(_noop)
     cron_app.conf.beat_schedule = {"b": {"task": "t.b", "schedule": 20.0}}
-    beat_policy(cron_app, "b", grace=timedelta(0), overlap="allow")
+    assert all_tasks(cron_app)["b"].overlap == "allow"  # the default of an entry
+    beat_policy(cron_app, "b", grace=timedelta(0), overlap="skip")
     tasks = all_tasks(cron_app)
     assert (tasks["c"].grace, tasks["c"].overlap) == (5 * SEC, "allow")
-    assert (tasks["b"].grace, tasks["b"].overlap) == (timedelta(0), "allow")
+    assert (tasks["b"].grace, tasks["b"].overlap) == (timedelta(0), "skip")
     with pytest.raises(CronSpecError, match="overlap must be one of skip, allow"):
         cron("* * * * *", app=cron_app, id="d", name="t.d", overlap="maybe")(_noop)
     with pytest.raises(CronSpecError, match="grace must be a timedelta"):

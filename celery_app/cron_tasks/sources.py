@@ -62,6 +62,10 @@ def beat_task(entry: BeatEntry) -> CronTask:
         kwargs=entry.kwargs,
         options=entry.options,
         entry=entry,
+        # Celery's beat sends regardless of a run in flight, and `skip` needs workers that
+        # record runs (a plain Celery worker never clears the in-flight key): opt in with
+        # beat_policy(app, name, overlap="skip").
+        overlap=Overlap.ALLOW,
     )
 
 
@@ -69,11 +73,13 @@ _POLICIES_ATTRIBUTE = "_checkbeat_beat_policies"
 
 
 def beat_policy(
-    app: Celery, entry: str, *, grace: timedelta | None = None, overlap: str = Overlap.SKIP
+    app: Celery, entry: str, *, grace: timedelta | None = None, overlap: str = Overlap.ALLOW
 ) -> None:
     """Set the ``grace`` and ``overlap`` of the beat_schedule entry named ``entry`` (an entry
-    has no key for them: Celery's beat refuses unknown keys). A policy naming no entry fails
-    beat start, so a typo cannot silently leave the defaults."""
+    has no key for them: Celery's beat refuses unknown keys). Entries default to ``allow``, as
+    Celery's beat sends; ``skip`` needs workers that record runs (they import checkbeat: a
+    ``@cron`` task or ``celery_app.install(app)``). A policy naming no entry fails beat start,
+    so a typo cannot silently leave the defaults."""
     check_policies(f"beat_policy for {entry!r}", grace, overlap)
     policies = getattr(app, _POLICIES_ATTRIBUTE, None)
     if policies is None:
