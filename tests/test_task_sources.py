@@ -55,8 +55,12 @@ def test_every_source_is_one_task_list_with_its_source(cron_app):
     assert tasks["nightly-report"].window_id_of(T0) == T0.strftime("%Y-%m-%dT%H:%MZ")
 
 
-def test_celery_backend_cleanup_is_added_as_beat_adds_it(cron_app):
+def test_celery_backend_cleanup_is_added_as_beat_adds_it_when_there_is_a_backend(
+    cron_app, tmp_path
+):
     cron_app.conf.result_expires = timedelta(days=1)
+    assert "celery.backend_cleanup" not in all_tasks(cron_app)  # no backend: nothing to clean
+    cron_app.conf.result_backend = f"file://{tmp_path}"
     task = all_tasks(cron_app)["celery.backend_cleanup"]
     assert (task.source, task.spec, task.options["expires"]) == (
         CronSource.BEAT_SCHEDULE,

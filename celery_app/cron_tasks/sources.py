@@ -93,7 +93,10 @@ def beat_schedule_tasks(app: Celery) -> list[CronTask]:
     ``celery beat`` does (a solar or unknown schedule raises ``BeatEntryError`` naming it),
     with the :func:`beat_policy` of each."""
     app.finalize()
-    tasks = [beat_task(entry) for entry in beat_entries(app)]
+    # Celery's default celery.backend_cleanup entry cleans a result backend: without one
+    # (DisabledBackend) the task does nothing, so it is left out rather than sent daily.
+    with_backend = bool(app.conf.result_backend)
+    tasks = [beat_task(entry) for entry in beat_entries(app, include_defaults=with_backend)]
     policies = dict(getattr(app, _POLICIES_ATTRIBUTE, None) or {})
     for index, task in enumerate(tasks):
         policy = policies.pop(task.display_name, None)
