@@ -4,6 +4,10 @@ Why a Scheduler subclass: ``celery -A celery_app beat`` (and ``worker -B``) keep
 Celery's Service loop calling :meth:`CronScheduler.tick` and sleeping for what it returns. Any
 number of beats may run at once: the per-window keys make each singleton fire once.
 
+The tasks are every source's (:mod:`celery_app.cron_tasks.sources`: ``@cron``, ``beat_schedule``
+and ``add_periodic_task``, runtime schedules); a change to the runtime ones is seen at the next
+tick (one GET of their version) and loaded without a restart.
+
 A beat must not die because Redis or the broker blinked: a failed tick is logged and retried
 with a growing back-off; windows missed meanwhile are fired late within their grace.
 """

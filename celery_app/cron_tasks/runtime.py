@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -455,7 +455,3 @@ def pause_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
 
 def resume_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
     return _set_paused(app, task_id, False)
-
-
-def runtime_ids(schedules: Sequence[RuntimeSchedule]) -> list[str]:
-    return [s.id for s in schedules]
