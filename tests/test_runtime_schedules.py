@@ -27,6 +27,7 @@ from celery_app.cron_tasks.runtime import (
     runtime_store,
     update_schedule,
 )
+from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.sources import all_tasks
 from celery_app.redis.schema import CronSource, Keys
 
@@ -139,6 +140,8 @@ def test_the_python_api_lifecycle(cron_app, r):
     assert task.grace == 5 * SEC  # untouched fields keep their values
     pause_schedule(cron_app, "ping")
     assert "ping" not in all_tasks(cron_app, store)
+    (row,) = [row for row in CronService(cron_app).rows() if row.id == "ping"]
+    assert (row.source, row.paused, row.next_fire) == ("runtime", True, None)
     resume_schedule(cron_app, "ping")
     assert "ping" in all_tasks(cron_app, store)
     remove_schedule(cron_app, "ping")

@@ -80,7 +80,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                 f"{r.timeout_s:g}s",
                 f"{r.grace_s:g}s",
                 r.overlap,
-                r.next_fire or "never",
+                "paused" if r.paused else r.next_fire or "never",
                 r.last_end or r.last_start or "-",
                 outcome,
             )

@@ -77,6 +77,7 @@ class TaskRow:
     fired: int
     skipped: int
     failed: int
+    paused: bool = False  # a paused runtime schedule: listed, never fired
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,19 @@ class CronService:
     # --- list ---------------------------------------------------------------------------
     def rows(self, now: datetime | None = None) -> list[TaskRow]:
         now = now or self.clock()
-        stats = self.store.stats(list(self.tasks))
+        paused = {
+            s.id: s.as_task(self.settings.timezone)
+            for s in self.runtime.schedules()
+            if s.paused and s.id not in self.tasks
+        }
+        listed = dict(sorted({**self.tasks, **paused}.items()))
+        stats = self.store.stats(list(listed))
         rows = []
-        for task in self.tasks.values():
+        for task in listed.values():
+            is_paused = task.id in paused
             s = stats.get(task.id, {})
             outcome = s.get(CronStatsField.LAST_OUTCOME)
-            nxt = task.next_fire(now)
+            nxt = None if is_paused else task.next_fire(now)
             rows.append(
                 TaskRow(
                     id=task.id,
@@ -145,6 +153,7 @@ class CronService:
                     fired=int(s.get(CronStatsField.FIRED, 0)),
                     skipped=int(s.get(CronStatsField.SKIPPED, 0)),
                     failed=int(s.get(CronStatsField.FAILED, 0)),
+                    paused=is_paused,
                 )
             )
         return rows
