@@ -5,7 +5,7 @@ Its ``beat_schedule`` crontab and 20 s interval entries, an ``add_periodic_task`
 ``@cron`` task and a runtime ``schedule add`` are fired by two real beats into a real worker over
 more than two windows of each; every task body INCRs a Redis counter keyed by (label, window),
 so a window fired twice or a gap shows. ``schedule rm`` stops the runtime entry within one
-tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 6x: 2.5 simulated minutes.
+tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x: 2.5 simulated minutes in ~40 s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from celery_app.clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_DB = 6  # a db of the session's server no other test uses
-RATE = 6.0
+RATE = 4.0
 COUNTS = "proj:counts"
 
 CELERY_PY = """
