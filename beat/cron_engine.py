@@ -106,6 +106,13 @@ class CronEngine:
             if when is not None:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
+        self._timing = self._timing_of(self.tasks)
+
+    def _timing_of(self, tasks: tuple[CronTask, ...]) -> list[tuple[float, float]]:
+        """Per task index: (window length, grace) in seconds, read once, not per tick."""
+        return [
+            (t.window_length.total_seconds(), t.grace_or(self.grace).total_seconds()) for t in tasks
+        ]
 
     def _begin_of(self, task: CronTask, start: datetime) -> datetime:
         """Where ``task`` starts: see the module docstring (windows of the task's own length,
@@ -141,6 +148,7 @@ class CronEngine:
                 heap.append((when.timestamp(), index))
         heapq.heapify(heap)
         self.tasks, self._starts, self._heap = new_tasks, starts, heap
+        self._timing = self._timing_of(new_tasks)
         if fresh and self._announced:
             self.store.note_first_seen(fresh, window_start(at))
 
@@ -164,7 +172,7 @@ class CronEngine:
         if not self._announced:
             self._announce(at)
         saved = list(heap)
-        default_grace = self.grace
+        timing = self._timing
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
@@ -172,8 +180,7 @@ class CronEngine:
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
-            length_s = task.window_length.total_seconds()
-            grace_s = task.grace_or(default_grace).total_seconds()
+            length_s, grace_s = timing[index]
             resume = ts + length_s
             if now_ts >= ts + length_s + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))

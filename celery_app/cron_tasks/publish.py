@@ -35,14 +35,21 @@ class CronHeader(StrEnum):
     MANUAL = "cron_manual"  # True for a run-now
 
 
-def cron_message(req: FireRequest, grace: timedelta, *, manual: bool = False) -> TaskMessage:
+def cron_message(
+    req: FireRequest,
+    grace: timedelta,
+    *,
+    manual: bool = False,
+    deadline: datetime | None = None,
+) -> TaskMessage:
     """The task message of one fired request (its declared queue, else the app's router).
 
     A beat_schedule entry is sent as Celery's beat sends it: its args and kwargs (lazy values
     called now), its options (``queue``, ``routing_key``, ``exchange``, ``priority``,
     ``headers``, ``expires``, ...), no time limits and no window deadline of ours (the task's
     own limits apply; it expires only if its options say so); the ``cron_*`` headers are added
-    so the worker records the run.
+    so the worker records the run. ``deadline`` is :func:`task_deadline`, when the caller has
+    it (a window of thousands of messages computes it once).
     """
     task = req.task
     headers: dict[str, Any] = {
@@ -51,15 +58,14 @@ def cron_message(req: FireRequest, grace: timedelta, *, manual: bool = False) ->
         CronHeader.WINDOW: req.window_id,
         CronHeader.MANUAL: manual,
     }
-    expires = task_deadline(task, req.window, grace)
-    if task.source != CronSource.BEAT_SCHEDULE and not task.options and not task.args:
-        kwargs = dict(task.kwargs)
+    expires = deadline or task_deadline(task, req.window, grace)
+    if task.plain_message:
+        kwargs = dict(task.kwargs) if task.kwargs else {}
         if task.per_tenant:
             kwargs[TENANT_KWARG] = req.tenant
         return TaskMessage(
             name=task.name,
             queue=task.queue,
-            args=tuple(task.args),
             kwargs=kwargs,
             time_limit=task.hard_time_limit,
             soft_time_limit=task.soft_time_limit,
@@ -115,7 +121,16 @@ class CronPublisher:
         if not requests:
             return []
         grace = self.grace
-        return self.publisher.publish([cron_message(r, grace, manual=manual) for r in requests])
+        deadlines: dict[tuple[datetime, timedelta, timedelta | None], datetime] = {}
+        messages = []
+        for req in requests:
+            task = req.task
+            memo = (req.window, task.window_length, task.grace)
+            deadline = deadlines.get(memo)
+            if deadline is None:
+                deadline = deadlines[memo] = task_deadline(task, req.window, grace)
+            messages.append(cron_message(req, grace, manual=manual, deadline=deadline))
+        return self.publisher.publish(messages)
 
     def close(self) -> None:
         self.publisher.close()

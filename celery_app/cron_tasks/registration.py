@@ -96,6 +96,12 @@ class CronTask:
     def is_interval(self) -> bool:
         return isinstance(getattr(self.schedule, "every", None), timedelta)
 
+    @cached_property
+    def plain_message(self) -> bool:
+        """Whether a firing is a bare message (no args, no apply_async options, not a
+        beat_schedule entry): the fast, common case of ``cron_message``."""
+        return self.source != CronSource.BEAT_SCHEDULE and not self.options and not self.args
+
     def window_id_of(self, start: datetime) -> str:
         """The window's name in keys and messages: the UTC minute for a crontab (the keys of
         ``@cron`` tasks stay as they were), the UTC second for an interval."""
