@@ -107,7 +107,7 @@ class CronEngine:
         # make re-offering a window another beat already fired harmless, and a window a killed
         # beat claimed nothing of is fired late instead of lost. Non-singletons have no key, so
         # they start at the current window.
-        self._singleton_first = window_start(start - WINDOW - grace) + WINDOW
+        self._start = start
         self._first_window = first
         self.steady = steady
         self.step_hold = step_hold
@@ -121,12 +121,57 @@ class CronEngine:
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
         for index, task in enumerate(self.tasks):
-            begin = self._singleton_first if task.singleton else first
+            begin = self._begin_of(task, start)
             self._starts.append(begin)
             when = task.next_fire(begin)
             if when is not None:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
+        self._timing = self._timing_of(self.tasks)
+
+    def _timing_of(self, tasks: tuple[CronTask, ...]) -> list[tuple[float, float]]:
+        """Per task index: (window length, grace) in seconds, read once, not per tick."""
+        return [
+            (t.window_length.total_seconds(), t.grace_or(self.grace).total_seconds()) for t in tasks
+        ]
+
+    def _begin_of(self, task: CronTask, start: datetime) -> datetime:
+        """Where ``task`` starts: see the module docstring (windows of the task's own length,
+        grace of its own)."""
+        if not task.singleton:
+            return _window_of(task, start)
+        length = task.window_length
+        return _window_of(task, start - length - task.grace_or(self.grace)) + length
+
+    def set_tasks(self, tasks: Iterable[CronTask], at: datetime | None = None) -> None:
+        """Replace the task list (runtime schedules changed): a task whose id and definition
+        are unchanged keeps its place in the heap; a new or changed one starts as a new
+        engine's would, at ``at``. Takes effect at the next tick."""
+        at = require_aware(at, "at") if at is not None else self.clock()
+        new_tasks = tuple(tasks)
+        old_index = {task.id: index for index, task in enumerate(self.tasks)}
+        pending = {index: ts for ts, index in self._heap}
+        heap: list[tuple[float, int]] = []
+        starts: list[datetime] = []
+        fresh: list[CronTask] = []
+        for index, task in enumerate(new_tasks):
+            old = old_index.get(task.id)
+            if old is not None and _same_definition(self.tasks[old], task):
+                starts.append(self._starts[old])
+                if old in pending:
+                    heap.append((pending[old], index))
+                continue
+            begin = self._begin_of(task, at)
+            starts.append(begin)
+            fresh.append(task)
+            when = task.next_fire(begin)
+            if when is not None:
+                heap.append((when.timestamp(), index))
+        heapq.heapify(heap)
+        self.tasks, self._starts, self._heap = new_tasks, starts, heap
+        self._timing = self._timing_of(new_tasks)
+        if fresh and self._announced:
+            self.store.note_first_seen(fresh, window_start(at))
 
     def next_due(self) -> datetime | None:
         """Start of the next window in which some task fires."""
@@ -190,14 +235,15 @@ class CronEngine:
         at = require_aware(at, "at") if at is not None else self.clock()
         at = self._follow_clock(at)
         now_ts = at.timestamp()
-        current_ts = now_ts - now_ts % 60
+        # Heap entries are window starts, so "started by now" is "due".
+        current_ts = now_ts
         heap = self._heap
         if self._announced and (not heap or heap[0][0] > current_ts):
             return TickReport(at)
         if not self._announced:
             self._announce(at)
         saved = list(heap)
-        grace_s = self.grace.total_seconds()
+        timing = self._timing
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
@@ -205,13 +251,14 @@ class CronEngine:
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
-            resume = ts + 60
-            if now_ts >= ts + 60 + grace_s:
+            length_s, grace_s = timing[index]
+            resume = ts + length_s
+            if now_ts >= ts + length_s + grace_s:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
                 # Skip straight to the oldest window whose grace has not passed; every window
                 # in between is part of the gap.
-                edge = now_ts - 60 - grace_s
-                resume = max(resume, edge - edge % 60 + 60)
+                edge = now_ts - length_s - grace_s
+                resume = max(resume, edge - edge % length_s + length_s)
                 self._missed.append((task, ts, resume, False))
                 log.warning(
                     "cron: %s missed windows from %s to before %s (their grace has passed)",
@@ -229,10 +276,10 @@ class CronEngine:
                     )
                     # Not fired either: part of the task's gap (if any beat ran the task
                     # before; a first start's catch-up window is no loss).
-                    self._missed.append((task, latest, latest + 60, True))
+                    self._missed.append((task, latest, latest + length_s, True))
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
-            memo = (task.spec, task.timezone, resume)
+            memo = (type(task.schedule), task.spec, task.timezone, resume)
             next_ts = next_fires.get(memo, _UNSET)
             if next_ts is _UNSET:
                 when = task.next_fire(_utc(resume))
@@ -295,13 +342,13 @@ class CronEngine:
         A per-tenant task's gap names the provider's tenants (``*`` with a note when it cannot
         be read); without a provider it never fires, and diagnose says that instead."""
         gaps: list[Gap] = []
-        counted: dict[tuple[str, str, float, float], tuple[float, int, float]] = {}
+        counted: dict[tuple[str, str, str, float, float], tuple[float, int, float]] = {}
         tenants: tuple[str, ...] | None = None
         note = ""
         for task, first, end, if_seen in ranges:
             if task.per_tenant and self.tenants is None:
                 continue
-            memo = (task.spec, task.timezone, first, end)
+            memo = (type(task.schedule).__name__, task.spec, task.timezone, first, end)
             if memo not in counted:
                 counted[memo] = _count_windows(task, first, end)
             last, count, period = counted[memo]
@@ -313,7 +360,7 @@ class CronEngine:
                     except Exception as exc:
                         tenants, note = (ALL_TENANTS,), f"tenants unknown: provider failed: {exc}"
                 scope = tenants
-            stop = last + 60 if count else end
+            stop = last + task.window_length.total_seconds() if count else end
             gaps.append(
                 Gap(
                     task,
@@ -338,7 +385,7 @@ class CronEngine:
             if not last:
                 self._unseen.add(task.id)
                 continue
-            expected = task.next_fire(_utc(float(last)) + WINDOW)
+            expected = task.next_fire(_utc(float(last)) + task.window_length)
             if expected is not None and expected < begin:
                 ranges.append((task, expected.timestamp(), begin.timestamp(), False))
         gaps = self._gaps(ranges)
@@ -393,14 +440,25 @@ def _count_windows(task: CronTask, first: float, end: float) -> tuple[float, int
     """(last window, how many, period) of ``task``'s windows in ``[first, end)``; ``first`` is
     one. Period is 0 when they are unevenly spaced; count is 0 past ``MAX_COUNTED``."""
     last, count, period = first, 1, 0.0
+    length = task.window_length.total_seconds()
     while count <= MAX_COUNTED:
-        when = task.next_fire(_utc(last + 60))
+        when = task.next_fire(_utc(last + length))
         if when is None or when.timestamp() >= end:
             return last, count, max(period, 0.0)
         step = when.timestamp() - last
         period = step if count == 1 or period == step else -1.0
         last, count = when.timestamp(), count + 1
     return last, 0, 0.0
+
+
+def _window_of(task: CronTask, at: datetime) -> datetime:
+    return task.window_of(at)
+
+
+def _same_definition(old: CronTask, new: CronTask) -> bool:
+    """Whether a reload may keep ``old``'s place: same fields (the dataclass equality) and the
+    same schedule (its spec and kind)."""
+    return old == new and type(old.schedule) is type(new.schedule)
 
 
 __all__ = ["ALL_TENANTS", "WINDOW", "CronEngine", "Fired", "Sender", "Skipped", "TickReport"]

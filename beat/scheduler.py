@@ -4,6 +4,10 @@ Why a Scheduler subclass: ``celery -A celery_app beat`` (and ``worker -B``) keep
 Celery's Service loop calling :meth:`CronScheduler.tick` and sleeping for what it returns. Any
 number of beats may run at once: the per-window keys make each singleton fire once.
 
+The tasks are every source's (:mod:`celery_app.cron_tasks.sources`: ``@cron``, ``beat_schedule``
+and ``add_periodic_task``, runtime schedules); a change to the runtime ones is seen at the next
+tick (one GET of their version) and loaded without a restart.
+
 A beat must not die because Redis or the broker blinked: a failed tick is logged and retried
 with a growing back-off; windows missed meanwhile are fired late within their grace.
 """
@@ -29,7 +33,9 @@ from beat.cron_engine import CronEngine
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.publish import CronPublisher
-from celery_app.cron_tasks.registration import WINDOW, cron_tasks
+from celery_app.cron_tasks.registration import WINDOW, CronSpecError
+from celery_app.cron_tasks.runtime import RuntimeStore
+from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
@@ -127,12 +133,16 @@ class CronScheduler(Scheduler):
         app = self.app
         app.loader.import_default_modules()
         settings = settings_of(app)
-        tasks = list(cron_tasks(app).values())
-        store = CronStore(
-            get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
-        )
+        client = get_redis(settings.redis_url, settings)
+        keys = Keys(settings.key_prefix)
+        self.runtime = RuntimeStore(client, keys)
+        self._runtime_version = self.runtime.version()
+        # A duplicate id, a solar or unknown beat_schedule entry: refuse to start, naming it.
+        tasks = list(all_tasks(app, self.runtime).values())
+        store = CronStore(client, keys, settings.cron_grace)
         sender = CronPublisher(app, settings.cron_grace)
         sender.prepare(tasks)
+        self.sender = sender
         self.store = store
         self.engine = CronEngine(
             tasks,
@@ -181,6 +191,7 @@ class CronScheduler(Scheduler):
         assert self.engine is not None
         now = self.clock()
         try:
+            self._reload_if_changed(now)
             report = self.engine.tick(now)
             mono = time.monotonic()
             if mono - self._last_heartbeat >= HEARTBEAT_MIN_GAP:
@@ -223,6 +234,25 @@ class CronScheduler(Scheduler):
                 len(taken.published),
                 len(taken.lost),
             )
+
+    def _reload_if_changed(self, now: datetime) -> None:
+        """One GET per tick: when the runtime schedules' version moved, reload the task list
+        (unchanged tasks keep their place). A list that no longer merges (a runtime id now
+        declared in code) is logged and the running list kept: a beat must not stop."""
+        assert self.engine is not None
+        version = self.runtime.version()
+        if version == self._runtime_version:
+            return
+        try:
+            tasks = list(all_tasks(self.app, self.runtime).values())
+        except CronSpecError as exc:
+            log.error("cron: runtime schedules not reloaded: %s", exc)
+            self._runtime_version = version
+            return
+        self.sender.prepare(tasks)
+        self.engine.set_tasks(tasks, now)
+        self._runtime_version = version
+        log.info("cron: runtime schedules changed (version %s): %d tasks", version, len(tasks))
 
     def _sweep(self, now: datetime) -> None:
         """Once a minute: claims a dead beat never published become gap records."""

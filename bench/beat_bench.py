@@ -12,6 +12,10 @@ What is timed, each through a real Redis broker (messages counted in the broker 
   per-window keys for all of them (one pipelined round trip of Lua calls), the publish (one
   pipeline of multi-value LPUSHes) and the confirmation. The first window also pays the
   engine's one-time start-up bookkeeping; the steady-state row is the second window.
+* checkbeat mixed sources: the same, with N tasks of four sources due in one window: a quarter
+  each of ``@cron`` tasks, ``beat_schedule`` ``crontab()`` entries, ``beat_schedule``
+  60 s interval entries (with args) and runtime schedules (``every=60s``, in Redis, loaded
+  the way a beat loads them). Steady window, as above.
 * checkbeat quiet tick: ``CronEngine.tick`` with nothing due and N tasks registered (mean).
 * celery-redbeat: ``RedBeatScheduler.tick`` with ``crontab()`` entries all due at once,
   repeated until every entry is published (capped at ``--redbeat`` entries).
@@ -102,6 +106,81 @@ def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[s
     return results
 
 
+def bench_mixed(server: RedisServer, tasks: int) -> float:
+    """Seconds of the steady window with ``tasks`` due tasks of every source."""
+    from celery.schedules import crontab
+
+    from beat.cron_engine import CronEngine
+    from celery_app.cron_tasks.publish import CronPublisher
+    from celery_app.cron_tasks.registration import cron
+    from celery_app.cron_tasks.runtime import RuntimeStore, validate_schedule
+    from celery_app.cron_tasks.sources import all_tasks
+    from celery_app.cron_tasks.store import CronStore
+    from celery_app.cron_tasks.tenants import resolve_tenants
+    from celery_app.factory import create_app
+    from celery_app.redis.client import get_redis
+    from celery_app.redis.schema import CronSource, Keys
+    from celery_app.settings import load_settings
+
+    settings = load_settings(
+        redis_url=server.url(STATE_DB), broker_url=server.url(BROKER_DB), key_prefix="bench"
+    )
+    app = create_app(settings)
+    app.conf.result_expires = None  # no celery.backend_cleanup entry in the count
+    quarter = tasks // 4
+    for i in range(tasks - 3 * quarter):
+        cron("* * * * *", app=app, id=f"cron-{i}", name=f"bench.cron{i}")(_noop)
+    schedule: dict[str, dict] = {}
+    for i in range(quarter):
+        schedule[f"crontab-{i}"] = {"task": f"bench.crontab{i}", "schedule": crontab()}
+        schedule[f"interval-{i}"] = {
+            "task": f"bench.interval{i}",
+            "schedule": timedelta(seconds=60),
+            "args": (i,),
+        }
+    app.conf.beat_schedule = schedule
+    client = get_redis(settings.redis_url, settings)
+    runtime = RuntimeStore(client, Keys("bench"))
+    for i in range(quarter):
+        entry = validate_schedule(f"runtime-{i}", task=f"bench.runtime{i}", every="60s")
+        runtime.write(entry, create=True)
+    declared = list(all_tasks(app, runtime).values())
+    sources = {str(source): 0 for source in CronSource}
+    for task in declared:
+        sources[str(task.source)] += 1
+    assert len(declared) == tasks, (len(declared), sources)
+    store = CronStore(client, Keys("bench"), settings.cron_grace)
+    publisher = CronPublisher(app, settings.cron_grace)
+    publisher.prepare(declared)
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    engine = CronEngine(
+        declared,
+        store,
+        publisher,
+        resolve_tenants(app),
+        grace=settings.cron_grace,
+        owner="bench-mixed",
+        start=t0,
+        clock=lambda: t0,
+    )
+    broker = redis.Redis.from_url(server.url(BROKER_DB))
+    state = redis.Redis.from_url(server.url(STATE_DB))
+    elapsed = 0.0
+    for minute in (0, 1):
+        for key in state.scan_iter(Keys("bench").cron_inflight("*", "*"), count=5000):
+            state.delete(key)
+        broker.delete("celery")
+        at = t0 + timedelta(minutes=minute, seconds=1)
+        start = time.perf_counter()
+        report = engine.tick(at)
+        elapsed = time.perf_counter() - start
+        published = broker.llen("celery")
+        assert len(report.fired) == tasks == published, (len(report.fired), published)
+    broker.flushdb()
+    state.flushdb()
+    return elapsed
+
+
 def bench_redbeat(server: RedisServer, entries: int) -> float:
     from celery import Celery
     from celery.schedules import crontab
@@ -179,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         server = RedisServer(Path(tmp)).start()
         try:
             cb = bench_checkbeat(server, args.tasks, quiet_ticks)
+            mixed = bench_mixed(server, args.tasks)
             rb = bench_redbeat(server, args.redbeat)
             ps = bench_persistent(server, args.persistent)
         finally:
@@ -188,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         ("checkbeat CronEngine, steady window", args.tasks, cb["steady_s"]),
         ("checkbeat CronEngine, first window*", args.tasks, cb["first_s"]),
+        ("checkbeat CronEngine, mixed sources", args.tasks, mixed),
         ("celery-redbeat RedBeatScheduler", args.redbeat, rb),
         ("Celery PersistentScheduler", args.persistent, ps),
     ]

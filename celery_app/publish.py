@@ -48,17 +48,21 @@ class TaskMessage:
 
     ``queue`` None: the app's router decides. ``headers`` are added to Celery's own (the cron
     ``cron_*`` headers); ``expires`` is also the broker-side expiration, as ``send_task`` sets.
+    ``options`` are further ``apply_async`` options (a beat_schedule entry's ``routing_key``,
+    ``exchange``, ``priority``, ...): given to the router as ``apply_async`` gives them, and
+    sent through Celery's public path.
     """
 
     name: str
     queue: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
-    args: tuple[Any, ...] = ()
+    args: tuple[Any, ...] | list[Any] = ()
     time_limit: float | None = None
     soft_time_limit: float | None = None
     expires: datetime | None = None
     task_id: str | None = None
     headers: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Publisher(Protocol):
@@ -112,7 +116,8 @@ def encode_envelope(
     if args or kwargs:
         body = f"[{_dumps(list(args)) if args else '[]'},{_dumps(kwargs)},{_EMBED_JSON}]"
         body64 = base64.b64encode(body.encode()).decode("ascii")
-        argsrepr = _str(repr(tuple(args))[:_REPR_MAX]) if args else _EMPTY_ARGSREPR
+        shown = args if isinstance(args, list) else tuple(args)  # send_task's saferepr(args)
+        argsrepr = _str(repr(shown)[:_REPR_MAX]) if args else _EMPTY_ARGSREPR
         kwargsrepr = _str(repr(kwargs)[:_REPR_MAX]) if kwargs else _EMPTY_KWARGSREPR
     else:
         body64, argsrepr, kwargsrepr = _EMPTY_BODY64, _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR
@@ -380,6 +385,10 @@ class BatchPublisher:
         slow: list[tuple[TaskMessage, Mapping[str, Any]]] = []
         order: list[bool] = []  # per message: fast path?
         for message in messages:
+            if message.options:
+                slow.append((message, self._route_with_options(message)))
+                order.append(False)
+                continue
             key, route = self.destination(message.name, message.queue)
             order.append(key is not None)
             if key is not None:
@@ -389,6 +398,15 @@ class BatchPublisher:
         fast_ids = iter(self.fast.push(fast) if fast and self.fast else [])
         slow_ids = iter(self.kombu.send(slow) if slow else [])
         return [next(fast_ids) if is_fast else next(slow_ids) for is_fast in order]
+
+    def _route_with_options(self, message: TaskMessage) -> Mapping[str, Any]:
+        """The route ``apply_async(**options)`` would take: the options over the router's."""
+        options = dict(message.options)
+        if message.queue:
+            options["queue"] = message.queue
+        return self.app.amqp.router.route(
+            options, message.name, message.args, message.kwargs, self.app.tasks.get(message.name)
+        )
 
     def close(self) -> None:
         if self.fast is not None:

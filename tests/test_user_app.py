@@ -107,6 +107,7 @@ def test_schedule_list_shows_the_projects_cron_task_in_its_timezone(project):
     assert listed.returncode == 0, listed.stderr
     rows = {row["id"]: row for row in json.loads(listed.stdout)}
     assert set(rows) == {"proj-nightly"}
+    assert rows["proj-nightly"]["source"] == "@cron"
     assert rows["proj-nightly"]["timezone"] == "Europe/Berlin"  # app.conf.timezone
     assert datetime.fromisoformat(rows["proj-nightly"]["next_fire"]).hour in (2, 3)  # 03:00 CE(S)T
     table = project.celery("schedule", "list")

@@ -1,4 +1,8 @@
-"""``celery -A celery_app schedule list|run|diagnose``: cron tasks from any machine.
+"""``celery -A celery_app schedule list|run|diagnose|add|update|rm|pause|resume``: cron tasks
+from any machine, and runtime schedules (:mod:`celery_app.cron_tasks.runtime`).
+
+``add`` and ``update`` validate every field before anything is written: a bad one exits 1 with
+one line naming it (``--every: must be ...``), and Redis is untouched.
 
 ``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
 exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
@@ -13,6 +17,16 @@ from celery.bin.base import handle_preload_options
 
 from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
+from celery_app.cron_tasks.runtime import (
+    RuntimeSchedule,
+    ScheduleConflict,
+    ScheduleInputError,
+    add_schedule,
+    pause_schedule,
+    remove_schedule,
+    resume_schedule,
+    update_schedule,
+)
 from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
 
 
@@ -24,7 +38,7 @@ def _service(ctx: click.Context) -> CronService:
 @click.pass_context
 @handle_preload_options
 def schedule(ctx: click.Context) -> None:
-    """Cron tasks: list them, run one now, diagnose what is overdue or failing."""
+    """Scheduled tasks: list, run now, diagnose; add, update, rm, pause, resume runtime ones."""
 
 
 @schedule.command(name="list")
@@ -36,7 +50,20 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([row_dict(r) for r in rows], indent=2))
         return
-    header = ("ID", "SPEC", "TZ", "SCOPE", "SINGLETON", "TIMEOUT", "NEXT", "LAST RUN", "OUTCOME")
+    header = (
+        "ID",
+        "SOURCE",
+        "SPEC",
+        "TZ",
+        "SCOPE",
+        "SINGLETON",
+        "TIMEOUT",
+        "GRACE",
+        "OVERLAP",
+        "NEXT",
+        "LAST RUN",
+        "OUTCOME",
+    )
     table = [header]
     for r in rows:
         outcome = r.last_outcome or "-"
@@ -44,13 +71,16 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             outcome = f"{outcome}: {r.last_error}"
         table.append(
             (
-                r.id,
+                r.id if r.name == r.id else f"{r.id} ({r.name})",
+                r.source,
                 r.spec,
                 r.timezone,
                 r.scope,
                 "yes" if r.singleton else "no",
                 f"{r.timeout_s:g}s",
-                r.next_fire or "never",
+                f"{r.grace_s:g}s",
+                r.overlap,
+                "paused" if r.paused else r.next_fire or "never",
                 r.last_end or r.last_start or "-",
                 outcome,
             )
@@ -108,3 +138,120 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo("ok: no findings")
     if findings:
         ctx.exit(EXIT_PROBLEM)
+
+
+# --- runtime schedules ----------------------------------------------------------------------
+
+_FLAG_OF = {
+    "id": "ID",
+    "task": "--task",
+    "cron": "--cron",
+    "every": "--every",
+    "cron/every": "--cron/--every",
+    "args": "--args",
+    "kwargs": "--kwargs",
+    "queue": "--queue",
+    "per_tenant": "--per-tenant",
+    "timezone": "--timezone",
+    "timeout": "--timeout",
+    "grace": "--grace",
+    "overlap": "--overlap",
+}
+
+
+def _runtime_call(ctx: click.Context, action, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """Run one runtime change; a refused one is one line naming the flag, exit 1."""
+    app = load_app(ctx)
+    try:
+        return action(app, *args, **kwargs)
+    except ScheduleInputError as exc:
+        flag = _FLAG_OF.get(exc.field, exc.field)
+        raise click.ClickException(f"{flag}: {exc.problem}") from None
+    except (ScheduleConflict, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _describe(schedule: RuntimeSchedule) -> str:
+    state = " (paused)" if schedule.paused else ""
+    return f"{schedule.id}: {schedule.task} {schedule.schedule_text}{state}"
+
+
+def _schedule_options(command):  # type: ignore[no-untyped-def]
+    for option in reversed(
+        [
+            click.option("--task", "task", help="The Celery task name to send."),
+            click.option("--cron", "cron", help="A cron spec (5 fields, Vixie rules)."),
+            click.option("--every", "every", help="An interval: 20s, 5m, 1h30m, 90 ..."),
+            click.option("--args", "args", help="Positional arguments, a JSON list."),
+            click.option("--kwargs", "kwargs", help="Keyword arguments, a JSON object."),
+            click.option("--queue", "queue", help="Queue to send to (default: the router's)."),
+            click.option(
+                "--per-tenant/--global", "per_tenant", default=None, help="Once per tenant."
+            ),
+            click.option("--timezone", "timezone", help="IANA zone of a cron spec."),
+            click.option("--timeout", "timeout", help="Soft time limit (default 5m)."),
+            click.option("--grace", "grace", help="How late a missed window may still fire."),
+            click.option(
+                "--overlap",
+                "overlap",
+                help="skip (default): no window while a run is in flight; allow: fire anyway.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _given(**fields):  # type: ignore[no-untyped-def]
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@schedule.command(name="add")
+@click.argument("schedule_id")
+@_schedule_options
+@click.pass_context
+def add(ctx: click.Context, schedule_id: str, **fields: object) -> None:
+    """Schedule a task at runtime: every beat fires it from its next tick."""
+    given = _given(**fields)
+    if "task" not in given:
+        raise click.ClickException("--task: required (the Celery task name to send)")
+    created = _runtime_call(ctx, add_schedule, schedule_id, **given)
+    click.echo(f"added {_describe(created)}")
+
+
+@schedule.command(name="update")
+@click.argument("schedule_id")
+@_schedule_options
+@click.pass_context
+def update(ctx: click.Context, schedule_id: str, **fields: object) -> None:
+    """Change fields of a runtime schedule (the others keep their values)."""
+    given = _given(**fields)
+    if not given:
+        raise click.ClickException("nothing to update: give at least one option")
+    changed = _runtime_call(ctx, update_schedule, schedule_id, **given)
+    click.echo(f"updated {_describe(changed)}")
+
+
+@schedule.command(name="rm")
+@click.argument("schedule_id")
+@click.pass_context
+def rm(ctx: click.Context, schedule_id: str) -> None:
+    """Remove a runtime schedule: no beat fires it after its next tick."""
+    _runtime_call(ctx, remove_schedule, schedule_id)
+    click.echo(f"removed {schedule_id}")
+
+
+@schedule.command(name="pause")
+@click.argument("schedule_id")
+@click.pass_context
+def pause(ctx: click.Context, schedule_id: str) -> None:
+    """Keep a runtime schedule but fire nothing until ``resume``."""
+    click.echo(f"paused {_describe(_runtime_call(ctx, pause_schedule, schedule_id))}")
+
+
+@schedule.command(name="resume")
+@click.argument("schedule_id")
+@click.pass_context
+def resume(ctx: click.Context, schedule_id: str) -> None:
+    """Fire a paused runtime schedule again."""
+    click.echo(f"resumed {_describe(_runtime_call(ctx, resume_schedule, schedule_id))}")

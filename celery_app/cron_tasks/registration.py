@@ -12,10 +12,10 @@ scope, which is what a worker runs. A task declared without a timezone follows t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import cached_property, lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,8 +23,9 @@ from celery import Celery, shared_task
 
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, is_id
+from celery_app.redis.schema import CronSource, Overlap
 from celery_app.registry import CRON, declaring_registry, origin_of, registry_of
-from scheduling_core.cron import CronError, Schedule, parse
+from scheduling_core.cron import CronError, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 #: Tenant placeholder in keys of tasks that are not per-tenant.
@@ -40,18 +41,34 @@ class CronSpecError(ValueError):
 
 @dataclass(frozen=True)
 class CronTask:
-    """One scheduled task, as registered."""
+    """One scheduled task, from any source (``@cron``, ``beat_schedule``, runtime).
+
+    ``schedule`` is anything with ``next(t)`` (our cron :class:`Schedule`, Celery's crontab as
+    ``CeleryCrontab``, or an ``Interval``); the window a firing belongs to is a minute for
+    crontabs and the interval's own epoch-anchored window for intervals (:attr:`window_length`,
+    :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``. ``args``,
+    ``kwargs`` and ``options`` are what the message carries (a beat_schedule entry's, as beat
+    sends them; ``entry`` evaluates its ``BeatLazyFunc`` arguments at each send).
+    """
 
     id: str
     name: str  # the Celery task name
     spec: str
-    schedule: Schedule = field(compare=False, repr=False)
+    schedule: Any = field(compare=False, repr=False)
     singleton: bool = True
     per_tenant: bool = False
     timeout: timedelta = DEFAULT_TIMEOUT
     timezone: str = "UTC"
     queue: str | None = None
-    zone: ZoneInfo = field(default=ZoneInfo("UTC"), compare=False, repr=False)
+    zone: tzinfo = field(default=ZoneInfo("UTC"), compare=False, repr=False)
+    source: str = CronSource.CRON
+    label: str = ""  # the name as declared, when it is not a valid id (add_periodic_task)
+    grace: timedelta | None = None
+    overlap: str = Overlap.SKIP
+    args: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    entry: Any = field(default=None, compare=False, repr=False)
 
     @property
     def scope(self) -> str:
@@ -65,11 +82,56 @@ class CronTask:
     def hard_time_limit(self) -> float:
         return self.timeout.total_seconds() + HARD_LIMIT_MARGIN
 
+    @property
+    def display_name(self) -> str:
+        return self.label or self.id
+
+    @cached_property
+    def window_length(self) -> timedelta:
+        """How long one window lasts: the interval, or a minute for a crontab."""
+        every = getattr(self.schedule, "every", None)
+        return every if isinstance(every, timedelta) else WINDOW
+
+    @cached_property
+    def is_interval(self) -> bool:
+        return isinstance(getattr(self.schedule, "every", None), timedelta)
+
+    @cached_property
+    def plain_message(self) -> bool:
+        """Whether a firing is a bare message (no args, no apply_async options, not a
+        beat_schedule entry): the fast, common case of ``cron_message``."""
+        return self.source != CronSource.BEAT_SCHEDULE and not self.options and not self.args
+
+    def window_id_of(self, start: datetime) -> str:
+        """The window's name in keys and messages: the UTC minute for a crontab (the keys of
+        ``@cron`` tasks stay as they were), the UTC second for an interval."""
+        if self.is_interval:
+            return interval_window_id(start)
+        return window_id(start)
+
+    def window_of(self, at: datetime) -> datetime:
+        """Start (UTC) of this task's window that ``at`` falls in."""
+        if not self.is_interval:
+            return window_start(at)
+        ts = at.timestamp()
+        step = self.window_length.total_seconds()
+        return datetime.fromtimestamp(ts - ts % step, UTC)
+
+    def grace_or(self, default: timedelta) -> timedelta:
+        return default if self.grace is None else self.grace
+
+    def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
+        """Positional and keyword arguments of one send (a beat entry's lazy values called)."""
+        if self.entry is not None:
+            return self.entry.call_arguments()
+        return list(self.args), dict(self.kwargs)
+
     def next_fire(self, at: datetime) -> datetime | None:
         """Start (UTC) of the first window at or after ``at`` this task fires in.
 
-        The schedule is evaluated in the task's timezone, so DST follows the cron parser's
-        rules; windows are whole minutes in every zone, so the UTC start names the window.
+        The schedule is evaluated in the task's timezone, so DST follows its parser's rules;
+        windows are whole minutes (or epoch-anchored intervals) in every zone, so the UTC start
+        names the window.
         """
         found = self.schedule.next(at.astimezone(self.zone))
         return None if found is None else found.astimezone(UTC)
@@ -86,6 +148,16 @@ def window_id(start: datetime) -> str:
     return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
+@lru_cache(maxsize=256)
+def interval_window_id(start: datetime) -> str:
+    """An interval window's name: its UTC ISO second, e.g. ``2026-11-29T18:30:20Z`` (with
+    microseconds only when the interval is not whole seconds)."""
+    utc = start.astimezone(UTC)
+    if utc.microsecond:
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def make_cron_task(
     *,
     task_id: str,
@@ -96,6 +168,8 @@ def make_cron_task(
     per_tenant: bool = False,
     timeout: timedelta = DEFAULT_TIMEOUT,
     queue: str | None = None,
+    grace: timedelta | None = None,
+    overlap: str = Overlap.SKIP,
 ) -> CronTask:
     """Validate one declaration; raise CronSpecError naming the task on any bad field."""
     if not is_id(task_id):
@@ -114,6 +188,7 @@ def make_cron_task(
         ) from None
     if queue is not None and not queue:
         raise CronSpecError(f"cron task {task_id!r}: queue must be a non-empty name or None")
+    check_policies(f"cron task {task_id!r}", grace, overlap)
     return CronTask(
         id=task_id,
         name=name,
@@ -125,7 +200,19 @@ def make_cron_task(
         timezone=timezone,
         queue=queue,
         zone=zone,
+        grace=grace,
+        overlap=Overlap(overlap),
     )
+
+
+def check_policies(what: str, grace: timedelta | None, overlap: str) -> None:
+    """``grace`` (None: the app's CHECKBEAT_CRON_GRACE) and ``overlap``; CronSpecError naming
+    ``what``."""
+    if grace is not None and (not isinstance(grace, timedelta) or grace < timedelta(0)):
+        raise CronSpecError(f"{what}: grace must be a timedelta of 0 or more, or None")
+    if overlap not in tuple(Overlap):
+        allowed = ", ".join(o.value for o in Overlap)
+        raise CronSpecError(f"{what}: overlap must be one of {allowed}, got {overlap!r}")
 
 
 @dataclass(frozen=True)
@@ -141,6 +228,8 @@ class CronDeclaration:
     timeout: timedelta = DEFAULT_TIMEOUT
     timezone: str | None = None
     queue: str | None = None
+    grace: timedelta | None = None
+    overlap: str = Overlap.SKIP
 
     def resolve(self, default_timezone: str) -> CronTask:
         """The task as scheduled by an app whose default timezone is ``default_timezone``."""
@@ -163,6 +252,8 @@ def _resolve(declaration: CronDeclaration, timezone: str) -> CronTask:
         timeout=declaration.timeout,
         timezone=timezone,
         queue=declaration.queue,
+        grace=declaration.grace,
+        overlap=declaration.overlap,
     )
 
 
@@ -177,6 +268,8 @@ def cron(
     queue: str | None = None,
     name: str | None = None,
     app: Celery | None = None,
+    grace: timedelta | None = None,
+    overlap: str = Overlap.SKIP,
     **task_options: Any,
 ) -> Callable[[Callable[..., Any]], Any]:
     """Declare a cron task: ``@cron("0 3 * * *", per_tenant=True, timeout=timedelta(minutes=10))``.
@@ -185,6 +278,9 @@ def cron(
     task is called with ``tenant=<name>``. No retry: a failure is recorded and the next window
     runs again. ``queue`` is applied through ``task_routes`` (see :func:`route_cron_task`).
     Without ``timezone`` the task follows the ``CHECKBEAT_TIMEZONE`` of the app running it.
+    ``grace``: how late a missed window may still fire (None: ``CHECKBEAT_CRON_GRACE``);
+    ``overlap``: ``"skip"`` (a window while the previous run is in flight is skipped and
+    recorded) or ``"allow"`` (it fires anyway).
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
@@ -201,6 +297,8 @@ def cron(
             timeout=timeout,
             timezone=timezone,
             queue=queue,
+            grace=grace,
+            overlap=overlap,
         )
         declaration.validate()
         declaring_registry(app).add(CRON, task_name, declaration, origin_of(fun))

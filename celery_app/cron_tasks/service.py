@@ -29,11 +29,11 @@ from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     WINDOW,
     CronTask,
-    cron_tasks,
     window_id,
-    window_start,
 )
-from celery_app.cron_tasks.store import CronStore, FireRequest, split_member
+from celery_app.cron_tasks.runtime import runtime_store
+from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.store import CronStore, FireRequest, split_member, task_deadline
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
@@ -58,11 +58,16 @@ class CronUsageError(ValueError):
 @dataclass(frozen=True)
 class TaskRow:
     id: str
+    name: str  # as declared (an add_periodic_task entry's name may not be a valid id)
+    source: str  # @cron, beat_schedule or runtime
+    task: str  # the Celery task name
     spec: str
     timezone: str
     scope: str
     singleton: bool
     timeout_s: float
+    grace_s: float
+    overlap: str
     next_fire: str | None
     last_window: str | None
     last_start: str | None
@@ -72,6 +77,7 @@ class TaskRow:
     fired: int
     skipped: int
     failed: int
+    paused: bool = False  # a paused runtime schedule: listed, never fired
 
 
 @dataclass(frozen=True)
@@ -105,26 +111,39 @@ class CronService:
         self.store = CronStore(
             get_redis(self.settings.redis_url, self.settings), self.keys, self.settings.cron_grace
         )
-        self.tasks = cron_tasks(app)
+        self.runtime = runtime_store(app)
+        self.tasks = all_tasks(app, self.runtime)
         self.tenants: TenantsSource | None = resolve_tenants(app)
 
     # --- list ---------------------------------------------------------------------------
     def rows(self, now: datetime | None = None) -> list[TaskRow]:
         now = now or self.clock()
-        stats = self.store.stats(list(self.tasks))
+        paused = {
+            s.id: s.as_task(self.settings.timezone)
+            for s in self.runtime.schedules()
+            if s.paused and s.id not in self.tasks
+        }
+        listed = dict(sorted({**self.tasks, **paused}.items()))
+        stats = self.store.stats(list(listed))
         rows = []
-        for task in self.tasks.values():
+        for task in listed.values():
+            is_paused = task.id in paused
             s = stats.get(task.id, {})
             outcome = s.get(CronStatsField.LAST_OUTCOME)
-            nxt = task.next_fire(now)
+            nxt = None if is_paused else task.next_fire(now)
             rows.append(
                 TaskRow(
                     id=task.id,
+                    name=task.display_name,
+                    source=str(task.source),
+                    task=task.name,
                     spec=task.spec,
                     timezone=task.timezone,
                     scope=task.scope,
                     singleton=task.singleton,
                     timeout_s=task.timeout.total_seconds(),
+                    grace_s=task.grace_or(self.settings.cron_grace).total_seconds(),
+                    overlap=str(task.overlap),
                     next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
                     if nxt
                     else None,
@@ -138,6 +157,7 @@ class CronService:
                     fired=int(s.get(CronStatsField.FIRED, 0)),
                     skipped=int(s.get(CronStatsField.SKIPPED, 0)),
                     failed=int(s.get(CronStatsField.FAILED, 0)),
+                    paused=is_paused,
                 )
             )
         return rows
@@ -171,7 +191,7 @@ class CronService:
         """Fire one task now through the window lock; refuse (sent=False) if it is taken."""
         task, tenant_name = self.resolve(task_id, tenant)
         now = self.clock()
-        req = FireRequest(task, tenant_name, window_start(now))
+        req = FireRequest(task, tenant_name, task.window_of(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
         sender = CronPublisher(self.app, self.settings.cron_grace)
         try:
@@ -270,17 +290,20 @@ class CronService:
             last_window = s.get(CronStatsField.LAST_WINDOW)
             first_seen = s.get(CronStatsField.FIRST_SEEN)
             if last_window:
-                base = datetime.fromtimestamp(float(last_window), UTC) + WINDOW
-                since = f"last handled window {window_id(base - WINDOW)}"
+                handled = datetime.fromtimestamp(float(last_window), UTC)
+                base = handled + task.window_length
+                since = f"last handled window {task.window_id_of(handled)}"
             elif first_seen:
                 base = datetime.fromtimestamp(float(first_seen), UTC)
                 since = "never fired"
             else:
                 continue
             expected = task.next_fire(base)
-            if expected is not None and expected + WINDOW + grace < now:
+            deadline = None if expected is None else task_deadline(task, expected, grace)
+            if deadline is not None and deadline < now:
                 findings.append(
-                    f"task {task.id!r} is overdue: window {window_id(expected)} passed with no "
+                    f"task {task.id!r} is overdue: window {task.window_id_of(expected)} passed "
+                    "with no "
                     f"firing and no recorded skip ({since})"
                 )
         return findings

@@ -23,7 +23,7 @@ from uuid import uuid4
 
 import redis
 
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_id
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask
 from celery_app.redis.schema import (
     CRON_CLAIM_LEASE_S,
     CronClaimCode,
@@ -34,6 +34,7 @@ from celery_app.redis.schema import (
     CronStateField,
     CronStatsField,
     Keys,
+    Overlap,
 )
 from celery_app.redis.scripts import run_script
 
@@ -100,7 +101,7 @@ class FireRequest:
 
     @cached_property
     def window_id(self) -> str:
-        return window_id(self.window)
+        return self.task.window_id_of(self.window)
 
     @cached_property
     def member(self) -> str:
@@ -112,14 +113,26 @@ def split_member(member: str) -> tuple[str, str, str]:
     return task_id, tenant, wid
 
 
+def skipped_window_owner(owner: str) -> str:
+    """The window key's value when ``owner`` consumed the window as skipped (previous run still
+    in flight): run-now and diagnose show who took a window from it."""
+    return f"skipped:{owner}"
+
+
 def parse_window_id(wid: str) -> datetime:
-    """The window start a window id (:func:`window_id`) names."""
-    return datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
+    """The window start a window id names: a cron minute id (``...T18:30Z``) or an interval's
+    second id (``...T18:30:20Z``)."""
+    return datetime.fromisoformat(wid).astimezone(UTC)
 
 
-def window_deadline(window: datetime, grace: timedelta) -> datetime:
+def window_deadline(window: datetime, grace: timedelta, length: timedelta = WINDOW) -> datetime:
     """When a window's grace ends: nothing of it may be sent, or start, after this."""
-    return window + WINDOW + grace
+    return window + length + grace
+
+
+def task_deadline(task: CronTask, window: datetime, default_grace: timedelta) -> datetime:
+    """:func:`window_deadline` of one of ``task``'s windows, with the task's own grace."""
+    return window + task.window_length + task.grace_or(default_grace)
 
 
 def gap_record(
@@ -177,22 +190,40 @@ class CronStore:
         """
         # (task, tenant, window, "<kind>:<in-flight ttl ms>"), see cron_claim.lua
         entries: list[tuple[CronTask, str, datetime, str]] = []
-        left_ms: dict[datetime, float] = {}  # per window: ms until its grace ends
+        # per (window, length, grace): ms until its grace ends
+        left_ms: dict[tuple[datetime, timedelta, timedelta | None], float] = {}
         for req in requests:
-            kind = CronClaimKind.SINGLETON if req.task.singleton else CronClaimKind.NON_SINGLETON
+            task = req.task
+            if not task.singleton:
+                kind = CronClaimKind.NON_SINGLETON
+            elif task.overlap == Overlap.ALLOW:
+                kind = CronClaimKind.OVERLAP
+            else:
+                kind = CronClaimKind.SINGLETON
             window = req.window
-            base = left_ms.get(window)
+            memo = (window, task.window_length, task.grace)
+            base = left_ms.get(memo)
             if base is None:
-                base = (window_deadline(window, self.grace) - now).total_seconds() * 1000
-                left_ms[window] = base
+                deadline = task_deadline(task, window, self.grace)
+                base = left_ms[memo] = (deadline - now).total_seconds() * 1000
             # A message may wait until the deadline, then run up to the hard limit.
             inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
             entries.append((req.task, req.tenant, window, f"{kind}:{inflight_ms}"))
         for task, window in marks:
             entries.append((task, GLOBAL_TENANT, window, f"{CronClaimKind.MARK}:0"))
-        by_window: dict[datetime, list[int]] = {}
+        # One script call per (window, window id, deadline): a crontab's and an interval's
+        # window may start at the same instant under different ids and lengths.
+        by_window: dict[tuple[datetime, str, datetime], list[int]] = {}
+        groups: dict[tuple[datetime, bool, timedelta, timedelta | None], tuple] = {}
         for index, entry in enumerate(entries):
-            by_window.setdefault(entry[2], []).append(index)
+            task, window = entry[0], entry[2]
+            # a crontab's and a 60 s interval's windows differ in id only
+            memo = (window, task.is_interval, task.window_length, task.grace)
+            group = groups.get(memo)
+            if group is None:
+                deadline = task_deadline(task, window, self.grace)
+                group = groups[memo] = (window, task.window_id_of(window), deadline)
+            by_window.setdefault(group, []).append(index)
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
         if requests:
@@ -207,10 +238,9 @@ class CronStore:
             pipe.hset(self.keys.cron_pending(), batch, json.dumps(record))
             pipe.zadd(self.keys.cron_pending_lease(), {batch: now.timestamp() + CRON_CLAIM_LEASE_S})
         calls: list[list[int]] = []
-        for window, indexes in by_window.items():
+        for (window, wid, deadline), indexes in by_window.items():
             # The window key must outlive every replica's chance to fire the window.
-            win_ms = int(((window_deadline(window, self.grace) - now).total_seconds() + 120) * 1000)
-            wid = window_id(window)
+            win_ms = int(((deadline - now).total_seconds() + 120) * 1000)
             header: list[Any] = [
                 int(window.timestamp()),
                 wid,
@@ -218,6 +248,7 @@ class CronStore:
                 owner,
                 "1" if manual else "0",
                 max(1000, win_ms),
+                skipped_window_owner(owner),
             ]
             for start in range(0, len(indexes), CHUNK):
                 chunk = indexes[start : start + CHUNK]
@@ -321,7 +352,12 @@ class CronStore:
         stamp = now.timestamp()
         for req in requests:
             gap = gap_record(
-                req.task.id, req.window, req.window + WINDOW, now, error, tenant=req.tenant
+                req.task.id,
+                req.window,
+                req.window + req.task.window_length,
+                now,
+                error,
+                tenant=req.tenant,
             )
             pipe.lpush(self.keys.cron_gaps(), gap)
             state = self.keys.cron_state(req.task.id, req.tenant)

@@ -175,6 +175,18 @@ class Keys:
         """List (newest first, capped) of JSON gap records: windows nobody fired."""
         return f"{self.prefix}:cron:gaps"
 
+    def cron_runtime(self, task_id: str) -> str:
+        """Hash of one runtime schedule (``schedule add``): :class:`RuntimeField` fields."""
+        return f"{self.prefix}:cron:runtime:{task_id}"
+
+    def cron_runtime_ids(self) -> str:
+        """Set of the ids of every runtime schedule."""
+        return f"{self.prefix}:cron:runtime-ids"
+
+    def cron_runtime_version(self) -> str:
+        """Counter INCRed by every runtime change: a beat reloads when it moves (one GET/tick)."""
+        return f"{self.prefix}:cron:runtime-version"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self.prefix}:tenants"
@@ -371,8 +383,41 @@ class CronClaimKind(StrEnum):
     """What the claim script does with an entry."""
 
     SINGLETON = "S"  # take the window and the in-flight key, then record
+    OVERLAP = "O"  # take the window key only (overlap=allow): a run in flight does not skip
     NON_SINGLETON = "N"  # no keys to take: record the firing
     MARK = "M"  # only move the task's last handled window
+
+
+class CronSource(StrEnum):
+    """Where a scheduled task is declared (``schedule list`` shows it)."""
+
+    CRON = "@cron"
+    BEAT_SCHEDULE = "beat_schedule"
+    RUNTIME = "runtime"
+
+
+class Overlap(StrEnum):
+    """What a window does while the task's previous run is still in flight."""
+
+    SKIP = "skip"  # the window is consumed and recorded as skipped (the default)
+    ALLOW = "allow"  # it fires anyway
+
+
+class RuntimeField(StrEnum):
+    """Fields of a runtime schedule hash (``Keys.cron_runtime``); values as validated text."""
+
+    TASK = "task"  # Celery task name
+    CRON = "cron"  # a cron spec (our parser), or empty
+    EVERY = "every"  # seconds of an interval, or empty
+    ARGS = "args"  # JSON list
+    KWARGS = "kwargs"  # JSON object
+    QUEUE = "queue"  # or empty: the app's router decides
+    PER_TENANT = "per_tenant"  # "1" / "0"
+    TIMEZONE = "timezone"  # IANA name, or empty: the app's
+    TIMEOUT = "timeout"  # seconds
+    GRACE = "grace"  # seconds, or empty: the app's CHECKBEAT_CRON_GRACE
+    OVERLAP = "overlap"  # an Overlap value
+    PAUSED = "paused"  # "1" / "0"
 
 
 LUA_FIELD_TABLES.update(

@@ -12,7 +12,7 @@ from celery import Celery
 
 from beat.cron_engine import CronEngine
 from celery_app.cron_tasks.publish import CronPublisher
-from celery_app.cron_tasks.registration import cron_tasks
+from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
@@ -44,7 +44,7 @@ def store_of(app: Celery) -> CronStore:
 
 def make_engine(app: Celery, *, start: datetime = T0, owner: str = "engine-1") -> CronEngine:
     settings = settings_of(app)
-    tasks = list(cron_tasks(app).values())
+    tasks = list(all_tasks(app).values())
     publisher = CronPublisher(app, settings.cron_grace)
     publisher.prepare(tasks)
     return CronEngine(

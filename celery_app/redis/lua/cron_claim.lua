@@ -6,29 +6,33 @@
 -- KEYS: 4 per entry: window key, in-flight key, state hash, stats hash (Keys.cron_window,
 --       cron_inflight, cron_state, cron_stats); a mark entry only touches its stats hash.
 -- ARGV: 1 window start (Unix s), 2 window id, 3 now (Unix s), 4 owner, 5 manual ("1" / "0"),
---       6 window key TTL ms; then 1 per entry: "<kind>:<in-flight TTL ms>", kind a
+--       6 window key TTL ms, 7 the window key value of a skipped window; then 1 per entry:
+--       "<kind>:<in-flight TTL ms>", kind a
 --       CRON_CLAIM_KIND (e.g. "S:305000").
 -- Returns ONE string, the CRON_CLAIM code (a digit) of each entry in order: one bulk reply
 -- parses far faster than one per entry.
 local wts, wid, now, owner, manual, winttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local skipped_by = ARGV[7]
 local out = {}
 for i = 0, #KEYS / 4 - 1 do
   local win, infl, state, stats = KEYS[4*i+1], KEYS[4*i+2], KEYS[4*i+3], KEYS[4*i+4]
-  local spec = ARGV[7+i]
+  local spec = ARGV[8+i]
   local kind = string.sub(spec, 1, 1)
   local code = CRON_CLAIM.FIRE
   if kind == CRON_CLAIM_KIND.MARK then
     code = CRON_CLAIM.MARKED
   else
+    local keyed = kind == CRON_CLAIM_KIND.SINGLETON or kind == CRON_CLAIM_KIND.OVERLAP
     local last = tonumber(redis.call('HGET', state, CRON_STATE.LAST_WINDOW) or '0')
-    local stale = last > tonumber(wts) or (kind == CRON_CLAIM_KIND.SINGLETON and last == tonumber(wts))
+    local stale = last > tonumber(wts) or (keyed and last == tonumber(wts))
     if stale then
       code = CRON_CLAIM.TAKEN
-    elseif kind == CRON_CLAIM_KIND.SINGLETON then
+    elseif keyed then
       if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
-        if not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
+        if kind == CRON_CLAIM_KIND.SINGLETON
+            and not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
           code = CRON_CLAIM.IN_FLIGHT
-          redis.call('SET', win, 'skipped:' .. owner, 'PX', winttl)
+          redis.call('SET', win, skipped_by, 'PX', winttl)
         end
       else
         code = CRON_CLAIM.TAKEN
