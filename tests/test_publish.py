@@ -186,7 +186,7 @@ def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
     ):
         wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
         dispatcher.promote(now)
-        claims, _, _ = dispatcher.claim(now)
+        claims = dispatcher.claim(now).claims
         assert len(claims) == 1
         messages = [cron_message(request, settings.cron_grace), *dispatcher.messages(claims)]
         ids = publisher.publish(messages)
