@@ -236,6 +236,7 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
 
     from celery_app.checks.dispatch import Dispatcher
     from celery_app.checks.jobs import finish_run
+    from celery_app.checks.run_contract import RunRecord, RunStatus
     from celery_app.factory import create_app
 
     credit_on = settings.model_copy(update={"tier_credit_per_weight": timedelta(seconds=1)})
@@ -254,7 +255,8 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
         for claim in dispatcher.tick(now).claims:
             assert finish_run(
                 r, keys, store.params, claim.job_id, claim.lease_token, duration_ms=20.0,
-                timed_out=False, exec_start=at(now), now=at(now + 0.05), result={"ok": True},
+                timed_out=False, exec_start=at(now), now=at(now + 0.05),
+                record=RunRecord(RunStatus.UP, "eu", finished_at=now + 0.05),
             )  # fmt: skip
             ran.add(claim.job_id)
         now += 1.0
