@@ -175,3 +175,30 @@ def test_removing_the_bucket_releases_held_jobs_and_deleting_a_check_unholds_it(
     assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu", "h2@eu"]
     assert not r.exists(keys.held("eu", 0, "acme"))
     assert not r.sismember(keys.held_tenants("eu"), "acme")
+
+
+def _hold_one(r, keys, store, app):
+    """h0 and h1 of acme due, acme's bucket one token: h0 is claimed, h1 held. The dispatcher."""
+    _one_minute_checks(store, "acme", ["h0", "h1"])
+    for i in range(2):
+        learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
+    set_rate_limit(r, keys, "acme", per_minute=0.01, burst=1)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
+    d = Dispatcher(app, client=r)
+    report = d.tick(T0 + 5)
+    assert [c.job_id for c in report.claims] == ["h0@eu"]
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == ["h1@eu"]
+    return d, report.claims[0]
+
+
+def test_a_held_job_moved_to_another_tenant_leaves_the_old_held_index_and_runs_once(
+    r, keys, store, dispatcher_app, broker
+):
+    d, _ = _hold_one(r, keys, store, dispatcher_app)
+    score = r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
+    store.update("h1", now=at(T0 + 6), tenant="globex")
+    assert r.zscore(keys.held("eu", 0, "acme"), "h1@eu") is None
+    assert r.zscore(keys.ready("eu", 0), "h1@eu") == score  # its old deadline, unlimited now
+    assert [c.job_id for c in d.tick(T0 + 7).claims] == ["h1@eu"]
+    clear_rate_limit(r, keys, "acme")  # acme's held jobs are released: h1 is none of them
+    assert d.tick(T0 + 8).claims == ()
