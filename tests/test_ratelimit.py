@@ -202,3 +202,19 @@ def test_a_held_job_moved_to_another_tenant_leaves_the_old_held_index_and_runs_o
     assert [c.job_id for c in d.tick(T0 + 7).claims] == ["h1@eu"]
     clear_rate_limit(r, keys, "acme")  # acme's held jobs are released: h1 is none of them
     assert d.tick(T0 + 8).claims == ()
+
+
+def test_reconcile_counts_a_job_held_by_another_tenant_as_indexed(
+    r, keys, store, dispatcher_app, broker
+):
+    from celery_app.checks.repair import repair
+
+    _hold_one(r, keys, store, dispatcher_app)
+    store.update("h1", now=at(T0 + 6), tenant="globex")
+    # the state a tenant change left before it moved held jobs: held by the old tenant
+    score = r.zscore(keys.ready("eu", 0), "h1@eu") or r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
+    r.zrem(keys.ready("eu", 0), "h1@eu")
+    r.zadd(keys.held("eu", 0, "acme"), {"h1@eu": score})
+    report = repair(r, keys, store.params, at(T0 + 7))
+    assert "h1@eu" not in report.placed
+    assert r.zscore(keys.due(), "h1@eu") is None
