@@ -218,3 +218,16 @@ def test_reconcile_counts_a_job_held_by_another_tenant_as_indexed(
     report = repair(r, keys, store.params, at(T0 + 7))
     assert "h1@eu" not in report.placed
     assert r.zscore(keys.due(), "h1@eu") is None
+
+
+def test_the_held_release_never_claims_a_job_with_a_live_lease(
+    r, keys, store, dispatcher_app, broker
+):
+    d, claim = _hold_one(r, keys, store, dispatcher_app)
+    # a stray held entry of the leased h0 (what a tenant change plus reconcile once left)
+    r.zadd(keys.held("eu", 0, "acme"), {"h0@eu": 0.0})
+    clear_rate_limit(r, keys, "acme")
+    assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu"]
+    assert read_job(r, keys, "h0@eu").lease_token == claim.lease_token
+    assert r.zscore(keys.ready("eu", 0), "h0@eu") is None
+    assert not r.exists(keys.held("eu", 0, "acme"))
