@@ -309,3 +309,22 @@ def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
     assert refill_after_run(dispatcher_app, "eu", T0 + 1.04) == 1
     assert r.zrange(keys.leases("eu", 0), 0, -1) == ["c001@eu"]
     assert broker.llen(check_queue("eu", "fast")) == 2
+
+
+def test_a_check_disabled_between_claim_and_a_failed_publish_is_not_put_back(
+    r, keys, store, dispatcher_app, broker
+):
+    make_checks(store, 1)
+    learned(r, keys, store.params, "c000@eu", scheduled_at=T0)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
+    d = Dispatcher(dispatcher_app, client=r)
+    d.promote(T0 + 1)
+    claims = d.claim(T0 + 1).claims
+    assert [c.job_id for c in claims] == ["c000@eu"]
+    store.set_enabled("c000", False, now=at(T0 + 1))
+    d.release(claims)  # what a failed publish does
+    assert read_job(r, keys, "c000@eu").lease_token is None
+    assert r.zcard(keys.leases("eu", 0)) == 0
+    assert r.zrange(keys.ready("eu", 0), 0, -1) == []
+    assert r.zrange(keys.due(), 0, -1) == []
+    assert claimed_ids(d.tick(T0 + 2)) == []

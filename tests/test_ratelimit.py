@@ -175,3 +175,59 @@ def test_removing_the_bucket_releases_held_jobs_and_deleting_a_check_unholds_it(
     assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu", "h2@eu"]
     assert not r.exists(keys.held("eu", 0, "acme"))
     assert not r.sismember(keys.held_tenants("eu"), "acme")
+
+
+def _hold_one(r, keys, store, app):
+    """h0 and h1 of acme due, acme's bucket one token: h0 is claimed, h1 held. The dispatcher."""
+    _one_minute_checks(store, "acme", ["h0", "h1"])
+    for i in range(2):
+        learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
+    set_rate_limit(r, keys, "acme", per_minute=0.01, burst=1)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
+    d = Dispatcher(app, client=r)
+    report = d.tick(T0 + 5)
+    assert [c.job_id for c in report.claims] == ["h0@eu"]
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == ["h1@eu"]
+    return d, report.claims[0]
+
+
+def test_a_held_job_moved_to_another_tenant_leaves_the_old_held_index_and_runs_once(
+    r, keys, store, dispatcher_app, broker
+):
+    d, _ = _hold_one(r, keys, store, dispatcher_app)
+    score = r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
+    store.update("h1", now=at(T0 + 6), tenant="globex")
+    assert r.zscore(keys.held("eu", 0, "acme"), "h1@eu") is None
+    assert r.zscore(keys.ready("eu", 0), "h1@eu") == score  # its old deadline, unlimited now
+    assert [c.job_id for c in d.tick(T0 + 7).claims] == ["h1@eu"]
+    clear_rate_limit(r, keys, "acme")  # acme's held jobs are released: h1 is none of them
+    assert d.tick(T0 + 8).claims == ()
+
+
+def test_reconcile_counts_a_job_held_by_another_tenant_as_indexed(
+    r, keys, store, dispatcher_app, broker
+):
+    from celery_app.checks.repair import repair
+
+    _hold_one(r, keys, store, dispatcher_app)
+    store.update("h1", now=at(T0 + 6), tenant="globex")
+    # the state a tenant change left before it moved held jobs: held by the old tenant
+    score = r.zscore(keys.ready("eu", 0), "h1@eu") or r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
+    r.zrem(keys.ready("eu", 0), "h1@eu")
+    r.zadd(keys.held("eu", 0, "acme"), {"h1@eu": score})
+    report = repair(r, keys, store.params, at(T0 + 7))
+    assert "h1@eu" not in report.placed
+    assert r.zscore(keys.due(), "h1@eu") is None
+
+
+def test_the_held_release_never_claims_a_job_with_a_live_lease(
+    r, keys, store, dispatcher_app, broker
+):
+    d, claim = _hold_one(r, keys, store, dispatcher_app)
+    # a stray held entry of the leased h0 (what a tenant change plus reconcile once left)
+    r.zadd(keys.held("eu", 0, "acme"), {"h0@eu": 0.0})
+    clear_rate_limit(r, keys, "acme")
+    assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu"]
+    assert read_job(r, keys, "h0@eu").lease_token == claim.lease_token
+    assert r.zscore(keys.ready("eu", 0), "h0@eu") is None
+    assert not r.exists(keys.held("eu", 0, "acme"))

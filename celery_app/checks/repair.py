@@ -5,7 +5,7 @@ comes back from its last RDB snapshot, or empty. Definitions are the source of t
 derived state, so whatever of a job a restore lost can be rebuilt:
 
 - a check whose job hash is gone, or whose job sits in no index (not due, ready, held by the
-  rate limit, or leased), is
+  rate limit for any tenant, or leased), is
   placed at its next aligned tick again (keeping whatever EWMAs survived);
 - a job that holds a lease the lease index forgot is put back in that index, so the reaper
   finishes it as a lost run instead of it staying claimed forever;
@@ -30,7 +30,7 @@ from celery_app.checks.definition import StoredCheck, decode_check, encode_check
 from celery_app.checks.jobs import JobState, format_ts, to_unix
 from celery_app.checks.ratelimit import index_rate_limits
 from celery_app.checks.store import job_fields
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
@@ -105,6 +105,57 @@ def plan_repair(
     return change, placed, orphaned_leases
 
 
+def _read_indexed(
+    client: redis.Redis, keys: Keys, job_ids: list[tuple[str, str]]
+) -> tuple[dict[str, JobState | None], dict[str, bool]]:
+    """Each job's state, and whether it is in some index: due, ready, leased, or held by any
+    tenant (the region's held tenants, its definition's and its hash's): a job held by a tenant
+    it no longer has is indexed, not lost (placing it again would run it twice)."""
+    regions = sorted({jid.rpartition("@")[2] for jid, _ in job_ids})
+    pipe = client.pipeline(transaction=False)
+    for jid, _tenant in job_ids:
+        region = jid.rpartition("@")[2]
+        pipe.hgetall(keys.job(jid))
+        pipe.zscore(keys.due(), jid)
+        for lane in (LANE_FAST, LANE_SLOW):
+            pipe.zscore(keys.ready(region, lane), jid)
+            pipe.zscore(keys.leases(region, lane), jid)
+    for region in regions:
+        pipe.smembers(keys.held_tenants(region))
+    replies = pipe.execute()
+    width = 6  # the hash, due, ready and leases of both lanes
+    jobs: dict[str, JobState | None] = {}
+    indexed: dict[str, bool] = {}
+    tenants: dict[str, set[str]] = {}
+    members: dict[str, list[str]] = {}
+    for i, (jid, tenant) in enumerate(job_ids):
+        h, *scores = replies[width * i : width * i + width]
+        jobs[jid] = JobState.from_hash(jid, h) if h else None
+        indexed[jid] = any(score is not None for score in scores)
+        region = jid.rpartition("@")[2]
+        if not indexed[jid]:
+            members.setdefault(region, []).append(jid)
+            tenants.setdefault(region, set()).update(
+                t for t in (tenant, h.get(JobField.TENANT)) if t
+            )
+    held_by = dict(zip(regions, replies[width * len(job_ids) :], strict=True))
+    lookups = [
+        (region, keys.held(region, lane, tenant))
+        for region in sorted(members)
+        for tenant in sorted(tenants[region] | held_by[region])
+        for lane in (LANE_FAST, LANE_SLOW)
+    ]
+    if lookups:
+        pipe = client.pipeline(transaction=False)
+        for region, key in lookups:
+            pipe.zmscore(key, members[region])
+        for (region, _key), scores in zip(lookups, pipe.execute(), strict=True):
+            for jid, score in zip(members[region], scores, strict=True):
+                if score is not None:
+                    indexed[jid] = True
+    return jobs, indexed
+
+
 def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> RepairReport:
     """Scan every definition and rebuild what its jobs lost (see the module docstring)."""
     indexed_limits = index_rate_limits(client, keys)
@@ -119,23 +170,7 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
             pipe.hgetall(keys.check(uid))
         stored = [decode_check(uid, h) for uid, h in zip(chunk, pipe.execute(), strict=True) if h]
         job_ids = [(jid, s.definition.tenant) for s in stored for jid in s.definition.job_ids()]
-        pipe = client.pipeline(transaction=False)
-        for jid, tenant in job_ids:
-            region = jid.rpartition("@")[2]
-            pipe.hgetall(keys.job(jid))
-            pipe.zscore(keys.due(), jid)
-            for lane in (LANE_FAST, LANE_SLOW):
-                pipe.zscore(keys.ready(region, lane), jid)
-                pipe.zscore(keys.leases(region, lane), jid)
-                pipe.zscore(keys.held(region, lane, tenant), jid)
-        replies = pipe.execute()
-        jobs: dict[str, JobState | None] = {}
-        indexed: dict[str, bool] = {}
-        width = 8
-        for i, (jid, _tenant) in enumerate(job_ids):
-            h, *scores = replies[width * i : width * i + width]
-            jobs[jid] = JobState.from_hash(jid, h) if h else None
-            indexed[jid] = any(score is not None for score in scores)
+        jobs, indexed = _read_indexed(client, keys, job_ids)
         writes = client.pipeline(transaction=False)
         planned: list[tuple[str, list[str]]] = []
         for s in stored:

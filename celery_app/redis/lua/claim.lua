@@ -148,7 +148,10 @@ for t in string.gmatch(ARGV[P + 3], '%d+') do
         if score then
           released[lane] = released[lane] + 1
           redis.call('ZREM', hk, id)
-          if redis.call('EXISTS', KEYS[JK + j]) == 1 then
+          -- A deleted job has nothing to run; a leased one runs already (a stray held entry,
+          -- e.g. a tenant change once left one): releasing it would lease it a second time.
+          local exists = redis.call('EXISTS', KEYS[JK + j]) == 1
+          if exists and redis.call('HEXISTS', KEYS[JK + j], JOB.LEASE_TOKEN) == 0 then
             account_skipped(KEYS[JK + j])
             redis.call('ZADD', KEYS[1 + lane], score, id)
           end
@@ -210,10 +213,13 @@ while true do
   if current[j] ~= score then
     stale = true  -- claimed by another dispatcher, held, or re-scored since it was read
   else
-    local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS)
+    local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
+      JOB.LEASE_TOKEN)
     local t = v[1] and tenant_of(v[1])
     if not v[1] then
       redis.call('ZREM', ready_key, id)  -- the job was deleted: nothing to run
+    elseif v[4] then
+      redis.call('ZREM', ready_key, id)  -- leased already (a stray entry): never a second lease
     elseif not t then
       stale = true  -- its tenant's bucket is not declared here: read again
     else

@@ -40,6 +40,19 @@ local function unhold(job)
   redis.call('ZREM', KEYS[job.held[2]], job.id)
 end
 
+-- A job whose tenant changes leaves the old tenant's held index for the ready index, at the
+-- same effective deadline: the claim holds it again if the new tenant's bucket is empty. Left
+-- there, the old tenant's release would claim it a second time (the job is in two indexes).
+local function unhold_to_ready(job)
+  for lane = 1, 2 do
+    local score = redis.call('ZSCORE', KEYS[job.held[lane]], job.id)
+    if score then
+      redis.call('ZREM', KEYS[job.held[lane]], job.id)
+      redis.call('ZADD', KEYS[job.ready[lane]], score, job.id)
+    end
+  end
+end
+
 local function remove_job(job)
   unhold(job)
   redis.call('DEL', KEYS[job.key])
@@ -77,7 +90,11 @@ for _, ch in ipairs(batch.changes) do
       local key = KEYS[job.key]
       local rf, rs = KEYS[job.ready[1]], KEYS[job.ready[2]]
       local leased = redis.call('HEXISTS', key, JOB.LEASE_TOKEN) == 1
-      if job.off or (job.place and not leased) then unhold(job) end
+      if job.off or (job.place and not leased) then
+        unhold(job)
+      elseif job.fields[JOB.TENANT] ~= job.tenant then
+        unhold_to_ready(job)
+      end
       hset_all(key, job.fields)
       if not job.fields[JOB.REGION_SPREAD] then redis.call('HDEL', key, JOB.REGION_SPREAD) end
       if job.off then

@@ -1,0 +1,548 @@
+"""The check job lifecycle as a stateful model-based test against a real Redis.
+
+Random sequences of store writes (create, update of tenant / regions / period / weight /
+target, disable, enable, delete), rate limits on and off, dispatcher ticks (some whose publish
+fails), worker completions (on time, late, after the lease was reaped), reaps, reconciles and a
+loss of every job and index key followed by a reconcile. After every step the invariants are
+read straight from Redis:
+
+- placement: each job of an enabled check is in exactly one of due, ready (either lane), held
+  (any tenant, either lane) or leases (either lane); a job of a disabled check is in none of
+  due / ready / held (its lease, if claimed before the disable, runs out); a deleted check's
+  (or a removed region's) job has no hash and is in no index;
+- one lease: a job hash holds a lease token iff the job is in exactly one lease index, and the
+  model never sees a job claimed while an earlier claim of it still holds a live lease;
+- never claimed: no tick claims a job of a disabled or deleted check (or of a removed region);
+- completions: a worker's completion is accepted iff its token still holds the job; one whose
+  lease was reaped (or whose job was deleted or lost) is refused;
+- reconcile on a consistent state places nothing and restores no lease;
+- every tick returns without raising, except one whose publish is made to fail, which raises
+  the publisher's error when it claimed something, and gives those claims back.
+
+Liveness, formulated on model time: each enabled job has an anchor, the last model time it was
+placed (create, enable, a placing update, reconcile after the loss), claimed, completed, reaped
+or its tenant's rate limit was cleared. A successful tick at ``now > anchor + period + lease +
+interval`` must find the job leased, or held when its tenant has a rate limit. (Placement puts
+the job at its next aligned tick, at most one period away; a claim's lease is reaped by the
+first tick at or after its expiry; a held job waits for tokens, which the tiny bucket makes
+arbitrarily slow, so held is as good as claimed while the limit is on.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from support.checks import at, register_fake_worker
+
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
+from celery_app.checks.repair import repair
+from celery_app.checks.store import CheckStore
+from celery_app.publish import TaskMessage
+from celery_app.redis.schema import JobField, Keys, job_id
+from celery_app.settings import Settings, load_settings
+from scheduling_core import LANE_FAST, LANE_SLOW
+
+T0 = 1_780_000_000.0
+REGIONS = ("eu", "us")
+TENANTS = ("acme", "globex", "initech")
+UIDS = ("c0", "c1", "c2", "c3")
+PERIODS = (10, 30, 60)
+LANES = (LANE_FAST, LANE_SLOW)
+
+
+class BrokerDown(ConnectionError):
+    """What the fake publisher raises when told to fail."""
+
+
+class RecordingPublisher:
+    """A publisher (``publish``, ``prepare``, ``close``) that records messages, or fails."""
+
+    def __init__(self) -> None:
+        self.messages: list[TaskMessage] = []
+        self.fail = False
+        self.before_failing = None  # called with the messages first (a concurrent write)
+
+    def prepare(self, names) -> None:
+        pass
+
+    def publish(self, messages) -> list[str]:
+        if self.fail:
+            if self.before_failing is not None:
+                self.before_failing(messages)
+            raise BrokerDown("the broker is down")
+        self.messages.extend(messages)
+        return [f"task-{len(self.messages)}-{i}" for i in range(len(messages))]
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class ModelCheck:
+    tenant: str
+    regions: tuple[str, ...]
+    period: int
+    enabled: bool = True
+
+
+@dataclass
+class Claimed:
+    job_id: str
+    token: str
+    expiry: float
+
+
+@dataclass
+class Model:
+    now: float = T0
+    checks: dict[str, ModelCheck] = field(default_factory=dict)
+    anchor: dict[str, float] = field(default_factory=dict)
+    live: dict[str, Claimed] = field(default_factory=dict)  # job id -> its outstanding claim
+    refused: list[Claimed] = field(default_factory=list)  # claims that must be refused
+    limited: set[str] = field(default_factory=set)
+
+
+def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBasedStateMachine]:
+    keys = Keys(cfg.key_prefix)
+
+    class JobLifecycle(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            client.flushdb()
+            self.store = CheckStore(client, keys, cfg)
+            self.publisher = RecordingPublisher()
+            self.dispatcher = Dispatcher(app, client=client, publisher=self.publisher)
+            self.lease_s = self.dispatcher.lease_s
+            self.m = Model()
+            for region in REGIONS:
+                register_fake_worker(
+                    client, keys, f"w-{region}", region=region, role="shared", concurrency=50,
+                    ttl=None,
+                )  # fmt: skip
+
+        # --- helpers --------------------------------------------------------------------------
+        def _when(self):
+            return at(self.m.now)
+
+        def _jobs_of(self, uid: str) -> list[str]:
+            c = self.m.checks[uid]
+            return [job_id(uid, region) for region in c.regions]
+
+        def _anchor(self, jobs, when: float | None = None) -> None:
+            for j in jobs:
+                self.m.anchor[j] = self.m.now if when is None else when
+
+        def _lose(self, jobs) -> None:
+            """Claims of these jobs can no longer complete (job deleted or lost)."""
+            for j in jobs:
+                claim = self.m.live.pop(j, None)
+                if claim is not None:
+                    self.m.refused.append(claim)
+
+        def _reaped_at(self, now: float) -> list[str]:
+            """The live claims a tick at ``now`` reaps (its reap runs first)."""
+            gone = [j for j, c in self.m.live.items() if c.expiry <= now]
+            for j in gone:
+                self.m.refused.append(self.m.live.pop(j))
+            return gone
+
+        def _tick(self, *, fail: bool) -> None:
+            now = self.m.now
+            reaped = self._reaped_at(now)
+            self._anchor(reaped)
+            self.publisher.fail = fail
+            if fail:
+                try:
+                    report = self.dispatcher.tick(now)
+                except BrokerDown:
+                    pass  # there were claims to publish
+                else:
+                    assert report.claims == (), "claims were published through a dead broker"
+                for lease_lane in self._lease_keys():
+                    # every claim of this tick was given back: only earlier leases remain
+                    assert set(client.zrange(lease_lane, 0, -1)) <= set(self.m.live)
+                return
+            report = self.dispatcher.tick(now)
+            assert report.published == len(report.claims)
+            for c in report.claims:
+                uid = c.job_id.rpartition("@")[0]
+                check = self.m.checks.get(uid)
+                assert check is not None, f"{c.job_id} claimed after its check was deleted"
+                assert check.enabled, f"{c.job_id} claimed while its check is disabled"
+                assert c.region in check.regions, f"{c.job_id} claimed after its region went"
+                assert c.job_id not in self.m.live, (
+                    f"{c.job_id} claimed again while {self.m.live[c.job_id].token} is live"
+                )
+                job = read_job(client, keys, c.job_id)
+                assert job is not None and job.lease_token == c.lease_token
+                self.m.live[c.job_id] = Claimed(c.job_id, c.lease_token, job.lease_expiry)
+                self.m.anchor[c.job_id] = now
+            self._check_liveness(now)
+
+        def _check_liveness(self, now: float) -> None:
+            slack = self.lease_s + self.dispatcher.interval + 1.0
+            for uid, check in self.m.checks.items():
+                if not check.enabled:
+                    continue
+                for j in self._jobs_of(uid):
+                    if now <= self.m.anchor[j] + check.period + slack:
+                        continue
+                    if j in self.m.live:
+                        continue
+                    assert self._held_by(j) & self.m.limited, (
+                        f"{j} (period {check.period}) not claimed since {self.m.anchor[j]}, "
+                        f"now {now}: {self._where(j)}"
+                    )
+
+        def _lease_keys(self) -> list[str]:
+            return [keys.leases(region, lane) for region in REGIONS for lane in LANES]
+
+        def _snapshot(self) -> dict[str, tuple[list[str], bool, str | None]]:
+            """Every possible job: (the indexes that hold it, whether its hash exists, its lease
+            token), read in one round trip."""
+            ids = [job_id(uid, region) for uid in UIDS for region in REGIONS]
+            probes: list[tuple[str, str]] = []
+            for j in ids:
+                region = j.rpartition("@")[2]
+                probes.append((j, "due"))
+                for lane in LANES:
+                    probes += [(j, f"ready{lane}"), (j, f"leases{lane}")]
+                    probes += [(j, f"held{lane}:{t}") for t in TENANTS]
+            pipe = client.pipeline(transaction=False)
+            for j, name in probes:
+                region = j.rpartition("@")[2]
+                if name == "due":
+                    key = keys.due()
+                elif name.startswith("ready"):
+                    key = keys.ready(region, int(name[5]))
+                elif name.startswith("leases"):
+                    key = keys.leases(region, int(name[6]))
+                else:
+                    key = keys.held(region, int(name[4]), name.partition(":")[2])
+                pipe.zscore(key, j)
+            for j in ids:
+                pipe.exists(keys.job(j))
+                pipe.hget(keys.job(j), JobField.LEASE_TOKEN)
+            replies = pipe.execute()
+            where: dict[str, list[str]] = {j: [] for j in ids}
+            for (j, name), score in zip(probes, replies, strict=False):
+                if score is not None:
+                    where[j].append(name)
+            tail = replies[len(probes) :]
+            return {j: (where[j], bool(tail[2 * i]), tail[2 * i + 1]) for i, j in enumerate(ids)}
+
+        def _held_by(self, j: str, snap=None) -> set[str]:
+            """The tenants whose held index holds ``j`` (in ``snap``, else read now)."""
+            where = (snap or self._snapshot())[j][0]
+            return {w.partition(":")[2] for w in where if w.startswith("held")}
+
+        def _where(self, j: str) -> list[str]:
+            """The indexes that hold ``j``."""
+            return self._snapshot()[j][0]
+
+        def _finish(self, claim: Claimed, at_s: float) -> bool:
+            return finish_run(
+                client,
+                keys,
+                self.store.params,
+                claim.job_id,
+                claim.token,
+                duration_ms=20.0,
+                timed_out=False,
+                exec_start=at(at_s),
+                now=at(at_s),
+            )
+
+        # --- store writes ---------------------------------------------------------------------
+        @initialize(tenant=st.sampled_from(TENANTS), limited=st.booleans())
+        def first_checks(self, tenant, limited):
+            """Two checks of one tenant due every 10 s, maybe over a one-token bucket."""
+            self.create("c0", tenant, REGIONS, 10)
+            self.create("c1", tenant, ("eu",), 10)
+            if limited:
+                self.ratelimit_on(tenant)
+
+        @rule(
+            uid=st.sampled_from(UIDS),
+            tenant=st.sampled_from(TENANTS),
+            regions=st.sampled_from([("eu",), ("us",), REGIONS]),
+            period=st.sampled_from(PERIODS),
+        )
+        def create(self, uid, tenant, regions, period):
+            if uid in self.m.checks:
+                return
+            self.store.create(
+                now=self._when(), uid=uid, tenant=tenant, kind="testprobe", target="x",
+                period=period, regions=list(regions),
+            )  # fmt: skip
+            self.m.checks[uid] = ModelCheck(tenant, tuple(regions), period)
+            self._anchor(self._jobs_of(uid))
+
+        def _existing(self, data) -> str | None:
+            if not self.m.checks:
+                return None
+            return data.draw(st.sampled_from(sorted(self.m.checks)))
+
+        @rule(data=st.data(), tenant=st.sampled_from(TENANTS))
+        def update_tenant(self, data, tenant):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            self.store.update(uid, now=self._when(), tenant=tenant)
+            self.m.checks[uid].tenant = tenant
+
+        @rule(data=st.data(), tenant=st.sampled_from(TENANTS))
+        def update_tenant_of_a_held_job(self, data, tenant):
+            """The tenant change that matters most: of a check whose job the bucket holds."""
+            held = sorted(
+                uid for uid in self.m.checks for j in self._jobs_of(uid) if self._held_by(j)
+            )
+            if not held:
+                return
+            uid = data.draw(st.sampled_from(held))
+            self.store.update(uid, now=self._when(), tenant=tenant)
+            self.m.checks[uid].tenant = tenant
+
+        @rule(data=st.data(), regions=st.sampled_from([("eu",), ("us",), REGIONS, ("us", "eu")]))
+        def update_regions(self, data, regions):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            check = self.m.checks[uid]
+            old = set(self._jobs_of(uid))
+            self.store.update(uid, now=self._when(), regions=list(regions))
+            check.regions = tuple(regions)
+            new = set(self._jobs_of(uid))
+            self._lose(old - new)
+            if check.enabled:
+                self._anchor(new - set(self.m.live))  # re-placed unless leased
+
+        @rule(data=st.data(), period=st.sampled_from(PERIODS))
+        def update_period(self, data, period):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            check = self.m.checks[uid]
+            changed = check.period != period
+            self.store.update(uid, now=self._when(), period=period)
+            check.period = period
+            if changed and check.enabled:
+                self._anchor(set(self._jobs_of(uid)) - set(self.m.live))
+
+        @rule(data=st.data(), weight=st.sampled_from([0, 3, 50]))
+        def update_weight(self, data, weight):
+            uid = self._existing(data)
+            if uid is not None:
+                self.store.update(uid, now=self._when(), plan_weight=weight)
+
+        @rule(data=st.data(), address=st.sampled_from(["x", "y"]))
+        def update_target(self, data, address):
+            uid = self._existing(data)
+            if uid is not None:
+                self.store.update(uid, now=self._when(), target=address)
+
+        @rule(data=st.data())
+        def disable(self, data):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            self.store.set_enabled(uid, False, now=self._when())
+            self.m.checks[uid].enabled = False
+
+        @rule(data=st.data())
+        def enable(self, data):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            was = self.m.checks[uid].enabled
+            self.store.set_enabled(uid, True, now=self._when())
+            self.m.checks[uid].enabled = True
+            if not was:
+                self._anchor(self._jobs_of(uid))
+
+        @rule(data=st.data())
+        def delete(self, data):
+            uid = self._existing(data)
+            if uid is None:
+                return
+            jobs = self._jobs_of(uid)
+            assert self.store.delete(uid)
+            del self.m.checks[uid]
+            self._lose(jobs)
+
+        # --- rate limits ----------------------------------------------------------------------
+        @rule(tenant=st.sampled_from(TENANTS))
+        def ratelimit_on(self, tenant):
+            set_rate_limit(client, keys, tenant, per_minute=1, burst=1)
+            self.m.limited.add(tenant)
+
+        @rule(tenant=st.sampled_from(TENANTS))
+        def ratelimit_off(self, tenant):
+            # the tenant's held jobs are released by the next tick: their wait starts now
+            snap = self._snapshot()
+            held = [j for j in self.m.anchor if tenant in self._held_by(j, snap)]
+            clear_rate_limit(client, keys, tenant)
+            self.m.limited.discard(tenant)
+            self._anchor(held)
+
+        # --- the dispatcher -------------------------------------------------------------------
+        @rule(seconds=st.sampled_from([0.0, 0.5, 5.0, 12.0]))
+        def tick(self, seconds):
+            self.m.now += seconds
+            self._tick(fail=False)
+
+        @rule(seconds=st.sampled_from([0.0, 5.0, 12.0]))
+        def tick_with_publish_failure(self, seconds):
+            self.m.now += seconds
+            self._tick(fail=True)
+
+        @rule(seconds=st.sampled_from([0.0, 5.0, 12.0]))
+        def tick_disabling_a_check_during_its_failed_publish(self, seconds):
+            """The check of the first claim is disabled between its claim and the publish
+            failure (another process's write): the release must not put it back."""
+
+            def disable_first(messages) -> None:
+                uid = messages[0].kwargs["job_id"].rpartition("@")[0]
+                self.store.set_enabled(uid, False, now=self._when())
+                self.m.checks[uid].enabled = False
+
+            self.publisher.before_failing = disable_first
+            try:
+                self.m.now += seconds
+                self._tick(fail=True)
+            finally:
+                self.publisher.before_failing = None
+
+        @rule()
+        def reap(self):
+            if not self.m.live:
+                return
+            self.m.now = max(c.expiry for c in self.m.live.values()) + 0.5
+            self._tick(fail=False)
+
+        @rule(seconds=st.sampled_from([0.5, 3.0, 11.0, 25.0, 70.0]))
+        def advance_time(self, seconds):
+            self.m.now += seconds
+
+        # --- workers --------------------------------------------------------------------------
+        @precondition(lambda self: any(c.expiry > self.m.now for c in self.m.live.values()))
+        @rule(data=st.data())
+        def complete_on_time(self, data):
+            on_time = sorted(j for j, c in self.m.live.items() if c.expiry > self.m.now)
+            j = data.draw(st.sampled_from(on_time))
+            assert self._finish(self.m.live.pop(j), self.m.now), f"{j} refused on time"
+            self.m.anchor[j] = self.m.now
+
+        @precondition(lambda self: bool(self.m.live))
+        @rule(data=st.data())
+        def complete_late(self, data):
+            """Past the lease's expiry, before a tick reaped it: still the job's lease."""
+            j = data.draw(st.sampled_from(sorted(self.m.live)))
+            claim = self.m.live.pop(j)
+            self.m.now = max(self.m.now, claim.expiry + 0.25)
+            assert self._finish(claim, self.m.now), f"{j} refused before it was reaped"
+            self.m.anchor[j] = self.m.now
+
+        @precondition(lambda self: bool(self.m.refused))
+        @rule(data=st.data())
+        def complete_after_reap(self, data):
+            claim = data.draw(st.sampled_from(self.m.refused))
+            assert not self._finish(claim, self.m.now), f"{claim.job_id} accepted after reap"
+
+        # --- repair ---------------------------------------------------------------------------
+        @rule()
+        def reconcile(self):
+            report = repair(client, keys, self.store.params, self._when())
+            assert report.placed == () and report.leases_restored == ()
+            assert report.conflicts == ()
+
+        @rule()
+        def flush_and_reconcile(self):
+            """Every job and index key lost (a restore from an old snapshot): definitions,
+            buckets, workers and the lease sequence survive; reconcile rebuilds the jobs."""
+            lost = [keys.due(), *self._lease_keys()]
+            for region in REGIONS:
+                lost.append(keys.held_tenants(region))
+                for lane in LANES:
+                    lost.append(keys.ready(region, lane))
+                    lost += [keys.held(region, lane, t) for t in TENANTS]
+            lost += list(client.scan_iter(match=keys.job("*"), count=1000))
+            client.delete(*lost)
+            self._lose(list(self.m.live))
+            report = repair(client, keys, self.store.params, self._when())
+            enabled = [
+                j for uid, c in self.m.checks.items() if c.enabled for j in self._jobs_of(uid)
+            ]
+            assert sorted(report.placed) == sorted(enabled)
+            self._anchor(enabled)
+
+        # --- invariants -----------------------------------------------------------------------
+        @invariant()
+        def every_job_is_where_its_check_says(self):
+            expected: dict[str, bool] = {}
+            for uid, check in self.m.checks.items():
+                for j in self._jobs_of(uid):
+                    expected[j] = check.enabled
+            for j, (where, exists, token) in self._snapshot().items():
+                leased = [w for w in where if w.startswith("leases")]
+                assert (token is not None) == bool(leased), (
+                    f"{j}: lease token {token} but lease index entries {leased}"
+                )
+                if token is not None and j in self.m.live:
+                    assert self.m.live[j].token == token
+                if j not in expected:
+                    assert where == [] and not exists, f"{j} (gone) is in {where}, hash {exists}"
+                elif expected[j]:
+                    assert exists, f"{j} (enabled) has no hash"
+                    assert len(where) == 1, f"{j} (enabled) is in {where}"
+                else:  # disabled: no hash after a loss (enabling places it), or in no index
+                    assert where == leased and len(leased) <= 1, f"{j} (disabled) is in {where}"
+
+    return JobLifecycle
+
+
+@pytest.fixture
+def lifecycle_settings(redis_url: str, broker_url: str) -> Settings:
+    return load_settings(
+        redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=list(REGIONS)
+    )
+
+
+def _run(r, lifecycle_settings, examples: int, steps: int) -> None:
+    from celery_app.factory import create_app
+
+    app = create_app(lifecycle_settings)
+    machine = _lifecycle_machine(r, lifecycle_settings, app)
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+
+
+def test_job_lifecycle_keeps_its_invariants(r, lifecycle_settings, test_kind):
+    _run(r, lifecycle_settings, examples=20, steps=25)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_job_lifecycle_keeps_its_invariants_long(r, lifecycle_settings, test_kind):
+    _run(r, lifecycle_settings, examples=150, steps=40)
