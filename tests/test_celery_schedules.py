@@ -19,7 +19,7 @@ from celery import Celery, current_app
 from celery.beat import BeatLazyFunc, PersistentScheduler, ScheduleEntry, Scheduler
 from celery.schedules import crontab, schedule, solar
 from celery.utils.time import timezone as celery_timezone
-from kombu import Exchange, Queue
+from support.beat_entries import QUEUES, add_entries_with_options, message_shape
 
 from celery_app.cron_tasks.celery_schedules import (
     SUPPORTED,
@@ -434,33 +434,8 @@ def test_sends_carry_what_celerys_beat_sends():
     """The same entries sent by Celery's beat (Scheduler.apply_async) and from our values (the
     way beat sends: apply_async of the registered task, send_task otherwise) give the same
     messages on the same queues: args, kwargs, options and the task's own routing."""
-    app = make_app(
-        task_queues=[
-            Queue("q1", Exchange("ex", type="direct"), routing_key="rk"),
-            Queue("tq"),
-            Queue("celery"),
-        ],
-        task_routes={"proj.add": {"queue": "tq"}},
-    )
-
-    @app.task(name="proj.add", shared=False)
-    def add(x, y=0):
-        return x + y
-
-    options = {
-        "queue": "q1",
-        "routing_key": "rk",
-        "exchange": "ex",
-        "priority": 5,
-        "expires": 30,
-        "headers": {"tenant": "acme"},
-    }
-    app.conf.beat_schedule = {
-        "with-options": {"task": "proj.add", "schedule": 20, "args": (1,), "kwargs": {"y": 2},
-                         "options": options},
-        "own-routing": {"task": "proj.add", "schedule": 20, "args": [3]},
-        "unregistered": {"task": "remote.job", "schedule": 20, "kwargs": {"a": "b"}},
-    }  # fmt: skip
+    app = make_app()
+    add_entries_with_options(app)
     celery_beat = Scheduler(app)
     with app.producer_or_acquire() as producer:
         for name in sorted(app.conf.beat_schedule):
@@ -473,23 +448,10 @@ def test_sends_carry_what_celerys_beat_sends():
             else:
                 app.send_task(entry.task, args, kwargs, producer=producer, **entry.options)
 
-    def shape(message):
-        h = message.headers
-        return (
-            h["task"],
-            h["argsrepr"],
-            h["kwargsrepr"],
-            h.get("tenant"),
-            h["expires"] is not None,
-            message.properties.get("priority"),
-            message.delivery_info["exchange"],
-            message.delivery_info["routing_key"],
-        )
-
     with app.connection_for_read() as conn:
-        for queue_name in ("q1", "tq", "celery"):
+        for queue_name in QUEUES:
             queue = conn.SimpleQueue(queue_name, no_ack=True)
-            got = [shape(queue.get(timeout=1)) for _ in range(2)]
+            got = [message_shape(queue.get(timeout=1)) for _ in range(2)]
             assert got[0] == got[1], queue_name  # beat's send, then ours
             assert queue.qsize() == 0
             queue.close()

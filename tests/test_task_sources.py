@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 import redis
 from celery.schedules import crontab, solar
+from support.beat_entries import QUEUES, add_entries_with_options, message_shape
 from support.cron import T0, end_runs, make_engine, sends
 
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
@@ -195,38 +196,13 @@ def test_beat_entries_are_sent_as_celerys_beat_sends_them_plus_the_cron_headers(
     publisher land on the same queues with the same args, kwargs, options and routing; ours
     also carry the cron headers the worker records the run with."""
     from celery.beat import Scheduler
-    from kombu import Exchange, Queue
 
     from celery_app.cron_tasks.publish import CronPublisher
     from celery_app.cron_tasks.store import FireRequest
 
     app = cron_app
     app.conf.result_expires = None
-    app.conf.task_queues = [
-        Queue("q1", Exchange("ex", type="direct"), routing_key="rk"),
-        Queue("tq"),
-        Queue("celery"),
-    ]
-    app.conf.task_routes = {"proj.add": {"queue": "tq"}}
-
-    @app.task(name="proj.add", shared=False)
-    def add(x, y=0):
-        return x + y
-
-    options = {
-        "queue": "q1",
-        "routing_key": "rk",
-        "exchange": "ex",
-        "priority": 5,
-        "expires": 30,
-        "headers": {"tenant": "acme"},
-    }
-    app.conf.beat_schedule = {
-        "with-options": {"task": "proj.add", "schedule": 20, "args": (1,), "kwargs": {"y": 2},
-                         "options": options},
-        "own-routing": {"task": "proj.add", "schedule": 20, "args": [3]},
-        "unregistered": {"task": "remote.job", "schedule": 20, "kwargs": {"a": "b"}},
-    }  # fmt: skip
+    add_entries_with_options(app)
     with app.connection_for_write() as conn:
         for queue in app.conf.task_queues:
             queue(conn.default_channel).declare()
@@ -240,24 +216,11 @@ def test_beat_entries_are_sent_as_celerys_beat_sends_them_plus_the_cron_headers(
     publisher.publish([FireRequest(tasks[n], "-", window) for n in sorted(tasks)])
     publisher.close()
 
-    def shape(message):
-        h = message.headers
-        return (
-            h["task"],
-            h["argsrepr"],
-            h["kwargsrepr"],
-            h.get("tenant"),
-            h["expires"] is not None,
-            message.properties.get("priority"),
-            message.delivery_info["exchange"],
-            message.delivery_info["routing_key"],
-        )
-
     with app.connection_for_read() as conn:
-        for queue_name in ("q1", "tq", "celery"):
+        for queue_name in QUEUES:
             queue = conn.SimpleQueue(queue_name, no_ack=True)
             beats, ours = queue.get(timeout=1), queue.get(timeout=1)
-            assert shape(beats) == shape(ours), queue_name
+            assert message_shape(beats) == message_shape(ours), queue_name
             assert "cron_task" not in beats.headers
             assert ours.headers["cron_window"] == window.strftime("%Y-%m-%dT%H:%M:%SZ")
             assert ours.headers["timelimit"] == beats.headers["timelimit"]  # none of ours
