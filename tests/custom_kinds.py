@@ -2,12 +2,13 @@
 
 ``sleepy`` is a user function registered like the built-ins: it sleeps ``seconds``. With
 ``stubborn`` it swallows Celery's soft time limit and keeps sleeping, so only the hard limit (or
-a kill) ends it: a misbehaving probe.
+a kill) ends it: a misbehaving probe. ``announced`` creates a file when it starts.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 
@@ -30,4 +31,13 @@ def sleepy(target: str, config: dict) -> bool:
         if not config["stubborn"]:
             raise
         time.sleep(600)
+    return True
+
+
+@check_kind("announced", validate=validate_sleepy)
+def announced(target: str, config: dict) -> bool:
+    """``sleepy`` that first creates the file ``target``: a test knows the probe has started
+    (the worker read its job) without guessing a delay."""
+    Path(target).touch()
+    time.sleep(config["seconds"])
     return True

@@ -25,7 +25,7 @@ from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.redis import scripts
-from celery_app.redis.schema import LUA_FIELD_TABLES
+from celery_app.redis.schema import LUA_FIELD_TABLES, JobField
 from scheduling_core import LANE_FAST
 
 T0 = 1_780_000_000.0
@@ -261,6 +261,11 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     r.zrem(keys.due(), "a1@eu")
     r.zrem(keys.ready("eu", LANE_FAST), "a1@eu")
     repair(r, keys, store.params, at(T0 + 300))
+    # quarantine.lua: a job whose data breaks the promote is set aside
+    r.hset(keys.job("a3@eu"), JobField.EFFECTIVE_AT, "not-a-number")
+    r.zadd(keys.due(), {"a3@eu": T0})
+    d.promote(T0 + 400)
+    assert r.sismember(keys.quarantine(), "a3@eu")
     store.delete("a2")
 
     # The cron scripts are driven under the same rule (keys from KEYS, schema fields) by

@@ -25,7 +25,8 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.dispatch import refill_after_run
-from celery_app.checks.jobs import finish_run
+from celery_app.checks.jobs import finish_run, lease_is_current
+from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
@@ -34,7 +35,8 @@ from celery_app.checks.run_contract import (
 )
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys, split_job_id
+from celery_app.redis.clock import server_time
+from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
 from scheduling_core import Params
 from workers.outcome import RunOutcome
 
@@ -53,21 +55,30 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
-    written = finish_run(
-        client,
-        keys,
-        Params.from_settings(settings),
-        outcome.job_id,
-        outcome.lease_token,
-        duration_ms=outcome.duration_ms,
-        timed_out=outcome.timed_out,
-        exec_start=(
-            datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
-        ),
-        record=outcome.record(),
-        scheduled_at=outcome.scheduled_at,
-        results_maxlen=settings.results_history,
-    )
+    try:
+        written = finish_run(
+            client,
+            keys,
+            Params.from_settings(settings),
+            outcome.job_id,
+            outcome.lease_token,
+            duration_ms=outcome.duration_ms,
+            timed_out=outcome.timed_out,
+            exec_start=(
+                datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
+            ),
+            record=outcome.record(),
+            scheduled_at=outcome.scheduled_at,
+            results_maxlen=settings.results_history,
+        )
+    except DATA_ERRORS as exc:
+        # The job's own numbers cannot be folded or placed: set it aside; the slot is free.
+        if lease_is_current(client, keys, outcome.job_id, outcome.lease_token):
+            step = QuarantineStep.POST_EXEC
+            quarantine(client, keys, outcome.job_id, step, exc, server_time(client))
+        written = False
+        refill(app, split_job_id(outcome.job_id)[1])
+        return written
     if written:
         refill(app, split_job_id(outcome.job_id)[1])
     else:

@@ -20,6 +20,7 @@ from celery.exceptions import Reject
 from celery_app.checks.definition import decode_check
 from celery_app.checks.jobs import JobState
 from celery_app.checks.kinds import get_kind
+from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
@@ -29,7 +30,8 @@ from celery_app.checks.run_contract import (
 from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.clock import server_time
+from celery_app.redis.schema import JobField, Keys, QuarantineStep
 from celery_app.registry import registry_of
 from scheduling_core import Params
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
@@ -80,7 +82,12 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
         )
         raise Reject(f"unknown job id {request.job_id!r}", requeue=False)
-    job = JobState.from_hash(request.job_id, job_hash)
+    try:
+        job = JobState.from_hash(request.job_id, job_hash)
+    except DATA_ERRORS as exc:  # a torn job hash: set aside, the slot freed
+        if job_hash.get(JobField.LEASE_TOKEN) == request.lease_token:
+            quarantine(client, keys, request.job_id, QuarantineStep.RUN, exc, server_time(client))
+        return {"discarded": f"its job cannot be read ({exc})"}
     if job.lease_token != request.lease_token or not check_hash:
         why = Discarded.CHECK_DELETED if not check_hash else Discarded.LEASE_GONE
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)

@@ -26,7 +26,14 @@ from typing import Any
 
 import redis
 
-from celery_app.redis.schema import BucketField, Keys, WorkerField, WorkerRoleName
+from celery_app.checks.quarantine import quarantine
+from celery_app.redis.schema import (
+    BucketField,
+    Keys,
+    QuarantineStep,
+    WorkerField,
+    WorkerRoleName,
+)
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW
 
@@ -39,6 +46,8 @@ MIN_READ = 32
 MAX_IDLE_ROUNDS = 8
 #: Rate-limited tenants a claim declares outright; with more, it reads the candidates' tenants.
 MAX_DECLARED_TENANTS = 128
+#: Largest stored time (Unix s) or cost (ms) a claim carries: the run contract's latest time.
+MAX_STORED = 253_402_300_799.0
 
 
 class ClaimStop(StrEnum):
@@ -101,6 +110,11 @@ def promote_due(client: redis.Redis, keys: Keys, now_s: float, batch: int) -> in
         if not packed:
             return total
         ids = packed.split("\n")
+        for job in [j for j in ids if "@" not in j]:  # not a job id: it can only be dropped
+            quarantine(client, keys, job, QuarantineStep.PROMOTE, "not a job id", now_s)
+        ids = [j for j in ids if "@" in j]
+        if not ids:
+            continue
         regions: dict[str, int] = {}
         numbers = []
         for job in ids:
@@ -110,14 +124,44 @@ def promote_due(client: redis.Redis, keys: Keys, now_s: float, batch: int) -> in
                 number = regions[region] = len(regions) + 1
             numbers.append(str(number))
         ready = [keys.ready(r, lane) for r in regions for lane in LANES]
-        total += run_script(
-            client,
-            "promote",
-            keys=[keys.due(), *ready, *map(keys.job, ids)],
-            args=[repr(now_s), len(regions), "\n".join(ids), " ".join(numbers)],
-        )
+        try:
+            total += run_script(
+                client,
+                "promote",
+                keys=[keys.due(), *ready, *map(keys.job, ids)],
+                args=[repr(now_s), len(regions), "\n".join(ids), " ".join(numbers)],
+            )
+        except redis.ResponseError:
+            # One job's data broke the batch (nothing was written: the writes come last):
+            # promote them one by one and quarantine those that fail alone.
+            total += _promote_each(client, keys, now_s, ids)
         if len(ids) < batch:
             return total
+
+
+def _promote_each(client: redis.Redis, keys: Keys, now_s: float, ids: list[str]) -> int:
+    """``promote.lua`` per job (one pipeline); a job whose call fails is quarantined."""
+    pipe = client.pipeline(transaction=False)
+    for job in ids:
+        region = job[job.rindex("@") + 1 :]
+        run_script(
+            pipe,
+            "promote",
+            keys=[
+                keys.due(),
+                keys.ready(region, LANE_FAST),
+                keys.ready(region, LANE_SLOW),
+                keys.job(job),
+            ],
+            args=[repr(now_s), 1, job, "1"],
+        )
+    moved = 0
+    for job, reply in zip(ids, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(reply, Exception):
+            quarantine(client, keys, job, QuarantineStep.PROMOTE, reply, now_s)
+        else:
+            moved += int(reply)
+    return moved
 
 
 # --- claim ------------------------------------------------------------------------------------
@@ -321,41 +365,47 @@ class RegionClaimer:
                 k.held(region, LANE_FAST, tenant),
                 k.held(region, LANE_SLOW, tenant),
             ]
-        total, slow, in_fast, in_slow, holds, stop, seq, lines = run_script(
-            self.client,
-            "claim",
-            keys=[
-                k.ready(region, LANE_FAST),
-                k.ready(region, LANE_SLOW),
-                k.leases(region, LANE_FAST),
-                k.leases(region, LANE_SLOW),
-                k.region_workers(region),
-                k.lease_seq(),
-                k.held_tenants(region),
-                k.rate_limited_tenants(),
-                *map(k.worker, state.hosts),
-                *tenant_keys,
-                *map(k.job, jobs),
-            ],
-            args=[
-                repr(now_s),
-                f"{expiry_s:.3f}",
-                max_claims,
-                max_holds,
-                len(state.hosts),
-                len(tenants),
-                *state.hosts,
-                " ".join(tenants),
-                "\n".join(jobs),
-                " ".join(str(tenant_number[t]) for t in read.releases),
-                "\n".join(release_lines),
-                len(fast),
-                len(slow),
-                " ".join(score for _, score in candidates),
-                "1" if read.full[LANE_FAST] else "0",
-                "1" if read.full[LANE_SLOW] else "0",
-            ],
-        )
+        try:
+            reply = run_script(
+                self.client,
+                "claim",
+                keys=[
+                    k.ready(region, LANE_FAST),
+                    k.ready(region, LANE_SLOW),
+                    k.leases(region, LANE_FAST),
+                    k.leases(region, LANE_SLOW),
+                    k.region_workers(region),
+                    k.lease_seq(),
+                    k.held_tenants(region),
+                    k.rate_limited_tenants(),
+                    *map(k.worker, state.hosts),
+                    *tenant_keys,
+                    *map(k.job, jobs),
+                ],
+                args=[
+                    repr(now_s),
+                    f"{expiry_s:.3f}",
+                    max_claims,
+                    max_holds,
+                    len(state.hosts),
+                    len(tenants),
+                    *state.hosts,
+                    " ".join(tenants),
+                    "\n".join(jobs),
+                    " ".join(str(tenant_number[t]) for t in read.releases),
+                    "\n".join(release_lines),
+                    len(fast),
+                    len(slow),
+                    " ".join(score for _, score in candidates),
+                    "1" if read.full[LANE_FAST] else "0",
+                    "1" if read.full[LANE_SLOW] else "0",
+                ],
+            )
+        except redis.ResponseError as exc:
+            # A job's data broke the script: claim the candidates one by one, so the one that
+            # fails alone is quarantined and every other is claimed.
+            return self._round_each(state, read, now_s, expiry_s, max_claims, max_holds, exc)
+        total, slow, in_fast, in_slow, holds, stop, seq, lines = reply
         slots = RegionSlots(total, slow, in_fast, in_slow)
         stop = ClaimStop(stop)
         if not lines:
@@ -367,10 +417,68 @@ class RegionClaimer:
             i = int(j) - 1
             job, score = candidates[i]
             lane = LANE_FAST if i < n_fast else LANE_SLOW
-            claims.append(
-                Claim(job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost))
-            )
+            try:
+                claim = Claim(
+                    job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost)
+                )
+                _check_claim(claim)
+            except ValueError as exc:  # its stored times or cost are no numbers it can run on
+                quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, exc, now_s)
+                continue
+            claims.append(claim)
         return slots, stop, claims, holds
+
+    def _round_each(
+        self,
+        state: _State,
+        read: _Read,
+        now_s: float,
+        expiry_s: float,
+        max_claims: int,
+        max_holds: int,
+        error: redis.ResponseError,
+    ) -> tuple[RegionSlots, ClaimStop, list[Claim], int]:
+        """:meth:`_round` for each candidate alone (after a script error), in deadline order; a
+        candidate whose script fails alone is quarantined. Answers 'more': read again."""
+        singles: list[tuple[tuple[float, str], str, _Read]] = []
+        for lane in LANES:
+            for entry in read.ready[lane]:
+                ready: list[list[tuple[str, str]]] = [[], []]
+                ready[lane] = [entry]
+                singles.append((_order(entry), entry[0], _Read(ready, [False, False], {})))
+        for tenant, held in read.releases.items():
+            for lane in LANES:
+                for entry in held[lane]:
+                    releases: list[list[tuple[str, str]]] = [[], []]
+                    releases[lane] = [entry]
+                    single = _Read([[], []], [False, False], {tenant: releases})
+                    singles.append((_order(entry), entry[0], single))
+        if len(singles) <= 1:
+            for _, job, _single in singles:
+                quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, error, now_s)
+            return state.slots, ClaimStop.MORE, [], 0
+        claims: list[Claim] = []
+        holds = 0
+        for _, _job, single in sorted(singles, key=lambda s: s[0]):
+            if len(claims) >= max_claims:
+                break
+            _, _, got, held = self._round(
+                state, single, now_s, expiry_s, max_claims - len(claims), max_holds - holds
+            )
+            claims.extend(got)
+            holds += held
+        return state.slots, ClaimStop.MORE, claims, holds
+
+
+def _check_claim(claim: Claim) -> None:
+    """A claim the run contract can carry: finite times and cost (ValueError otherwise)."""
+    for name, value in (
+        ("scheduled_at", claim.scheduled_at),
+        ("effective_scheduled_at", claim.effective_scheduled_at),
+        ("cost_ewma_ms", claim.cost_ewma_ms),
+    ):
+        if not (math.isfinite(value) and 0 <= value <= MAX_STORED):
+            raise ValueError(f"{name} {value!r} is outside [0, {MAX_STORED:g}]")
 
 
 def _top(client: redis.Redis | redis.client.Pipeline, keys: list[str], counts: list[int]) -> Any:

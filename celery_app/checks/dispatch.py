@@ -35,18 +35,20 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import redis
 from celery import Celery
 
 from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
-from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
+from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
+from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
@@ -175,24 +177,31 @@ class Dispatcher:
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
         build = RunMessages(self.params).message
-        return [
-            build(
-                job_id=c.job_id,
-                region=c.region,
-                lane=c.lane,
-                lease_token=c.lease_token,
-                scheduled_at=c.scheduled_at,
-                effective_scheduled_at=c.effective_scheduled_at,
-                cost_ewma_ms=c.cost_ewma_ms,
-            )
-            for c in claims
-        ]
+        return [_message(build, c) for c in claims]
+
+    def _sendable(self, claims: Sequence[Claim]) -> tuple[list[Claim], list[TaskMessage]]:
+        """The claims and their messages; a claim whose message cannot be built from its job's
+        numbers is quarantined (its lease goes with it) and the others are sent."""
+        build = RunMessages(self.params).message
+        kept, messages = [], []
+        for c in claims:
+            try:
+                messages.append(_message(build, c))
+            except DATA_ERRORS as exc:
+                now_s = server_time(self.redis)
+                quarantine(self.redis, self.keys, c.job_id, QuarantineStep.PUBLISH, exc, now_s)
+                continue
+            kept.append(c)
+        return kept, messages
 
     def publish(self, claims: Sequence[Claim]) -> int:
         if not claims:
             return 0
+        claims, messages = self._sendable(claims)
+        if not claims:
+            return 0
         try:
-            self.publisher.publish(self.messages(claims))
+            self.publisher.publish(messages)
         except Exception:
             log.exception("publishing %d claimed checks failed; releasing them", len(claims))
             self.release(claims)
@@ -229,22 +238,32 @@ class Dispatcher:
         ceiling_ms = self.params.effective_check_timeout().total_seconds() * 1000
         runs: list[CompletedRun] = []
         orphans: list[str] = []
-        for job_id, job in zip(expired, read_jobs(self.redis, self.keys, expired), strict=True):
-            if job is None or job.lease_token is None:
-                orphans.append(job_id)
-                continue
-            if job.lease_expiry is None or job.lease_expiry > now_s:
-                continue  # completed and claimed again since we looked: a live lease
-            next_at = job.next_scheduled_at(now)
-            state = self.params.post_exec(
-                job.post_exec_input(
-                    duration_ms=ceiling_ms,
-                    timed_out=True,
-                    exec_start=None,
-                    next_scheduled_at=next_at,
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in expired:
+            pipe.hgetall(self.keys.job(job_id))
+        for job_id, h in zip(expired, pipe.execute(), strict=True):
+            try:
+                job = JobState.from_hash(job_id, h) if h else None
+                if job is None or job.lease_token is None:
+                    orphans.append(job_id)
+                    continue
+                if job.lease_expiry is None or job.lease_expiry > now_s:
+                    continue  # completed and claimed again since we looked: a live lease
+                next_at = job.next_scheduled_at(now)
+                state = self.params.post_exec(
+                    job.post_exec_input(
+                        duration_ms=ceiling_ms,
+                        timed_out=True,
+                        exec_start=None,
+                        next_scheduled_at=next_at,
+                    )
                 )
-            )
-            record = RunRecord.lost(job_id, lane=job.lane, scheduled_at=job.scheduled_at, now=now_s)
+                record = RunRecord.lost(
+                    job_id, lane=job.lane, scheduled_at=job.scheduled_at, now=now_s
+                )
+            except DATA_ERRORS as exc:  # this job's numbers: set it aside, reap the others
+                quarantine(self.redis, self.keys, job_id, QuarantineStep.REAP, exc, now_s)
+                continue
             runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record))
         if orphans:
             # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
@@ -252,10 +271,25 @@ class Dispatcher:
             for region, lane in lanes:
                 pipe.zrem(self.keys.leases(region, lane), *orphans)
             pipe.execute()
-        done = complete_runs(
+        done = complete_runs_each(
             self.redis, self.keys, runs, results_maxlen=self.settings.results_history
         )
-        return sum(done)
+        for run, reply in zip(runs, done, strict=True):
+            if isinstance(reply, Exception):
+                quarantine(self.redis, self.keys, run.job_id, QuarantineStep.REAP, reply, now_s)
+        return sum(1 for reply in done if reply is True)
+
+
+def _message(build: Any, c: Claim) -> TaskMessage:
+    return build(
+        job_id=c.job_id,
+        region=c.region,
+        lane=c.lane,
+        lease_token=c.lease_token,
+        scheduled_at=c.scheduled_at,
+        effective_scheduled_at=c.effective_scheduled_at,
+        cost_ewma_ms=c.cost_ewma_ms,
+    )
 
 
 _refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()

@@ -275,12 +275,28 @@ def complete_runs(
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> list[bool]:
     """Write back many runs in one round trip; True for each run whose lease was still held."""
+    replies = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return [bool(x) for x in replies]
+
+
+def complete_runs_each(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[bool | Exception]:
+    """:func:`complete_runs`, with the error of each run whose script failed in its place
+    (the others are written): the reaper quarantines those jobs."""
     if not runs:
         return []
     pipe = client.pipeline(transaction=False)
     for run in runs:
         _complete(pipe, keys, run, results_maxlen)
-    return [bool(x) for x in pipe.execute()]
+    return [x if isinstance(x, Exception) else bool(x) for x in pipe.execute(raise_on_error=False)]
 
 
 def complete_run(

@@ -12,6 +12,9 @@ derived state, so whatever of a job a restore lost can be rebuilt:
 - the ``checks`` and per-tenant sets are re-added (the same store.lua write as an update);
 - every token bucket's tenant is put back in the rate-limited index the claim reads.
 
+Quarantined jobs (``checks.quarantine``) of checks whose definition reads are released here:
+rebuilt from the definition as new jobs; a job hash that cannot be read is rebuilt the same way.
+
 Checks created after the snapshot are gone with it: re-apply them from wherever they are
 managed (``checks add``). Run ``celery -A celery_app checks reconcile`` after a restore; it is
 idempotent and safe while beat and workers run (each check's write is version-guarded).
@@ -28,9 +31,12 @@ import redis
 from celery_app.checks.changes import CheckChange, JobChange, StoreStatus, encode_changes
 from celery_app.checks.definition import StoredCheck, decode_check, encode_check
 from celery_app.checks.jobs import JobState, format_ts, to_unix
+from celery_app.checks.quarantine import DATA_ERRORS, quarantine, read_quarantine
+from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.checks.ratelimit import index_rate_limits
 from celery_app.checks.store import job_fields
-from celery_app.redis.schema import JobField, Keys
+from celery_app.redis.clock import server_time
+from celery_app.redis.schema import JobField, Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
@@ -44,6 +50,8 @@ class RepairReport:
     leases_restored: tuple[str, ...]
     conflicts: tuple[str, ...]
     rate_limits_indexed: tuple[str, ...] = ()
+    released: tuple[str, ...] = ()  # quarantined jobs rebuilt from their definitions
+    undecodable: tuple[str, ...] = ()  # checks whose definition hash cannot be read
 
 
 def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
@@ -128,9 +136,14 @@ def _read_indexed(
     indexed: dict[str, bool] = {}
     tenants: dict[str, set[str]] = {}
     members: dict[str, list[str]] = {}
+    corrupt: list[str] = []
     for i, (jid, tenant) in enumerate(job_ids):
         h, *scores = replies[width * i : width * i + width]
-        jobs[jid] = JobState.from_hash(jid, h) if h else None
+        try:
+            jobs[jid] = JobState.from_hash(jid, h) if h else None
+        except DATA_ERRORS:
+            jobs[jid] = None
+            corrupt.append(jid)
         indexed[jid] = any(score is not None for score in scores)
         region = jid.rpartition("@")[2]
         if not indexed[jid]:
@@ -153,6 +166,14 @@ def _read_indexed(
             for jid, score in zip(members[region], scores, strict=True):
                 if score is not None:
                     indexed[jid] = True
+    if corrupt:
+        # A hash that cannot even be read: set aside (out of every index) and rebuilt below.
+        now_s = server_time(client)
+        for jid in corrupt:
+            why = "its job hash cannot be read; rebuilt from the definition"
+            quarantine(client, keys, jid, QuarantineStep.RECONCILE, why, now_s)
+            indexed[jid] = False
+        release_quarantined(client, keys, corrupt)
     return jobs, indexed
 
 
@@ -163,12 +184,23 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
     placed: list[str] = []
     restored: list[str] = []
     conflicts: list[str] = []
+    released: list[str] = []
+    undecodable: list[str] = []
     for start in range(0, len(uids), BATCH):
         chunk = uids[start : start + BATCH]
         pipe = client.pipeline(transaction=False)
         for uid in chunk:
             pipe.hgetall(keys.check(uid))
-        stored = [decode_check(uid, h) for uid, h in zip(chunk, pipe.execute(), strict=True) if h]
+        stored = []
+        for uid, h in zip(chunk, pipe.execute(), strict=True):
+            try:
+                if h:
+                    stored.append(decode_check(uid, h))
+            except DATA_ERRORS:  # a torn definition: its jobs stay as they are (quarantined)
+                undecodable.append(uid)
+        released.extend(
+            release_quarantined(client, keys, [j for s in stored for j in s.definition.job_ids()])
+        )
         job_ids = [(jid, s.definition.tenant) for s in stored for jid in s.definition.job_ids()]
         jobs, indexed = _read_indexed(client, keys, job_ids)
         writes = client.pipeline(transaction=False)
@@ -192,6 +224,16 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
                 placed.extend(to_place)
             else:
                 conflicts.append(uid)
+    known = set(uids)
+    quarantined = [q.job_id for q in read_quarantine(client, keys)]
+    gone = [j for j in quarantined if j.rpartition("@")[0] not in known]
+    release_quarantined(client, keys, gone)  # their checks were deleted: nothing to rebuild
     return RepairReport(
-        len(uids), tuple(placed), tuple(restored), tuple(conflicts), tuple(indexed_limits)
+        len(uids),
+        tuple(placed),
+        tuple(restored),
+        tuple(conflicts),
+        tuple(indexed_limits),
+        tuple(released),
+        tuple(undecodable),
     )

@@ -36,6 +36,7 @@ from celery_app.checks.definition import (
     validate_definition,
 )
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
+from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
 from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
@@ -279,6 +280,7 @@ class CheckStore:
             old = self.require(uid)
             new = make(old.definition)
             ids = old.definition.job_ids() + (new.job_ids() if new else [])
+            release_quarantined(self.redis, self.keys, ids)  # rebuilt by this write
             jobs = self._read_jobs(ids)
             status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
             if status[0] == StoreStatus.OK:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
+from celery_app.checks.quarantine import read_quarantine
 from celery_app.checks.ratelimit import (
     clear_rate_limit,
     default_burst,
@@ -358,8 +359,11 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
     click.echo(
         f"{report.checks} check(s): {len(report.placed)} job(s) placed again, "
         f"{len(report.leases_restored)} lease(s) restored to the reaper, "
-        f"{len(report.conflicts)} changed meanwhile (run again)"
+        f"{len(report.conflicts)} changed meanwhile (run again), "
+        f"{len(report.released)} quarantined job(s) rebuilt"
     )
+    for uid in report.undecodable:
+        click.echo(f"PROBLEM: check {escape(uid)}: its definition cannot be read; left as it is")
 
 
 @checks.command("diagnose")
@@ -373,8 +377,16 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
     caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
+    quarantined = read_quarantine(client, keys)
+    problems += [
+        f"job {q.job_id} quarantined by {q.step} at {_iso(q.at)}: {q.reason} "
+        "(released by `checks update`/`enable` of its check or by `checks reconcile`)"
+        for q in quarantined
+    ]
     if as_json:
-        click.echo(json.dumps({"regions": [asdict(c) for c in caps], "problems": problems}))
+        out = {"regions": [asdict(c) for c in caps], "problems": problems}
+        out["quarantined"] = [asdict(q) for q in quarantined]
+        click.echo(json.dumps(out))
         ctx.exit(EXIT_PROBLEM if problems else 0)
     for cap in caps:
         click.echo(

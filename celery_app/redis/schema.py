@@ -55,6 +55,7 @@ class JobField(StrEnum):
     LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete and release remove it
     LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
+    QUARANTINE = "q"  # JSON QuarantineField record while quarantined (in no index); quarantine
 
 
 class WorkerField(StrEnum):
@@ -88,6 +89,27 @@ class BucketField(StrEnum):
     UPDATED = "ts"  # Unix s of the last refill
 
 
+class QuarantineField(StrEnum):
+    """Fields of a quarantine record (the JSON of ``JobField.QUARANTINE``), written by
+    ``checks.quarantine`` when a job's data made a dispatch step fail."""
+
+    STEP = "step"  # a QuarantineStep value
+    REASON = "reason"  # the error, one line
+    AT = "at"  # Unix s (Redis time)
+
+
+class QuarantineStep(StrEnum):
+    """The dispatch step whose failure set a job aside (``QuarantineField.STEP``)."""
+
+    PROMOTE = "promote"
+    CLAIM = "claim"
+    PUBLISH = "publish"
+    REAP = "reap"
+    RUN = "run"  # the worker could not read the job it was sent
+    POST_EXEC = "post-exec"
+    RECONCILE = "reconcile"
+
+
 class ResultField(StrEnum):
     """Fields of one entry of a check's results stream (``Keys.results``), written by
     ``complete.lua``; ``Keys.last_result`` maps region -> the same record JSON."""
@@ -104,6 +126,7 @@ LUA_FIELD_TABLES: dict[str, type[StrEnum] | type[IntEnum]] = {
     "BUCKET": BucketField,
     "ROLE": WorkerRoleName,
     "RESULT": ResultField,
+    "QUARANTINE": QuarantineField,
 }
 
 
@@ -236,6 +259,12 @@ class Keys:
     def held_tenants(self, region: str) -> str:
         """Set of tenants with held jobs in a region."""
         return f"{self.prefix}:heldtenants:{region}"
+
+    def quarantine(self) -> str:
+        """Set of the job ids set aside because their data made a dispatch step fail (the
+        record is the job's ``JobField.QUARANTINE``); in no index until released (an update or
+        enable of the check, or ``checks reconcile``, rebuilds them from the definition)."""
+        return f"{self.prefix}:quarantine"
 
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""

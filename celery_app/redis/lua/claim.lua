@@ -112,10 +112,14 @@ end
 
 -- A rate-limited job's missed ticks are skipped runs: scheduled_at moves on to its latest tick,
 -- the effective deadline does not (it recedes, and wins the next token).
+-- Fields that are no numbers (or counts past 10^13) are left as they are, never a script error
+-- halfway through a claim (a job whose data is bad is quarantined by Python, not here).
 local function account_skipped(key)
-  local v = redis.call('HMGET', key, JOB.SCHEDULED_AT, JOB.PERIOD)
+  local v = redis.call('HMGET', key, JOB.SCHEDULED_AT, JOB.PERIOD, JOB.SKIPPED)
   local sa, period = tonumber(v[1]), tonumber(v[2])
-  if sa and period and period > 0 and now >= sa + period then
+  local counted = (not v[3]) or (#v[3] <= 15 and string.match(v[3], '%d+') == v[3])
+  if counted and sa and period and period > 0 and now >= sa + period
+      and (now - sa) / period < 1e13 then
     local missed = math.floor((now - sa) / period)
     redis.call('HSET', key, JOB.SCHEDULED_AT, string.format('%.3f', sa + missed * period))
     redis.call('HINCRBY', key, JOB.SKIPPED, missed)

@@ -8,11 +8,12 @@ local current = redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN)
 if (not current) or current ~= ARGV[1] then
   return 0
 end
+-- First the one write that can fail on a torn hash (runs not an integer): then nothing else is.
+redis.call('HINCRBY', KEYS[1], JOB.RUNS, 1)
 redis.call('ZREM', KEYS[3], ARGV[10])
 redis.call('ZREM', KEYS[4], ARGV[10])
 redis.call('HSET', KEYS[1], JOB.COST_EWMA_MS, ARGV[2], JOB.DELAY_EWMA_MS, ARGV[3],
   JOB.EFFECTIVE_AT, ARGV[4], JOB.LANE, ARGV[5], JOB.SCHEDULED_AT, ARGV[6])
-redis.call('HINCRBY', KEYS[1], JOB.RUNS, 1)
 redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
 if redis.call('HEXISTS', KEYS[1], JOB.DISABLED) == 0 then
   redis.call('ZADD', KEYS[2], ARGV[6], ARGV[10])

@@ -1,0 +1,155 @@
+"""Quarantine: a job whose own data makes a dispatch step fail is set aside, not retried.
+
+Why: one corrupt or out-of-range job (a field written by hand, a restore that tore a hash, a
+bug) must not stop a tick for everyone. Each step (promote, claim, publish, reap, the worker's
+post-exec write) isolates the jobs it handles: when one job's read, arithmetic or Lua call
+fails, that job is logged and quarantined here and the step goes on with the others.
+
+A quarantined job is in no index and holds no lease (``quarantine.lua``); its hash is kept for
+inspection, with its record in ``JobField.QUARANTINE`` (a ``QuarantineField`` JSON: step,
+reason, time) and its id in the ``Keys.quarantine`` set, which ``checks diagnose`` lists.
+
+Release decision: a job is rebuilt from its check's definition, with fresh run state (EWMAs and
+counters reset), by an update or an enable of the check (``CheckStore``) and by
+``checks reconcile``; a job whose definition cannot be decoded either stays quarantined. A
+deleted check's jobs leave the quarantine with it. A rebuilt job that fails again is
+quarantined again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from celery_app.redis.schema import (
+    JobField,
+    Keys,
+    QuarantineField,
+    QuarantineStep,
+    split_job_id,
+)
+from celery_app.redis.scripts import run_script
+from scheduling_core import LANE_FAST, LANE_SLOW
+
+log = logging.getLogger(__name__)
+
+#: What a job's own data can make a step raise (a bad number, an overflow, a Lua error); a lost
+#: connection or a timeout is no job's fault and is never a reason to quarantine.
+DATA_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    ArithmeticError,
+    TypeError,
+    redis.ResponseError,
+)
+
+#: Longest reason kept (an error message can be long; the record stays small).
+MAX_REASON_CHARS = 300
+
+
+@dataclass(frozen=True)
+class QuarantinedJob:
+    """One quarantine record, as ``checks diagnose`` shows it."""
+
+    job_id: str
+    step: str
+    reason: str
+    at: float
+
+
+def describe(exc: BaseException) -> str:
+    """An error as one short line: its class and message."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text[:MAX_REASON_CHARS]
+
+
+def _keys_of(keys: Keys, job_id: str, tenants: Iterable[str]) -> list[str] | None:
+    try:
+        _uid, region = split_job_id(job_id)
+    except ValueError:
+        return None
+    lanes = (LANE_FAST, LANE_SLOW)
+    held = [keys.held(region, lane, t) for t in sorted(set(tenants)) if t for lane in lanes]
+    return [
+        keys.job(job_id),
+        keys.quarantine(),
+        keys.due(),
+        *(keys.ready(region, lane) for lane in lanes),
+        *(keys.leases(region, lane) for lane in lanes),
+        *held,
+    ]
+
+
+def quarantine(
+    client: redis.Redis,
+    keys: Keys,
+    job_id: str,
+    step: QuarantineStep,
+    error: BaseException | str,
+    now_s: float,
+) -> bool:
+    """Set ``job_id`` aside (see the module docstring); never raises for a bad job id: a due
+    entry that is no job id at all is only dropped from the due index."""
+    reason = error if isinstance(error, str) else describe(error)
+    log.error("checkbeat: job %s quarantined at %s: %s", job_id, step, reason)
+    try:
+        tenant = client.hget(keys.job(job_id), JobField.TENANT) or ""
+    except redis.ResponseError:  # the key is not a hash at all
+        tenant = ""
+    script_keys = _keys_of(keys, job_id, [tenant])
+    if script_keys is None:
+        client.zrem(keys.due(), job_id)
+        return False
+    record = {QuarantineField.STEP: str(step), QuarantineField.REASON: reason}
+    record[QuarantineField.AT] = round(now_s, 3)
+    payload = json.dumps(record, separators=(",", ":"))
+    return bool(run_script(client, "quarantine", keys=script_keys, args=[job_id, payload]))
+
+
+def read_quarantine(client: redis.Redis, keys: Keys) -> list[QuarantinedJob]:
+    """Every quarantined job, oldest first."""
+    ids = sorted(client.smembers(keys.quarantine()))
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(keys.job(job_id), JobField.QUARANTINE)
+    out = []
+    for job_id, raw in zip(ids, pipe.execute(raise_on_error=False), strict=True):
+        try:
+            rec = json.loads(raw)
+            out.append(
+                QuarantinedJob(
+                    job_id,
+                    str(rec.get(QuarantineField.STEP, "")),
+                    str(rec.get(QuarantineField.REASON, "")),
+                    float(rec.get(QuarantineField.AT, 0.0)),
+                )
+            )
+        except (ValueError, TypeError, AttributeError):
+            out.append(QuarantinedJob(job_id, "", f"unreadable record {str(raw)[:80]!r}", 0.0))
+    return sorted(out, key=lambda q: (q.at, q.job_id))
+
+
+def quarantined_of(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[str]:
+    """Those of ``job_ids`` that are quarantined."""
+    if not job_ids:
+        return []
+    flags = client.smismember(keys.quarantine(), list(job_ids))
+    return [j for j, flag in zip(job_ids, flags, strict=True) if flag]
+
+
+def release(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[str]:
+    """Drop the hashes and set entries of those of ``job_ids`` that are quarantined, so the
+    caller's write (an update, an enable, a reconcile) places them as new jobs; the released.
+    A job outside the quarantine is untouched."""
+    released = quarantined_of(client, keys, job_ids)
+    if released:
+        pipe = client.pipeline(transaction=True)
+        for job_id in released:
+            pipe.delete(keys.job(job_id))
+        pipe.srem(keys.quarantine(), *released)
+        pipe.execute()
+        log.warning("checkbeat: released %d quarantined job(s): %s", len(released), released)
+    return released
