@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import redis
@@ -129,7 +129,9 @@ class CapacityRegistration:
         role: WorkerRole,
         interval_s: float = HEARTBEAT_S,
         ttl_s: int = WORKER_TTL_S,
+        stuck: Callable[[], int] = lambda: 0,
     ) -> None:
+        self.stuck = stuck  # slots held by probe threads running past their deadline
         self.client = client
         self.keys = keys
         self.hostname = hostname
@@ -145,10 +147,16 @@ class CapacityRegistration:
         pipe = self.client.pipeline(transaction=True)
         fields = self.role.fields(self.hostname)
         fields[WorkerField.HEARTBEAT] = f"{time.time()}"
+        fields[WorkerField.STUCK] = str(self.stuck())
         pipe.hset(key, mapping=fields)
         pipe.expire(key, self.ttl_s)
         pipe.sadd(self.keys.region_workers(self.role.region), self.hostname)
         pipe.execute()
+
+    def report_stuck(self, _count: int = 0) -> None:
+        """Beat now: the stuck-slot count changed (not after a stop: never re-register)."""
+        if self._thread is not None and not self._stop.is_set():
+            self.beat()
 
     def unregister(self) -> None:
         pipe = self.client.pipeline(transaction=True)

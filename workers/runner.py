@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,18 +39,36 @@ from workers.deadline import HONOURS_DEADLINE_ATTR, Deadline
 from workers.probes.result import ERROR_CLASSES, ProbeContext, ProbeResult
 
 Probe = Callable[..., Any]
+log = logging.getLogger(__name__)
 
 #: The most abandoned probe threads one process keeps; past it a custom probe holds its slot.
 MAX_STUCK_PROBES = 32
 
 _stuck_lock = threading.Lock()
 _stuck = 0
+#: Called with the new count whenever it changes (the capacity registration reports it at once,
+#: so the refill right after an abandoned run already counts the stuck slot as busy).
+_listeners: list[Callable[[int], None]] = []
 
 
 def stuck_probes() -> int:
     """How many custom probes this process stopped waiting for are still running."""
     with _stuck_lock:
         return _stuck
+
+
+def on_stuck_change(listener: Callable[[int], None]) -> Callable[[], None]:
+    """Call ``listener(count)`` on every change of :func:`stuck_probes`; returns the remover."""
+    _listeners.append(listener)
+    return lambda: _listeners.remove(listener) if listener in _listeners else None
+
+
+def _notify(count: int) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(count)
+        except Exception:  # a report that failed is repeated by the next heartbeat
+            log.exception("checkbeat: reporting %d stuck probe(s) failed", count)
 
 
 class _ProbeThread(threading.Thread):
@@ -75,8 +94,11 @@ class _ProbeThread(threading.Thread):
                 self._finished = True
                 if self._abandoned:
                     _stuck -= 1
+                count = _stuck
             self.done.set()
             self._call = None  # type: ignore[assignment] - drop the probe's arguments
+            if self._abandoned:
+                _notify(count)  # its slot is free again
 
     def abandon(self) -> int | None:
         """Stop waiting: the new count of stuck probes, or None if the probe finished meanwhile
@@ -103,6 +125,7 @@ def _call_in_thread(call: Callable[[], Any], deadline: Deadline) -> Any:
     if not thread.done.wait(deadline.remaining()):
         stuck = thread.abandon()
         if stuck is not None:
+            _notify(stuck)
             raise _StillRunning(stuck)
         thread.done.wait()  # finished meanwhile, or too many left behind: wait as inline
     if thread.error is not None:

@@ -18,6 +18,7 @@ from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from workers.roles import CapacityRegistration, RoleError, plan_role, role_from_queues
+from workers.runner import on_stuck_change, stuck_probes
 
 log = logging.getLogger(__name__)
 
@@ -68,4 +69,16 @@ class CheckWorkerStep(bootsteps.StartStopStep):
             Keys(self._settings.key_prefix),
             w.hostname,
             self.plan,
+            stuck=stuck_probes,
         )
+
+    def start(self, w: Any) -> None:
+        super().start(w)
+        if self.obj is not None:  # a stuck probe thread's slot is reported as it changes
+            self._unlisten = on_stuck_change(self.obj.report_stuck)
+
+    def stop(self, w: Any) -> None:
+        unlisten = getattr(self, "_unlisten", None)
+        if unlisten is not None:
+            unlisten()
+        super().stop(w)

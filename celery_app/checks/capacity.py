@@ -1,5 +1,8 @@
 """Free probe slots per region, from the workers' heartbeats and the leases in flight.
 
+A slot whose probe thread still runs past its deadline is reported by its worker
+(``WorkerField.STUCK``) and never counted free, until the thread returns.
+
 The workers write ``Keys.worker(hostname)`` (fields :class:`~celery_app.redis.schema.WorkerField`;
 TTL ~15 s, refreshed ~5 s) and index it in ``Keys.region_workers(region)``. The
 claim script (``lua/claim.lua``) applies the same rule atomically; this module is the pure rule
@@ -36,23 +39,30 @@ class RegionCapacity:
         return max(0, min(self.slow_capacity - self.in_flight_slow, self.free))
 
 
+def usable_slots(concurrency: str, stuck: str | None) -> int:
+    """A worker's slots that may take work: its concurrency minus the slots whose probe thread
+    runs on past its deadline (``WorkerField.STUCK``), as ``claim.lua`` counts them."""
+    return max(0, int(concurrency) - int(stuck or 0))
+
+
 def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacity:
     hosts = sorted(client.smembers(keys.region_workers(region)))
     pipe = client.pipeline(transaction=False)
     for host in hosts:
-        pipe.hmget(keys.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
+        pipe.hmget(keys.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)
     pipe.zcard(keys.leases(region, LANE_FAST))
     pipe.zcard(keys.leases(region, LANE_SLOW))
     *entries, in_fast, in_slow = pipe.execute()
     total = slow = 0
     live = []
-    for host, (role, concurrency) in zip(hosts, entries, strict=True):
+    for host, (role, concurrency, stuck) in zip(hosts, entries, strict=True):
         if concurrency is None:
             continue
         live.append(host)
-        total += int(concurrency)
+        slots = usable_slots(concurrency, stuck)
+        total += slots
         if role == WorkerRoleName.SHARED:
-            slow += int(concurrency)
+            slow += slots
     return RegionCapacity(region, total, slow, in_fast, in_slow, tuple(live))
 
 

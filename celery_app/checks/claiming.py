@@ -26,6 +26,7 @@ from typing import Any
 
 import redis
 
+from celery_app.checks.capacity import usable_slots
 from celery_app.checks.quarantine import quarantine
 from celery_app.redis.schema import (
     BucketField,
@@ -46,6 +47,8 @@ MIN_READ = 32
 MAX_IDLE_ROUNDS = 8
 #: Rate-limited tenants a claim declares outright; with more, it reads the candidates' tenants.
 MAX_DECLARED_TENANTS = 128
+#: What the claim reads of each worker hash (as ``claim.lua`` does).
+WORKER_FIELDS = (WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)
 #: Largest stored time (Unix s) or cost (ms) a claim carries: the run contract's latest time.
 MAX_STORED = 253_402_300_799.0
 
@@ -211,7 +214,7 @@ class RegionClaimer:
         self.client = client
         self.keys = keys
         self.region = region
-        self._workers: dict[str, tuple[str | None, str | None]] = {}
+        self._workers: dict[str, tuple[str | None, ...]] = {}
 
     def claim(self, now_s: float, expiry_s: float, *, batch: int, max_holds: int) -> RegionClaim:
         """Claim the region's free slots, at most ``batch`` per script call, holding at most
@@ -263,24 +266,25 @@ class RegionClaimer:
         pipe.zcard(k.leases(region, LANE_FAST))
         pipe.zcard(k.leases(region, LANE_SLOW))
         for host in known:
-            pipe.hmget(k.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
+            pipe.hmget(k.worker(host), *WORKER_FIELDS)
         hosts, held, limited, in_fast, in_slow, *fields = pipe.execute()
         workers = dict(zip(known, map(tuple, fields), strict=True))
         missing = sorted(set(hosts) - set(known))
         if missing:
             pipe = self.client.pipeline(transaction=False)
             for host in missing:
-                pipe.hmget(k.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY)
+                pipe.hmget(k.worker(host), *WORKER_FIELDS)
             workers.update(zip(missing, map(tuple, pipe.execute()), strict=True))
         current = {h: workers[h] for h in sorted(hosts)}
         self._workers = current  # a refill may run in several threads: each uses its own view
         total = slow = 0
-        for role, concurrency in current.values():
+        for role, concurrency, stuck in current.values():
             if concurrency is not None:
-                total += int(concurrency)
+                slots = usable_slots(concurrency, stuck)
+                total += slots
                 if role == WorkerRoleName.SHARED:
-                    slow += int(concurrency)
-        stale = any(concurrency is None for _, concurrency in current.values())
+                    slow += slots
+        stale = any(concurrency is None for _, concurrency, _ in current.values())
         slots = RegionSlots(total, slow, in_fast, in_slow)
         return _State(list(current), sorted(held), limited, slots, stale)
 

@@ -60,7 +60,7 @@ class JobField(StrEnum):
 
 class WorkerField(StrEnum):
     """Fields of a check worker's registration hash (``Keys.worker``), written by the worker's
-    heartbeat (``workers.roles``); the claim script counts ROLE and CONCURRENCY."""
+    heartbeat (``workers.roles``); the claim script counts ROLE and CONCURRENCY minus STUCK."""
 
     HOSTNAME = "hostname"
     REGION = "region"
@@ -69,6 +69,7 @@ class WorkerField(StrEnum):
     CONCURRENCY = "concurrency"
     PID = "pid"
     HEARTBEAT = "heartbeat"  # Unix s
+    STUCK = "stuck"  # slots held by probe threads still running past their deadline (absent 0)
 
 
 class WorkerRoleName(StrEnum):

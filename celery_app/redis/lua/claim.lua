@@ -42,12 +42,13 @@ local JK = TK + 3 * T
 local P = 6 + W
 local CHUNK = 1000  -- values per batched command (Lua's unpack limit is 8000)
 
--- Capacity: live workers (their heartbeat key exists) of this region.
+-- Capacity: live workers (their heartbeat key exists) of this region; a slot whose probe thread
+-- still runs past its deadline (stuck) is busy, never free.
 local total, slowcap = 0, 0
 for w = 1, W do
-  local v = redis.call('HMGET', KEYS[8 + w], WORKER.ROLE, WORKER.CONCURRENCY)
+  local v = redis.call('HMGET', KEYS[8 + w], WORKER.ROLE, WORKER.CONCURRENCY, WORKER.STUCK)
   if v[2] then
-    local c = tonumber(v[2]) or 0
+    local c = math.max(0, (tonumber(v[2]) or 0) - (tonumber(v[3]) or 0))
     total = total + c
     if v[1] == ROLE.SHARED then slowcap = slowcap + c end
   else
