@@ -2,8 +2,9 @@
 
 Random sequences of store writes (create, update of tenant / regions / period / weight /
 target, disable, enable, delete), rate limits on and off, dispatcher ticks (some whose publish
-fails), worker completions (on time, late, after the lease was reaped), reaps, reconciles and a
-loss of every job and index key followed by a reconcile. After every step the invariants are
+fails), worker completions (on time, on time followed by the worker's refill of the freed slot
+through ``refill_after_run``, late, after the lease was reaped), reaps, reconciles and a loss of
+every job and index key followed by a reconcile. After every step the invariants are
 read straight from Redis:
 
 - placement: each job of an enabled check is in exactly one of due, ready (either lane), held
@@ -12,12 +13,13 @@ read straight from Redis:
   (or a removed region's) job has no hash and is in no index;
 - one lease: a job hash holds a lease token iff the job is in exactly one lease index, and the
   model never sees a job claimed while an earlier claim of it still holds a live lease;
-- never claimed: no tick claims a job of a disabled or deleted check (or of a removed region);
+- never claimed: no tick or refill claims a job of a disabled or deleted check (or of a removed
+  region), nor one whose earlier claim is still live;
 - completions: a worker's completion is accepted iff its token still holds the job; one whose
   lease was reaped (or whose job was deleted or lost) is refused;
 - reconcile on a consistent state places nothing and restores no lease;
-- every tick returns without raising, except one whose publish is made to fail, which raises
-  the publisher's error when it claimed something, and gives those claims back.
+- every tick and refill returns without raising, except a tick whose publish is made to fail,
+  which raises the publisher's error when it claimed something, and gives those claims back.
 
 Liveness, formulated on model time: each enabled job has an anchor, the last model time it was
 placed (create, enable, a placing update, reconcile after the loss), claimed, completed, reaped
@@ -46,7 +48,8 @@ from hypothesis.stateful import (
 )
 from support.checks import at, register_fake_worker
 
-from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks import dispatch
+from celery_app.checks.dispatch import Dispatcher, refill_after_run
 from celery_app.checks.jobs import finish_run, read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
@@ -126,6 +129,8 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self.store = CheckStore(client, keys, cfg)
             self.publisher = RecordingPublisher()
             self.dispatcher = Dispatcher(app, client=client, publisher=self.publisher)
+            # refill_after_run's own dispatcher, publishing through the same recorder
+            dispatch._refillers[app] = Dispatcher(app, client=client, publisher=self.publisher)
             self.lease_s = self.dispatcher.lease_s
             self.m = Model()
             for region in REGIONS:
@@ -176,22 +181,29 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
                     # every claim of this tick was given back: only earlier leases remain
                     assert set(client.zrange(lease_lane, 0, -1)) <= set(self.m.live)
                 return
-            report = self.dispatcher.tick(now)
+            try:
+                report = self.dispatcher.tick(now)
+            except Exception as exc:  # no job's state may make a tick raise
+                raise AssertionError(f"the tick at {now} raised {exc!r}") from exc
             assert report.published == len(report.claims)
-            for c in report.claims:
-                uid = c.job_id.rpartition("@")[0]
-                check = self.m.checks.get(uid)
-                assert check is not None, f"{c.job_id} claimed after its check was deleted"
-                assert check.enabled, f"{c.job_id} claimed while its check is disabled"
-                assert c.region in check.regions, f"{c.job_id} claimed after its region went"
-                assert c.job_id not in self.m.live, (
-                    f"{c.job_id} claimed again while {self.m.live[c.job_id].token} is live"
-                )
-                job = read_job(client, keys, c.job_id)
-                assert job is not None and job.lease_token == c.lease_token
-                self.m.live[c.job_id] = Claimed(c.job_id, c.lease_token, job.lease_expiry)
-                self.m.anchor[c.job_id] = now
+            self._record_claims([(c.job_id, c.region, c.lease_token) for c in report.claims])
             self._check_liveness(now)
+
+        def _record_claims(self, claims) -> None:
+            """Check and remember claims (job id, region, token) just taken at model time."""
+            for j, region, token in claims:
+                uid = j.rpartition("@")[0]
+                check = self.m.checks.get(uid)
+                assert check is not None, f"{j} claimed after its check was deleted"
+                assert check.enabled, f"{j} claimed while its check is disabled"
+                assert region in check.regions, f"{j} claimed after its region went"
+                assert j not in self.m.live, (
+                    f"{j} claimed again while {self.m.live[j].token} is live"
+                )
+                job = read_job(client, keys, j)
+                assert job is not None and job.lease_token == token
+                self.m.live[j] = Claimed(j, token, job.lease_expiry)
+                self.m.anchor[j] = self.m.now
 
         def _check_liveness(self, now: float) -> None:
             slack = self.lease_s + self.dispatcher.interval + 1.0
@@ -275,6 +287,8 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self.create("c1", tenant, ("eu",), 10)
             if limited:
                 self.ratelimit_on(tenant)
+            self.m.now += 12.0  # both due: start with work in flight
+            self._tick(fail=False)
 
         @rule(
             uid=st.sampled_from(UIDS),
@@ -440,12 +454,27 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
 
         # --- workers --------------------------------------------------------------------------
         @precondition(lambda self: any(c.expiry > self.m.now for c in self.m.live.values()))
-        @rule(data=st.data())
-        def complete_on_time(self, data):
+        @rule(data=st.data(), run_s=st.sampled_from([0.0, 4.0, 11.0]))
+        def complete_on_time(self, data, run_s):
+            """The worker's own path: the run (``run_s`` long, within its lease) is written
+            back, then ``refill_after_run`` claims and publishes work for the slot it freed
+            (the dispatcher's atomic claim): what fell due meanwhile is claimed at once."""
             on_time = sorted(j for j, c in self.m.live.items() if c.expiry > self.m.now)
             j = data.draw(st.sampled_from(on_time))
-            assert self._finish(self.m.live.pop(j), self.m.now), f"{j} refused on time"
+            claim = self.m.live.pop(j)
+            self.m.now = max(self.m.now, min(self.m.now + run_s, claim.expiry - 0.1))
+            assert self._finish(claim, self.m.now), f"{j} refused on time"
             self.m.anchor[j] = self.m.now
+            sent = len(self.publisher.messages)
+            self.publisher.fail = False
+            region = j.rpartition("@")[2]
+            try:
+                count = refill_after_run(app, region, self.m.now)
+            except Exception as exc:
+                raise AssertionError(f"the refill at {self.m.now} raised {exc!r}") from exc
+            published = [m.kwargs for m in self.publisher.messages[sent:]]
+            assert count == len(published)
+            self._record_claims([(k["job_id"], region, k["lease_token"]) for k in published])
 
         @precondition(lambda self: bool(self.m.live))
         @rule(data=st.data())
@@ -539,7 +568,7 @@ def _run(r, lifecycle_settings, examples: int, steps: int) -> None:
 
 
 def test_job_lifecycle_keeps_its_invariants(r, lifecycle_settings, test_kind):
-    _run(r, lifecycle_settings, examples=20, steps=25)
+    _run(r, lifecycle_settings, examples=40, steps=30)
 
 
 @pytest.mark.slow
