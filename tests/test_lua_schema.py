@@ -38,13 +38,13 @@ COMMANDS = {
     "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "INCR",
     "LPUSH", "LTRIM", "SADD", "SET",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
-    "ZRANGEBYSCORE", "ZREM", "ZSCORE",
+    "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",
 }  # fmt: skip
 OTHER_LITERALS = {
     "WITHSCORES", "LIMIT", "MAXLEN", "NX", "PX", "*", "-inf",  # command options
     "ok", "exists", "conflict", "missing", "stale", "full", "limit", "more", "done",  # replies
     "delete",  # store.lua's change op
-    "%S+", "%d+", "(%d+) (%d+) (%d)", "%.3f", "%.6f",  # patterns and formats
+    "%S+", "%d+", "(%d+) (%d+) (%d)", "%.3f", "%.6f", "%d",  # patterns and formats
     "", " ", "\\n", ".", "0", "1",  # separators, flags
 }  # fmt: skip
 
@@ -104,7 +104,7 @@ local __declared = {}
 for _, k in ipairs(KEYS) do __declared[k] = true end
 local __KEY_ARGS = {HGET=1, HMGET=1, HSET=1, HDEL=1, HEXISTS=1, HINCRBY=1, ZADD=1, ZREM=1,
   ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1, SREM=1,
-  SISMEMBER=1, INCR=1, XADD=1, EXISTS='all', DEL='all'}
+  SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0}
 local __FIELDS = {HGET='rest', HMGET='rest', HDEL='rest', HEXISTS='rest', HINCRBY='one',
   HSET='pairs', XADD='stream'}
 local __allowed = {}
@@ -116,7 +116,7 @@ local function __guarded(cmd, ...)
   local args = {...}
   local spec = __KEY_ARGS[cmd]
   if spec == nil then error('guard: the guard does not know ' .. cmd) end
-  for i = 1, (spec == 'all') and #args or 1 do
+  for i = 1, (spec == 'all') and #args or spec do
     if not __declared[args[i]] then
       error('guard: ' .. cmd .. ' touches undeclared key ' .. tostring(args[i]))
     end

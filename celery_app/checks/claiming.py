@@ -27,7 +27,7 @@ from typing import Any
 import redis
 
 from celery_app.checks.capacity import usable_slots
-from celery_app.checks.quarantine import quarantine
+from celery_app.checks.quarantine import failing_alone, quarantine
 from celery_app.redis.schema import (
     BucketField,
     Keys,
@@ -158,8 +158,12 @@ def _promote_each(client: redis.Redis, keys: Keys, now_s: float, ids: list[str])
             ],
             args=[repr(now_s), 1, job, "1"],
         )
+    replies = pipe.execute(raise_on_error=False)
+    errors = [x if isinstance(x, Exception) else None for x in replies]
+    if not failing_alone(errors):
+        raise next(e for e in errors if e is not None)
     moved = 0
-    for job, reply in zip(ids, pipe.execute(raise_on_error=False), strict=True):
+    for job, reply in zip(ids, replies, strict=True):
         if isinstance(reply, Exception):
             quarantine(client, keys, job, QuarantineStep.PROMOTE, reply, now_s)
         else:
@@ -343,6 +347,22 @@ class RegionClaimer:
         max_claims: int,
         max_holds: int,
     ) -> tuple[RegionSlots, ClaimStop, list[Claim], int]:
+        try:
+            return self._round_once(state, read, now_s, expiry_s, max_claims, max_holds)
+        except redis.ResponseError as exc:
+            # A job's data broke the script: claim the candidates one by one, so the one that
+            # fails alone is quarantined and every other is claimed.
+            return self._round_each(state, read, now_s, expiry_s, max_claims, max_holds, exc)
+
+    def _round_once(
+        self,
+        state: _State,
+        read: _Read,
+        now_s: float,
+        expiry_s: float,
+        max_claims: int,
+        max_holds: int,
+    ) -> tuple[RegionSlots, ClaimStop, list[Claim], int]:
         k, region = self.keys, self.region
         tenants = self._declared_tenants(state, read) if max_claims else []
         tenant_number = {t: n for n, t in enumerate(tenants, start=1)}
@@ -369,46 +389,41 @@ class RegionClaimer:
                 k.held(region, LANE_FAST, tenant),
                 k.held(region, LANE_SLOW, tenant),
             ]
-        try:
-            reply = run_script(
-                self.client,
-                "claim",
-                keys=[
-                    k.ready(region, LANE_FAST),
-                    k.ready(region, LANE_SLOW),
-                    k.leases(region, LANE_FAST),
-                    k.leases(region, LANE_SLOW),
-                    k.region_workers(region),
-                    k.lease_seq(),
-                    k.held_tenants(region),
-                    k.rate_limited_tenants(),
-                    *map(k.worker, state.hosts),
-                    *tenant_keys,
-                    *map(k.job, jobs),
-                ],
-                args=[
-                    repr(now_s),
-                    f"{expiry_s:.3f}",
-                    max_claims,
-                    max_holds,
-                    len(state.hosts),
-                    len(tenants),
-                    *state.hosts,
-                    " ".join(tenants),
-                    "\n".join(jobs),
-                    " ".join(str(tenant_number[t]) for t in read.releases),
-                    "\n".join(release_lines),
-                    len(fast),
-                    len(slow),
-                    " ".join(score for _, score in candidates),
-                    "1" if read.full[LANE_FAST] else "0",
-                    "1" if read.full[LANE_SLOW] else "0",
-                ],
-            )
-        except redis.ResponseError as exc:
-            # A job's data broke the script: claim the candidates one by one, so the one that
-            # fails alone is quarantined and every other is claimed.
-            return self._round_each(state, read, now_s, expiry_s, max_claims, max_holds, exc)
+        reply = run_script(
+            self.client,
+            "claim",
+            keys=[
+                k.ready(region, LANE_FAST),
+                k.ready(region, LANE_SLOW),
+                k.leases(region, LANE_FAST),
+                k.leases(region, LANE_SLOW),
+                k.region_workers(region),
+                k.lease_seq(),
+                k.held_tenants(region),
+                k.rate_limited_tenants(),
+                *map(k.worker, state.hosts),
+                *tenant_keys,
+                *map(k.job, jobs),
+            ],
+            args=[
+                repr(now_s),
+                f"{expiry_s:.3f}",
+                max_claims,
+                max_holds,
+                len(state.hosts),
+                len(tenants),
+                *state.hosts,
+                " ".join(tenants),
+                "\n".join(jobs),
+                " ".join(str(tenant_number[t]) for t in read.releases),
+                "\n".join(release_lines),
+                len(fast),
+                len(slow),
+                " ".join(score for _, score in candidates),
+                "1" if read.full[LANE_FAST] else "0",
+                "1" if read.full[LANE_SLOW] else "0",
+            ],
+        )
         total, slow, in_fast, in_slow, holds, stop, seq, lines = reply
         slots = RegionSlots(total, slow, in_fast, in_slow)
         stop = ClaimStop(stop)
@@ -458,19 +473,32 @@ class RegionClaimer:
                     single = _Read([[], []], [False, False], {tenant: releases})
                     singles.append((_order(entry), entry[0], single))
         if len(singles) <= 1:
+            if not failing_alone([error]):
+                raise error
             for _, job, _single in singles:
                 quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, error, now_s)
             return state.slots, ClaimStop.MORE, [], 0
         claims: list[Claim] = []
         holds = 0
-        for _, _job, single in sorted(singles, key=lambda s: s[0]):
+        errors: list[tuple[str, redis.ResponseError | None]] = []
+        for _, job, single in sorted(singles, key=lambda s: s[0]):
             if len(claims) >= max_claims:
                 break
-            _, _, got, held = self._round(
-                state, single, now_s, expiry_s, max_claims - len(claims), max_holds - holds
-            )
+            try:
+                _, _, got, held = self._round_once(
+                    state, single, now_s, expiry_s, max_claims - len(claims), max_holds - holds
+                )
+            except redis.ResponseError as exc:
+                errors.append((job, exc))
+                continue
+            errors.append((job, None))
             claims.extend(got)
             holds += held
+        if not failing_alone([e for _, e in errors]):
+            raise error
+        for job, exc in errors:
+            if exc is not None:
+                quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, exc, now_s)
         return state.slots, ClaimStop.MORE, claims, holds
 
 

@@ -42,7 +42,7 @@ from celery import Celery
 
 from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
 from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
-from celery_app.checks.quarantine import DATA_ERRORS, quarantine
+from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, quarantine
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
@@ -274,6 +274,9 @@ class Dispatcher:
         done = complete_runs_each(
             self.redis, self.keys, runs, results_maxlen=self.settings.results_history
         )
+        errors = [x if isinstance(x, Exception) else None for x in done]
+        if not failing_alone(errors):
+            raise next(e for e in errors if e is not None)
         for run, reply in zip(runs, done, strict=True):
             if isinstance(reply, Exception):
                 quarantine(self.redis, self.keys, run.job_id, QuarantineStep.REAP, reply, now_s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,34 @@ DATA_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     redis.ResponseError,
 )
+
+#: Redis error codes that say the server cannot run the call now (memory, a replica, loading,
+#: a busy script, auth): no job's fault, never a reason to quarantine.
+SERVER_STATE_CODES = (
+    "OOM", "READONLY", "LOADING", "BUSY", "NOSCRIPT", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+    "MISCONF", "NOREPLICAS", "NOPERM", "NOAUTH", "MOVED", "ASK",
+)  # fmt: skip
+_SERVER_STATE = re.compile(r"(?:^|: )(?:" + "|".join(SERVER_STATE_CODES) + r")\b")
+
+
+def is_job_error(exc: BaseException) -> bool:
+    """Whether ``exc`` can be the fault of the job's data (see :data:`DATA_ERRORS`)."""
+    if not isinstance(exc, DATA_ERRORS):
+        return False
+    return not (isinstance(exc, redis.ResponseError) and _SERVER_STATE.search(str(exc)))
+
+
+def failing_alone(errors: Sequence[BaseException | None]) -> bool:
+    """Whether the failures of a batch retried item by item are the items' own: a batch of one
+    whose error is a job error, or a batch where some item succeeded. When every item of a
+    larger batch fails the same way, the step itself is broken: raise, quarantine nothing."""
+    failed = [e for e in errors if e is not None]
+    if not failed:
+        return True
+    if len(errors) > 1 and len(failed) == len(errors):
+        return False
+    return all(is_job_error(e) for e in failed)
+
 
 #: Longest reason kept (an error message can be long; the record stays small).
 MAX_REASON_CHARS = 300

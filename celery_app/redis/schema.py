@@ -268,7 +268,9 @@ class Keys:
         return f"{self.prefix}:quarantine"
 
     def lease_seq(self) -> str:
-        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``."""
+        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``.
+        ``claim.lua`` keeps it at or above Redis ``TIME`` in microseconds, and reconcile above
+        every token a job holds, so a counter lost by a restore never reissues a live token."""
         return f"{self.prefix}:leaseseq"
 
     def results(self, uid: str) -> str:

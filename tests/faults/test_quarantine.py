@@ -135,9 +135,10 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
     assert any("c0@eu quarantined by promote" in p for p in report["problems"])
 
     # Release: an update of c0 rebuilds its job; reconcile rebuilds the rest.
-    store.update("c0", config={"seconds": 0.02})
+    store.update("c0", period=10)  # placed at its next aligned tick: within 10 s
     assert not r.sismember(KEYS.quarantine(), "c0@eu")
-    wait_for(lambda: runs(r, "c0@eu") >= 1, 30, what="c0@eu runs after the update")
+    assert not r.hexists(KEYS.job("c0@eu"), JobField.QUARANTINE)
+    wait_for(lambda: runs(r, "c0@eu") >= 1, 20, what="c0@eu runs after the update")
     obj = CLIContext(app=app, no_color=True, workdir=None, quiet=False)
     result = CliRunner().invoke(checks, ["reconcile"], obj=obj, catch_exceptions=False)
     assert f"{len(TORN) - 1} quarantined job(s) rebuilt" in result.output, result.output
