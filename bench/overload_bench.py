@@ -336,7 +336,7 @@ def _run_checkbeat(
     from celery_app.checks.dispatch import Dispatcher
     from celery_app.checks.store import CheckStore
     from celery_app.factory import create_app
-    from celery_app.redis.schema import Keys, check_queue
+    from celery_app.redis.schema import Keys, ResultField, check_queue
     from celery_app.settings import load_settings
 
     settings = load_settings()
@@ -393,7 +393,7 @@ def _run_checkbeat(
             pipe.xrange(keys.results(uid))
         for uid, entries in zip(kinds, pipe.execute(), strict=True):
             for _id, fields in entries:
-                record = json.loads(fields["result"])
+                record = json.loads(fields[ResultField.RECORD])
                 if not record.get("started_at"):
                     continue  # a lost run (reaped)
                 started = datetime.fromisoformat(record["started_at"]).timestamp()

@@ -28,7 +28,7 @@ from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
-from celery_app.redis.schema import LANE_NAMES, Keys
+from celery_app.redis.schema import LANE_NAMES, Keys, ResultField
 
 
 def _store(ctx: click.Context) -> CheckStore:
@@ -218,7 +218,11 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
             }
         )
     recent = [
-        {"id": entry_id, "region": f.get("region"), "result": json.loads(f.get("result", "null"))}
+        {
+            "id": entry_id,
+            "region": f.get(ResultField.REGION),
+            "result": json.loads(f.get(ResultField.RECORD, "null")),
+        }
         for entry_id, f in store.redis.xrevrange(keys.results(uid), count=history)
     ]
     return {

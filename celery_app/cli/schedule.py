@@ -28,6 +28,7 @@ from celery_app.cron_tasks.runtime import (
     update_schedule,
 )
 from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
+from celery_app.redis.schema import CronOutcome, CronStateField
 
 
 def _service(ctx: click.Context) -> CronService:
@@ -115,11 +116,12 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
         task = service.tasks[task_id]
         timeout = (service.settings.cron_grace.total_seconds() + 60) + task.hard_time_limit
         state = service.wait_for_run(result, timeout)
-        outcome = state.get("outcome", "unknown")
-        if outcome == "success":
+        outcome = state.get(CronStateField.OUTCOME, "unknown")
+        if outcome == CronOutcome.SUCCESS:
             click.echo("outcome: success")
             return
-        click.echo(escape(f"outcome: {outcome}: {state.get('last_error', '')}".rstrip(": ")))
+        error = state.get(CronStateField.LAST_ERROR, "")
+        click.echo(escape(f"outcome: {outcome}: {error}".rstrip(": ")))
         ctx.exit(EXIT_PROBLEM)
 
 

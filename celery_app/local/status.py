@@ -22,7 +22,7 @@ from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.service import CronService, row_dict
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import LANE_NAMES, Keys, check_queue
+from celery_app.redis.schema import LANE_NAMES, CronStateField, Keys, check_queue
 
 ENV_FILE = "env.json"
 
@@ -112,6 +112,11 @@ def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
     return rows
 
 
+def _time(stored: str | None) -> str | None:
+    """A stored Unix time as ISO 8601 (None when absent)."""
+    return _iso(float(stored)) if stored else None
+
+
 def _cron(app: Celery) -> list[dict[str, Any]]:
     """One row per cron task; per-tenant tasks also list each tenant's last run."""
     service = CronService(app)
@@ -124,10 +129,10 @@ def _cron(app: Celery) -> list[dict[str, Any]]:
         if service.tasks[row.id].per_tenant:
             data["tenants"] = {
                 tenant: {
-                    "last_start": _iso(float(s["last_start"])) if s.get("last_start") else None,
-                    "last_end": _iso(float(s["last_end"])) if s.get("last_end") else None,
-                    "last_outcome": s.get("outcome"),
-                    "last_error": s.get("last_error"),
+                    "last_start": _time(s.get(CronStateField.LAST_START)),
+                    "last_end": _time(s.get(CronStateField.LAST_END)),
+                    "last_outcome": s.get(CronStateField.OUTCOME),
+                    "last_error": s.get(CronStateField.LAST_ERROR),
                 }
                 for (task_id, tenant), s in states.items()
                 if task_id == row.id
