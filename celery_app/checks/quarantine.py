@@ -53,7 +53,7 @@ SERVER_STATE_CODES = (
     "OOM", "READONLY", "LOADING", "BUSY", "NOSCRIPT", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
     "MISCONF", "NOREPLICAS", "NOPERM", "NOAUTH", "MOVED", "ASK",
 )  # fmt: skip
-_SERVER_STATE = re.compile(r"(?:^|: )(?:" + "|".join(SERVER_STATE_CODES) + r")\b")
+_SERVER_STATE = re.compile(r"(?:^|: |: -)(?:" + "|".join(SERVER_STATE_CODES) + r")\b")
 
 
 def is_job_error(exc: BaseException) -> bool:
@@ -64,15 +64,14 @@ def is_job_error(exc: BaseException) -> bool:
 
 
 def failing_alone(errors: Sequence[BaseException | None]) -> bool:
-    """Whether the failures of a batch retried item by item are the items' own: a batch of one
-    whose error is a job error, or a batch where some item succeeded. When every item of a
-    larger batch fails the same way, the step itself is broken: raise, quarantine nothing."""
-    failed = [e for e in errors if e is not None]
-    if not failed:
-        return True
-    if len(errors) > 1 and len(failed) == len(errors):
-        return False
-    return all(is_job_error(e) for e in failed)
+    """Whether the failures of a batch retried item by item (None: that item succeeded) may be
+    blamed on their items: every one is a job error. If the server refused any (memory, a
+    replica, ...), the step raises and nobody is quarantined.
+
+    Even when every item fails it is theirs to carry: raising would stop the tick for everyone
+    again. The cost: a broken script would quarantine the jobs it touched (each listed by
+    ``checks diagnose`` with the error; ``checks reconcile`` rebuilds them once it is fixed)."""
+    return all(is_job_error(e) for e in errors if e is not None)
 
 
 #: Longest reason kept (an error message can be long; the record stays small).
