@@ -150,9 +150,18 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
     code, out = diagnose(app)
     assert json.loads(out)["quarantined"] == []
     ticker.stop()
+    ticks_run = [
+        (j, json.loads(f["result"])["scheduled_at"])
+        for j in healthy
+        for _id, f in r.xrange(KEYS.results(split_job_id(j)[0]))
+        if json.loads(f["result"])["region"] == split_job_id(j)[1]
+    ]
+    duplicates = len(ticks_run) - len(set(ticks_run))
+    assert duplicates == 0, sorted(ticks_run)
     fault_report.add(
         "torn job data (promote, claim, run, post-exec, reap)",
         runs=sum(runs(r, j) for j in healthy),
+        duplicates=duplicates,
         misses=sum(1 for j in healthy if runs(r, j) == 0),
         quarantined=len(quarantined),
         tick_errors=0,
