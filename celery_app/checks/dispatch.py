@@ -42,7 +42,7 @@ from celery import Celery
 
 from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
 from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
-from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, quarantine
+from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
@@ -169,7 +169,14 @@ class Dispatcher:
             claimer = self._claimers.get(region)
             if claimer is None:
                 claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
-            taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+            try:
+                taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+            except DATA_ERRORS as exc:
+                if not is_job_error(exc):
+                    raise
+                # no single job to blame (each one was tried alone): the other regions go on
+                log.exception("claiming in region %s failed; the other regions go on", region)
+                continue
             slots[region] = taken.slots
             claims.extend(taken.claims)
             limited += taken.rate_limited
