@@ -72,3 +72,19 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def run_module(
+    module: str, *args: str, cwd: Path, pythonpath: list[Path], timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m <module> <args>`` to completion, with the suite's environment plus ``env`` and
+    ``pythonpath`` (checkbeat's own commands, run the way an operator types them)."""
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, pythonpath)), **env}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
