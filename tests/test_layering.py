@@ -26,7 +26,15 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduling_core", "celery_app", "beat", "workers")
 FOUNDATION = {"settings", "clock", "errors", "names"}
 APP = {"factory", "publish", "registry", "worker_options"}
-RANK = {"core": 0, "foundation": 1, "redis": 2, "app": 3, "cron_tasks": 4, "checks": 4}
+RANK = {
+    "core": 0,
+    "foundation": 1,
+    "redis": 2,
+    "app": 3,
+    "metrics": 3,
+    "cron_tasks": 4,
+    "checks": 4,
+}
 EDGE_RANK = 5
 #: Edge-to-edge imports that are allowed: the console script starts the local system, and the
 #: local demo declares its cron task through the public API.
@@ -45,7 +53,7 @@ def layer(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "api"
-    if parts[1] in ("redis", "cron_tasks", "checks", "cli", "local"):
+    if parts[1] in ("redis", "metrics", "cron_tasks", "checks", "cli", "local"):
         return parts[1]
     if parts[1] in FOUNDATION:
         return "foundation"
