@@ -47,16 +47,18 @@ class BeatHealth:
         self._last: float | None = None  # monotonic end of the last tick
         self._sleep = MIN_INTERVAL_S
 
-    def ticked(self, sleep: float) -> None:
+    def ticked(self, sleep: float, now: float | None = None) -> None:
         with self._lock:
-            self._last, self._sleep = time.monotonic(), max(MIN_INTERVAL_S, float(sleep))
+            self._last = time.monotonic() if now is None else now
+            self._sleep = max(MIN_INTERVAL_S, float(sleep))
 
-    def check(self) -> tuple[bool, dict[str, Any]]:
+    def check(self, now: float | None = None) -> tuple[bool, dict[str, Any]]:
+        """(healthy, details); ``now`` is a ``time.monotonic()`` reading (tests pass one)."""
         with self._lock:
             last, sleep = self._last, self._sleep
         if last is None:
             return False, {"reason": "no tick yet"}
-        age, limit = time.monotonic() - last, 2 * sleep
+        age, limit = (time.monotonic() if now is None else now) - last, 2 * sleep
         detail = {"last_tick_age_s": round(age, 3), "limit_s": round(limit, 3)}
         if age > limit:
             detail["reason"] = "the beat loop has not ticked within twice its interval"
