@@ -19,18 +19,24 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import redis
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from celery_app.checks.jobs import read_jobs
-from celery_app.redis.schema import LANE_NAMES, CheckField, Keys, job_id
+from celery_app.redis.schema import LANE_NAMES, CheckField, JobField, Keys, job_id
 
 LABELS = ["check", "tenant", "region"]
 CERT_FIELD = "cert_not_after"
+
+
+@dataclass(frozen=True)
+class _Row:
+    uid: str
+    region: str
 
 
 def _timestamp(text: object) -> float | None:
@@ -64,15 +70,25 @@ class CheckExporter:
             pipe.hget(k.check(uid), CheckField.REGIONS)
             pipe.hgetall(k.last_result(uid))
         replies = pipe.execute()
-        job_ids = [
-            job_id(uid, region)
+        rows = [
+            _Row(uid, region)
             for i, uid in enumerate(uids)
             for region in (replies[2 * i] or "").split(",")
             if region
         ]
+        # Only the job fields exported: parsing whole job hashes would cost the most.
+        pipe = self.client.pipeline(transaction=False)
+        for row in rows:
+            pipe.hmget(
+                k.job(job_id(row.uid, row.region)),
+                JobField.TENANT,
+                JobField.COST_EWMA_MS,
+                JobField.LANE,
+            )
+        jobs = pipe.execute()
         last = {uid: replies[2 * i + 1] for i, uid in enumerate(uids)}
         families = self._meta(stored, number, len(uids))
-        families.extend(self._checks(read_jobs(self.client, k, job_ids), last))
+        families.extend(self._checks(rows, jobs, last))
         return families
 
     def _meta(self, stored: int, number: int, count: int) -> list[Metric]:
@@ -94,7 +110,12 @@ class CheckExporter:
             families.append(family)
         return families
 
-    def _checks(self, jobs: Iterable[object], last: dict[str, dict[str, str]]) -> list[Metric]:
+    def _checks(
+        self,
+        rows: Sequence[_Row],
+        jobs: Sequence[Sequence[str | None]],
+        last: dict[str, dict[str, str]],
+    ) -> list[Metric]:
         success = GaugeMetricFamily(
             "checkbeat_probe_success", "1 when the check's last result was up.", labels=LABELS
         )
@@ -121,13 +142,13 @@ class CheckExporter:
             "Unix time the earliest certificate of the last probe expires (when recorded).",
             labels=LABELS,
         )
-        for job in jobs:
-            if job is None:
-                continue
-            labels = [job.uid, job.tenant, job.region]  # type: ignore[attr-defined]
-            cost.add_metric(labels, job.cost_ewma_ms / 1000.0)  # type: ignore[attr-defined]
-            lane.add_metric([*labels, LANE_NAMES[job.lane]], 1)  # type: ignore[attr-defined]
-            raw = last.get(job.uid, {}).get(job.region)  # type: ignore[attr-defined]
+        for row, (tenant, cost_ms, lane_number) in zip(rows, jobs, strict=True):
+            if tenant is None:
+                continue  # the job is gone (a delete raced this read)
+            labels = [row.uid, tenant, row.region]
+            cost.add_metric(labels, float(cost_ms or 0.0) / 1000.0)
+            lane.add_metric([*labels, LANE_NAMES[int(lane_number or 0)]], 1)
+            raw = last.get(row.uid, {}).get(row.region)
             if not raw:
                 continue
             try:
