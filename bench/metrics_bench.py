@@ -8,7 +8,8 @@ Reproduce (from the repository root, ~1 minute):
 On a private redis-server: creates N checks (one region, batched), writes a last result for
 each, then times an HTTP GET of ``/metrics/checks?page=P`` from a real beat metrics server
 (the same page code beat serves) at the default cap (1,000 checks per page), for the first,
-a middle and the last page, and one page with the cap raised ten times for comparison (the
+a middle and the last page (cold: the sorted uid list read again, as every 30 s; warm: best of
+3 with it reused), and one page with the cap raised ten times for comparison (the
 cost grows with the page, not with the checks stored). The issue's bar: a capped page answers
 in under one second.
 """
@@ -96,21 +97,21 @@ def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
         pages = capped.pages(checks)
         rows = []
         for page in sorted({0, pages // 2, pages - 1}):
-            _get(f"{http.url}/capped?page={page}")  # warm the connection and the code
-            times = [_get(f"{http.url}/capped?page={page}") for _ in range(3)]
-            rows.append(
-                (f"capped page {page} ({PAGE} checks)", min(t for t, _ in times), times[0][1])
-            )
+            capped.invalidate()  # cold: the sorted uid list is read again (every 30 s)
+            cold, size = _get(f"{http.url}/capped?page={page}")
+            warm = min(_get(f"{http.url}/capped?page={page}")[0] for _ in range(3))
+            rows.append((f"capped page {page} ({PAGE} checks)", cold, warm, size))
+        raised.invalidate()
         raised_s, raised_bytes = _get(f"{http.url}/raised?page=0")
         http.stop()
         p = lambda s: print(s, file=out)  # noqa: E731
         p(f"per-check exporter, {checks:,} checks stored (setup {setup_s:.1f} s)")
-        p(f"  {'scrape':<36} {'seconds':>8} {'bytes':>12} {'vs cap x10':>11}")
-        for name, seconds, size in rows:
-            p(f"  {name:<36} {seconds:>8.3f} {size:>12,} {seconds / raised_s:>10.3f}x")
+        p(f"  {'scrape (seconds)':<36} {'cold':>7} {'warm':>7} {'bytes':>11} {'cold vs x10':>12}")
+        for name, cold, warm, size in rows:
+            p(f"  {name:<36} {cold:>7.3f} {warm:>7.3f} {size:>11,} {cold / raised_s:>11.3f}x")
         label = f"cap raised x10: page 0 ({PAGE * 10:,})"
-        p(f"  {label:<36} {raised_s:>8.3f} {raised_bytes:>12,} {1:>10.3f}x")
-        worst = max(seconds for _n, seconds, _s in rows)
+        p(f"  {label:<36} {raised_s:>7.3f} {'':>7} {raised_bytes:>11,} {1:>11.3f}x")
+        worst = max(cold for _n, cold, _w, _s in rows)
         p(f"  worst capped page: {worst:.3f} s ({'under' if worst < 1 else 'OVER'} the 1 s bar)")
         return {"worst_capped_s": worst, "raised_s": raised_s, "pages": pages}
     finally:

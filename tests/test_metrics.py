@@ -96,6 +96,12 @@ def test_exporter_pages_are_capped_sorted_and_say_how_many_there_are(r, keys, st
     assert last["checkbeat_probe_exporter_page_checks", ()] == 5
     beyond = samples(exporter.page(3))
     assert beyond["checkbeat_probe_exporter_page_checks", ()] == 0
+    # A new check is on its page at the next scrape (the count changed: the uids are read again).
+    store.create(uid="c00a", tenant="t0", kind=test_kind, target="x", period=60, regions=["eu"])
+    again = samples(exporter.page(0))
+    assert again["checkbeat_probe_exporter_checks_stored", ()] == 26
+    new = (("check", "c00a"), ("region", "eu"), ("tenant", "t0"))
+    assert ("checkbeat_probe_cost_ewma_seconds", new) in again
 
 
 def test_the_checks_page_refuses_a_bad_page_number(r, keys):
@@ -262,3 +268,20 @@ def test_metrics_are_off_unless_an_address_is_set():
     assert load_settings().metrics_addr == ""
     assert load_settings(metrics_addr=" [::1]:0 ").metrics_addr == "[::1]:0"
     assert job_id("a", "eu") == "a@eu"  # the exporter's job ids are the schema's
+
+
+# --- the live view's lateness -----------------------------------------------------------------
+def test_lateness_quantiles_interpolate_inside_buckets_like_histogram_quantile():
+    from celery_app.local.lateness import difference, quantile, summary
+
+    inf = float("inf")
+    buckets = {0.1: 50.0, 0.5: 90.0, 1.0: 100.0, inf: 100.0}
+    assert quantile(0.5, buckets) == pytest.approx(0.1)  # rank 50 ends the first bucket
+    assert quantile(0.7, buckets) == pytest.approx(0.1 + 0.4 * (70 - 50) / 40)
+    assert quantile(0.99, buckets) == pytest.approx(0.5 + 0.5 * (99 - 90) / 10)
+    assert quantile(0.99, {0.1: 1.0, inf: 2.0}) == 0.1  # in +Inf: the highest finite bound
+    assert quantile(0.5, {0.1: 0.0, inf: 0.0}) is None
+    window = difference(
+        {("eu", "fast"): {0.1: 60.0, inf: 60.0}}, {("eu", "fast"): {0.1: 50.0, inf: 50.0}}
+    )
+    assert summary(window) == {"eu/fast": {"p50": 0.05, "p99": pytest.approx(0.099), "runs": 10}}

@@ -208,7 +208,7 @@ def test_prometheus_scrapes_every_process_and_sees_the_series_move(
         procs.stop()
 
 
-def test_promtool_accepts_the_alert_rules():
+def test_promtool_accepts_the_alert_rules_and_the_scrape_config():
     import subprocess
 
     done = subprocess.run(
@@ -216,3 +216,11 @@ def test_promtool_accepts_the_alert_rules():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS: 8 rules found" in done.stdout
+    # The example scrape config for compose loads (and with it the rules file next to it).
+    done = subprocess.run(
+        [PROMTOOL, "check", "config", str(ALERTS.parent / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
