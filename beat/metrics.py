@@ -32,6 +32,7 @@ from celery_app.metrics.server import (
     default_collector,
     health_page,
     metrics_page,
+    start_or_log,
 )
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
@@ -92,6 +93,7 @@ class BeatObserver:
     def __init__(self, app: Any, beat_id: str, task_ids: Iterable[str] = ()) -> None:
         self.health = BeatHealth()
         self.server: MetricsServer | None = None
+        self.exporter: CheckExporter | None = None
         self.beat_id = beat_id
         settings = settings_of(app)
         record.initialise_beat(settings.regions, task_ids)
@@ -102,15 +104,18 @@ class BeatObserver:
         keys = Keys(settings.key_prefix)
         state = CheckStateCollector(client, broker, keys, settings.regions)
         exporter = CheckExporter(client, keys, settings.metrics_checks_page_size)
+        self.exporter = exporter.start_refresh()
         pages = {
             "/metrics": metrics_page(Collected(default_collector(), state)),
             "/metrics/checks": checks_page(exporter),
             "/healthz": health_page(self.health.check),
         }
         name = f"beat@{socket.gethostname()}:{os.getpid()}"
-        self.server = MetricsServer(
-            settings.metrics_addr, pages, name=name, role="beat", client=client, keys=keys
-        ).start()
+        self.server = start_or_log(
+            MetricsServer(
+                settings.metrics_addr, pages, name=name, role="beat", client=client, keys=keys
+            )
+        )
 
     def ticked(self, started: float, sleep: float) -> float:
         """After each tick (``started``: its perf_counter); returns ``sleep``."""
@@ -119,6 +124,8 @@ class BeatObserver:
         return sleep
 
     def stop(self) -> None:
+        if self.exporter is not None:
+            self.exporter.stop_refresh()
         if self.server is not None:
             self.server.stop()
             self.server = None

@@ -8,10 +8,10 @@ Reproduce (from the repository root, ~1 minute):
 On a private redis-server: creates N checks (one region, batched), writes a last result for
 each, then times an HTTP GET of ``/metrics/checks?page=P`` from a real beat metrics server
 (the same page code beat serves) at the default cap (1,000 checks per page), for the first,
-a middle and the last page (cold: the sorted uid list read again, as every 30 s; warm: best of
-3 with it reused), and one page with the cap raised ten times for comparison (the
-cost grows with the page, not with the checks stored). The issue's bar: a capped page answers
-in under one second.
+a middle and the last page (three scrapes each, with the sorted uid list kept by a refresher
+thread as beat keeps it; the time of that read is printed too), and one page with the cap
+raised ten times for comparison (the cost grows with the page, not with the checks stored).
+The issue's bar: a capped page answers in under one second.
 """
 
 from __future__ import annotations
@@ -88,6 +88,14 @@ def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
 
         capped = CheckExporter(client, keys, PAGE)
         raised = CheckExporter(client, keys, PAGE * 10)
+        reads = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            capped.reload()
+            reads.append(time.perf_counter() - t0)
+        raised.reload()
+        capped.start_refresh()  # as beat runs it: scrapes use the list it keeps
+        raised.start_refresh()
         http = MetricsServer(
             "127.0.0.1:0",
             {"/capped": checks_page(capped), "/raised": checks_page(raised)},
@@ -97,23 +105,34 @@ def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
         pages = capped.pages(checks)
         rows = []
         for page in sorted({0, pages // 2, pages - 1}):
-            capped.invalidate()  # cold: the sorted uid list is read again (every 30 s)
-            cold, size = _get(f"{http.url}/capped?page={page}")
-            warm = min(_get(f"{http.url}/capped?page={page}")[0] for _ in range(3))
-            rows.append((f"capped page {page} ({PAGE} checks)", cold, warm, size))
-        raised.invalidate()
+            times = [_get(f"{http.url}/capped?page={page}") for _ in range(3)]
+            first, size = times[0]
+            rows.append(
+                (f"capped page {page} ({PAGE:,} checks)", first, min(t for t, _ in times), size)
+            )
         raised_s, raised_bytes = _get(f"{http.url}/raised?page=0")
         http.stop()
+        capped.stop_refresh()
+        raised.stop_refresh()
         p = lambda s: print(s, file=out)  # noqa: E731
         p(f"per-check exporter, {checks:,} checks stored (setup {setup_s:.1f} s)")
-        p(f"  {'scrape (seconds)':<36} {'cold':>7} {'warm':>7} {'bytes':>11} {'cold vs x10':>12}")
-        for name, cold, warm, size in rows:
-            p(f"  {name:<36} {cold:>7.3f} {warm:>7.3f} {size:>11,} {cold / raised_s:>11.3f}x")
+        p(f"  {'scrape (seconds)':<36} {'first':>7} {'best/3':>7} {'bytes':>11} {'vs cap x10':>11}")
+        for name, first, best, size in rows:
+            p(f"  {name:<36} {first:>7.3f} {best:>7.3f} {size:>11,} {first / raised_s:>10.3f}x")
         label = f"cap raised x10: page 0 ({PAGE * 10:,})"
-        p(f"  {label:<36} {raised_s:>7.3f} {'':>7} {raised_bytes:>11,} {1:>11.3f}x")
-        worst = max(cold for _n, cold, _w, _s in rows)
+        p(f"  {label:<36} {raised_s:>7.3f} {'':>7} {raised_bytes:>11,} {1:>10.3f}x")
+        p(
+            f"  uid list read + sort, in beat's refresher thread every 30 s (no scrape waits): "
+            f"{min(reads):.3f} s (best of 3)"
+        )
+        worst = max(first for _n, first, _b, _s in rows)
         p(f"  worst capped page: {worst:.3f} s ({'under' if worst < 1 else 'OVER'} the 1 s bar)")
-        return {"worst_capped_s": worst, "raised_s": raised_s, "pages": pages}
+        return {
+            "worst_capped_s": worst,
+            "raised_s": raised_s,
+            "uid_read_s": min(reads),
+            "pages": pages,
+        }
     finally:
         server.stop()
 

@@ -8,6 +8,8 @@
   state; ``celery_app.redis`` (client, TLS, schema, scripts) knows no cron task or check.
 - app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``) builds and serves
   the Celery app; ``cron_tasks`` and ``checks`` are siblings that never import each other.
+- ``celery_app.metrics`` (the Prometheus series, their server) sits beside app: it knows settings
+  and the schema only, so ``cron_tasks`` and ``checks`` may record into it.
 - the edges (``beat``, ``workers``, ``celery_app.cli``, ``celery_app.local`` and the package's
   public ``celery_app/__init__``) use everything below; beat and workers never import each
   other, and nothing below the edges names beat or workers except as an import string.

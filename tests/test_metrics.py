@@ -285,3 +285,63 @@ def test_lateness_quantiles_interpolate_inside_buckets_like_histogram_quantile()
         {("eu", "fast"): {0.1: 60.0, inf: 60.0}}, {("eu", "fast"): {0.1: 50.0, inf: 50.0}}
     )
     assert summary(window) == {"eu/fast": {"p50": 0.05, "p99": pytest.approx(0.099), "runs": 10}}
+
+
+def test_a_taken_address_is_logged_and_the_process_goes_on(caplog):
+    from celery_app.metrics.server import start_or_log
+
+    first = MetricsServer("127.0.0.1:0", {}, name="first", role="test").start()
+    try:
+        second = MetricsServer(f"127.0.0.1:{first.port}", {}, name="second", role="test")
+        assert start_or_log(second) is None
+        assert f"second cannot listen on 127.0.0.1:{first.port}" in caplog.text
+    finally:
+        first.stop()
+
+
+def test_the_view_shows_lateness_per_lane_and_the_endpoints():
+    from rich.console import Console
+
+    from celery_app.local.view import render
+
+    data = {
+        "lanes": [
+            {"region": "eu", "lane": "fast", "running": 1, "queued": 0, "waiting": 2},
+            {"region": "eu", "lane": "slow", "running": 0, "queued": 0, "waiting": 0},
+        ],
+        "checks": [],
+        "cron": [],
+        "lateness": {"eu/fast": {"p50": 0.012, "p99": 0.25, "runs": 40}},
+        "metrics": [
+            {
+                "name": "beat@h:1",
+                "role": "beat",
+                "metrics": "http://127.0.0.1:9/metrics",
+                "healthz": "http://127.0.0.1:9/healthz",
+            }
+        ],
+    }
+    console = Console(width=200, record=True)
+    console.print(render(data))
+    text = console.export_text()
+    assert "0.01 / 0.25" in text  # eu/fast p50 / p99
+    assert "- / -" in text  # eu/slow: no runs yet
+    assert "http://127.0.0.1:9/metrics" in text and "beat@h:1" in text
+
+
+def test_with_the_refresher_a_new_check_is_on_its_page_a_scrape_later(r, keys, store, test_kind):
+    from support.polling import wait_for
+
+    store.create(uid="a", tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
+    exporter = CheckExporter(r, keys, page_size=10, cache_s=3600).start_refresh()
+    try:
+        assert samples(exporter.page(0))["checkbeat_probe_exporter_page_checks", ()] == 1
+        store.create(uid="b", tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
+        # This scrape sees the count change and wakes the refresher; a later one has "b".
+        wait_for(
+            lambda: samples(exporter.page(0))["checkbeat_probe_exporter_page_checks", ()] == 2,
+            10,
+            what="the refreshed uid list",
+        )
+    finally:
+        exporter.stop_refresh()

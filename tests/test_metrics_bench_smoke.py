@@ -15,5 +15,5 @@ def test_metrics_bench_quick_mode_runs():
     result = run(2_000, out=out)
     text = out.getvalue()
     assert result["pages"] == 2
-    assert "capped page 0 (1000 checks)" in text and "capped page 1 (1000 checks)" in text
-    assert "cap raised x10" in text and "worst capped page" in text
+    assert "capped page 0 (1,000 checks)" in text and "capped page 1 (1,000 checks)" in text
+    assert "cap raised x10" in text and "worst capped page" in text and "uid list read" in text

@@ -29,6 +29,7 @@ from celery_app.metrics.server import (
     default_collector,
     health_page,
     metrics_page,
+    start_or_log,
 )
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import CronOutcome, Keys
@@ -131,14 +132,16 @@ class MetricsStep(bootsteps.StartStopStep):
             "/metrics": metrics_page(Collected(values, health)),
             "/healthz": health_page(health.check),
         }
-        self.server = MetricsServer(
-            self.address,
-            pages,
-            name=f"worker@{w.hostname}",
-            role="worker",
-            client=health.client,
-            keys=health.keys,
-        ).start()
+        self.server = start_or_log(
+            MetricsServer(
+                self.address,
+                pages,
+                name=f"worker@{w.hostname}",
+                role="worker",
+                client=health.client,
+                keys=health.keys,
+            )
+        )
 
     def stop(self, w: Any) -> None:
         server = getattr(self, "server", None)

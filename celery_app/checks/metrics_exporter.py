@@ -2,13 +2,15 @@
 
 Why capped and paged: a label per check is the one unbounded label checkbeat exports, so one
 scrape reads at most ``CHECKBEAT_METRICS_CHECKS_PAGE_SIZE`` checks (default 1,000): page ``N``
-of the check uids in sorted order (the sorted list is kept up to :data:`UIDS_CACHE_S` while the
-number of checks does not change: a delete and a create in that time show by its end), then
-two pipelined round trips
+of the check uids in sorted order, then two pipelined round trips
 (each check's regions and last results, then its jobs). More checks: scrape more pages (one
 Prometheus job per page with ``params: {page: [N]}``) or raise the page size (docs/metrics.md).
 Each page also says how many checks and pages there are, so a missing page is visible
 (``checkbeat_probe_exporter_pages``).
+
+The sorted uid list is not read per scrape (for 100,000 checks that read is most of the cost):
+beat's refresher thread reads it every :data:`UIDS_CACHE_S` and soon after a scrape sees the
+number of checks change, so a new check is on its page a scrape later.
 
 Series per (check, region): ``checkbeat_probe_success`` (1 when the last result was up),
 ``checkbeat_probe_duration_seconds`` (its latency), ``checkbeat_probe_cost_ewma_seconds``,
@@ -20,6 +22,7 @@ and ``checkbeat_probe_ssl_earliest_cert_expiry`` when the probe recorded a certi
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -32,6 +35,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from celery_app.redis.schema import LANE_NAMES, CheckField, JobField, Keys, job_id
+
+log = logging.getLogger(__name__)
 
 LABELS = ["check", "tenant", "region"]
 #: How long the sorted uid list is reused while the number of checks is unchanged.
@@ -67,21 +72,62 @@ class CheckExporter:
         self._uids: list[str] = []
         self._read_at = float("-inf")
         self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
 
     def invalidate(self) -> None:
         """Read the uid list again at the next page (benchmarks measure that cold path)."""
         with self._lock:
             self._read_at = float("-inf")
 
-    def _sorted_uids(self) -> list[str]:
-        """Every check uid, sorted; read again when the count changed or the copy is older
-        than ``cache_s`` (sorting 100,000 uids on every scrape would be most of its cost)."""
+    def reload(self) -> None:
+        """Read and sort every check uid (SMEMBERS: the cost grows with the checks stored)."""
+        uids = sorted(self.client.smembers(self.keys.checks()))
         with self._lock:
-            count = self.client.scard(self.keys.checks())
-            now = time.monotonic()
-            if count != len(self._uids) or now - self._read_at >= self.cache_s:
-                self._uids = sorted(self.client.smembers(self.keys.checks()))
-                self._read_at = now
+            self._uids, self._read_at = uids, time.monotonic()
+
+    def start_refresh(self) -> CheckExporter:
+        """Keep the uid list fresh from a daemon thread, so no scrape waits for it: every
+        ``cache_s``, and soon after a scrape saw the number of checks change."""
+        try:
+            self.reload()
+        except redis.RedisError as exc:  # the first scrape reads it (beat must start anyway)
+            log.warning("metrics: could not read the check uids: %s", exc)
+
+        def run() -> None:
+            while not self._stop.is_set():
+                self._wake.wait(self.cache_s)
+                self._wake.clear()
+                if self._stop.is_set():
+                    return
+                try:
+                    self.reload()
+                except redis.RedisError as exc:
+                    log.warning("metrics: could not read the check uids: %s", exc)
+
+        self._refresher = threading.Thread(target=run, name="checkbeat-uids", daemon=True)
+        self._refresher.start()
+        return self
+
+    def stop_refresh(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _sorted_uids(self) -> list[str]:
+        """Every check uid, sorted. Without the refresher (tests, the bench) it is read here
+        when the count changed or the copy is older than ``cache_s``; with it, a change only
+        wakes the refresher and this scrape uses the copy it has."""
+        count = self.client.scard(self.keys.checks())
+        with self._lock:
+            uids, read_at = self._uids, self._read_at
+        if count == len(uids) and time.monotonic() - read_at < self.cache_s:
+            return uids
+        if self._refresher is not None and self._refresher.is_alive():
+            self._wake.set()
+            return uids
+        self.reload()
+        with self._lock:
             return self._uids
 
     def pages(self, stored: int) -> int:

@@ -98,5 +98,14 @@ def cron_table(data: dict[str, Any]) -> Table:
     return table
 
 
+def metrics_table(data: dict[str, Any]) -> Table:
+    table = Table(title="metrics endpoints", title_justify="left")
+    for column in ("process", "role", "metrics", "health"):
+        table.add_column(column)
+    for row in data.get("metrics") or []:
+        table.add_row(row["name"], row["role"], row["metrics"], row["healthz"])
+    return table
+
+
 def render(data: dict[str, Any]) -> Group:
-    return Group(lanes_table(data), checks_table(data), cron_table(data))
+    return Group(lanes_table(data), checks_table(data), cron_table(data), metrics_table(data))

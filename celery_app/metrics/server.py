@@ -174,3 +174,19 @@ class MetricsServer:
                 endpoints.unregister(self.client, self.keys, self.name)
             except redis.RedisError as exc:
                 log.warning("metrics: could not unregister %s: %s", self.name, exc)
+
+
+def start_or_log(server: MetricsServer) -> MetricsServer | None:
+    """Start ``server``; if its address cannot be bound (taken, e.g. by the worker a ``-B``
+    beat runs in), log it and go on without metrics: a process must not die for them."""
+    try:
+        return server.start()
+    except OSError as exc:
+        log.error(
+            "metrics: %s cannot listen on %s:%s (%s); it runs without /metrics and /healthz",
+            server.name,
+            server.host,
+            server.port,
+            exc,
+        )
+        return None
