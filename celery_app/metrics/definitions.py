@@ -13,7 +13,7 @@ from Redis when scraped (``celery_app.checks.metrics_state``), so they are right
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 #: Seconds between a job's tick and its probe starting (fast lane should stay in the first few).
@@ -23,9 +23,6 @@ TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 CRON_RUN_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 REGION_LANE = ("region", "lane")
-
-# ``*_created`` series double every counter and histogram and no rule or panel reads them.
-disable_created_metrics()
 
 # --- beat: the loop and the cron engine -----------------------------------------------------
 BEAT_LAST_TICK = Gauge(
