@@ -33,6 +33,7 @@ from celery_app.checks.run_contract import (
     max_timeout_s,
 )
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys, split_job_id
 from scheduling_core import Params
@@ -68,6 +69,7 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         scheduled_at=outcome.scheduled_at,
         results_maxlen=settings.results_history,
     )
+    metrics.check_run(outcome, written)
     if written:
         refill(app, split_job_id(outcome.job_id)[1])
     else:

@@ -43,6 +43,7 @@ from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promot
 from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
@@ -149,7 +150,7 @@ class Dispatcher:
         return claims
 
     def promote(self, now_s: float) -> int:
-        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
+        return metrics.promoted(promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH))
 
     def claim(
         self,
@@ -168,6 +169,7 @@ class Dispatcher:
             if claimer is None:
                 claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
             taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+            metrics.claimed(region, taken)
             slots[region] = taken.slots
             claims.extend(taken.claims)
             limited += taken.rate_limited
@@ -197,10 +199,12 @@ class Dispatcher:
             log.exception("publishing %d claimed checks failed; releasing them", len(claims))
             self.release(claims)
             raise
+        metrics.published(claims)
         return len(claims)
 
     def release(self, claims: Sequence[Claim]) -> None:
         """Give claims back to the ready index (publishing failed): no run, no penalty."""
+        metrics.released(claims)
         pipe = self.redis.pipeline(transaction=False)
         for c in claims:
             run_script(
@@ -255,6 +259,7 @@ class Dispatcher:
         done = complete_runs(
             self.redis, self.keys, runs, results_maxlen=self.settings.results_history
         )
+        metrics.reaped(runs, done)
         return sum(done)
 
 
