@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine
+from beat.metrics import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.publish import CronPublisher
@@ -39,6 +40,7 @@ from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 
@@ -125,6 +127,7 @@ class CronScheduler(Scheduler):
         self._backoff = 0.0
         self._last_sweep: datetime | None = None
         self._last_heartbeat = float("-inf")
+        self.observer: BeatObserver | None = None
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, **kwargs)
 
@@ -162,16 +165,21 @@ class CronScheduler(Scheduler):
         now = time.monotonic()
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
+        self.observer = self.observer or BeatObserver(app, self.beat_id, [t.id for t in tasks])
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Run what is due; return the seconds to sleep (Celery's Service sleeps that long)."""
         with finish_tick_before_stopping():
-            return self._tick()
+            started = time.perf_counter()
+            sleep = self._tick()
+            return self.observer.ticked(started, sleep) if self.observer else sleep
 
     def sync(self) -> None:
         """Nothing to persist: the state lives in Redis as it happens."""
 
     def close(self) -> None:
+        if self.observer is not None:
+            self.observer.stop()
         try:
             self.store.client.hdel(self.store.keys.beat_heartbeat(), self.beat_id)
         except Exception:
@@ -193,11 +201,13 @@ class CronScheduler(Scheduler):
         try:
             self._reload_if_changed(now)
             report = self.engine.tick(now)
+            metrics.cron_tick(report)
             mono = time.monotonic()
             if mono - self._last_heartbeat >= HEARTBEAT_MIN_GAP:
                 self.store.heartbeat(self.beat_id, now)
                 self._last_heartbeat = mono
         except Exception as exc:
+            metrics.beat_tick_failed()
             self._backoff = min(MAX_BACKOFF, max(0.5, self._backoff * 2))
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
             return self._backoff
@@ -228,6 +238,7 @@ class CronScheduler(Scheduler):
         except Exception as exc:
             log.warning("cron: could not take over unconfirmed claims: %s", exc)
             return
+        metrics.cron_takeover(taken)
         if taken.published or taken.lost:
             log.warning(
                 "cron: took over %d unconfirmed windows, %d lost",

@@ -47,53 +47,80 @@ BROKER_DB, STATE_DB, REDBEAT_DB = 0, 1, 2
 def _noop() -> None: ...
 
 
-def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[str, float]:
-    from beat.cron_engine import CronEngine
-    from celery_app.cron_tasks.publish import CronPublisher
-    from celery_app.cron_tasks.registration import cron, cron_tasks
-    from celery_app.cron_tasks.store import CronStore
-    from celery_app.cron_tasks.tenants import resolve_tenants
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _bench_app(server: RedisServer):
+    """A checkbeat app on the bench's Redis, with its own key prefix."""
     from celery_app.factory import create_app
-    from celery_app.redis.client import get_redis
-    from celery_app.redis.schema import Keys
     from celery_app.settings import load_settings
 
     settings = load_settings(
         redis_url=server.url(STATE_DB), broker_url=server.url(BROKER_DB), key_prefix="bench"
     )
-    app = create_app(settings)
-    for i in range(tasks):
-        cron("* * * * *", app=app, id=f"task-{i}", name=f"bench.task{i}")(_noop)
-    declared = list(cron_tasks(app).values())
+    return create_app(settings), settings
+
+
+def _engine(app, settings, declared: list, owner: str):
+    """A cron engine over ``declared`` whose clock stands still at ``T0`` (ticks pass ``at``)."""
+    from beat.cron_engine import CronEngine
+    from celery_app.cron_tasks.publish import CronPublisher
+    from celery_app.cron_tasks.store import CronStore
+    from celery_app.cron_tasks.tenants import resolve_tenants
+    from celery_app.redis.client import get_redis
+    from celery_app.redis.schema import Keys
+
     store = CronStore(get_redis(settings.redis_url, settings), Keys("bench"), settings.cron_grace)
     publisher = CronPublisher(app, settings.cron_grace)
     publisher.prepare(declared)
-    t0 = datetime(2030, 1, 1, tzinfo=UTC)
-    engine = CronEngine(
+    return CronEngine(
         declared,
         store,
         publisher,
         resolve_tenants(app),
         grace=settings.cron_grace,
-        owner="bench",
-        start=t0,
-        clock=lambda: t0,
+        owner=owner,
+        start=T0,
+        clock=lambda: T0,
     )
+
+
+def _time_windows(server: RedisServer, engine, tasks: int) -> list[float]:
+    """Seconds of the first and the second window's tick, each firing all ``tasks`` (checked
+    against the broker's queue length)."""
+    from celery_app.redis.schema import Keys
+
     broker = redis.Redis.from_url(server.url(BROKER_DB))
     state = redis.Redis.from_url(server.url(STATE_DB))
-    results: dict[str, float] = {}
-    for label, minute in (("first", 0), ("steady", 1)):
+    elapsed = []
+    for minute in (0, 1):
         for key in state.scan_iter(Keys("bench").cron_inflight("*", "*"), count=5000):
             state.delete(key)  # the previous window's runs ended
         broker.delete("celery")
-        at = t0 + timedelta(minutes=minute, seconds=1)
+        at = T0 + timedelta(minutes=minute, seconds=1)
         start = time.perf_counter()
         report = engine.tick(at)
-        elapsed = time.perf_counter() - start
+        elapsed.append(time.perf_counter() - start)
         published = broker.llen("celery")
         assert len(report.fired) == tasks == published, (len(report.fired), published)
-        results[f"{label}_s"] = elapsed
-    quiet_at = t0 + timedelta(minutes=1, seconds=30)
+    return elapsed
+
+
+def _flush(server: RedisServer) -> None:
+    redis.Redis.from_url(server.url(BROKER_DB)).flushdb()
+    redis.Redis.from_url(server.url(STATE_DB)).flushdb()
+
+
+def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[str, float]:
+    from celery_app.cron_tasks.registration import cron, cron_tasks
+
+    app, settings = _bench_app(server)
+    for i in range(tasks):
+        cron("* * * * *", app=app, id=f"task-{i}", name=f"bench.task{i}")(_noop)
+    engine = _engine(app, settings, list(cron_tasks(app).values()), "bench")
+    first, steady = _time_windows(server, engine, tasks)
+    results: dict[str, float] = {"first_s": first, "steady_s": steady}
+    quiet_at = T0 + timedelta(minutes=1, seconds=30)
     samples = []
     for _ in range(quiet_ticks):
         start = time.perf_counter()
@@ -101,8 +128,7 @@ def bench_checkbeat(server: RedisServer, tasks: int, quiet_ticks: int) -> dict[s
         samples.append(time.perf_counter() - start)
     results["quiet_mean_us"] = statistics.fmean(samples) * 1e6
     results["quiet_p99_us"] = sorted(samples)[int(len(samples) * 0.99) - 1] * 1e6
-    broker.flushdb()
-    state.flushdb()
+    _flush(server)
     return results
 
 
@@ -110,22 +136,13 @@ def bench_mixed(server: RedisServer, tasks: int) -> float:
     """Seconds of the steady window with ``tasks`` due tasks of every source."""
     from celery.schedules import crontab
 
-    from beat.cron_engine import CronEngine
-    from celery_app.cron_tasks.publish import CronPublisher
     from celery_app.cron_tasks.registration import cron
     from celery_app.cron_tasks.runtime import RuntimeStore, validate_schedule
     from celery_app.cron_tasks.sources import all_tasks
-    from celery_app.cron_tasks.store import CronStore
-    from celery_app.cron_tasks.tenants import resolve_tenants
-    from celery_app.factory import create_app
     from celery_app.redis.client import get_redis
     from celery_app.redis.schema import CronSource, Keys
-    from celery_app.settings import load_settings
 
-    settings = load_settings(
-        redis_url=server.url(STATE_DB), broker_url=server.url(BROKER_DB), key_prefix="bench"
-    )
-    app = create_app(settings)
+    app, settings = _bench_app(server)
     app.conf.result_expires = None  # no celery.backend_cleanup entry in the count
     quarter = tasks // 4
     for i in range(tasks - 3 * quarter):
@@ -139,8 +156,7 @@ def bench_mixed(server: RedisServer, tasks: int) -> float:
             "args": (i,),
         }
     app.conf.beat_schedule = schedule
-    client = get_redis(settings.redis_url, settings)
-    runtime = RuntimeStore(client, Keys("bench"))
+    runtime = RuntimeStore(get_redis(settings.redis_url, settings), Keys("bench"))
     for i in range(quarter):
         entry = validate_schedule(f"runtime-{i}", task=f"bench.runtime{i}", every="60s")
         runtime.write(entry, create=True)
@@ -149,36 +165,9 @@ def bench_mixed(server: RedisServer, tasks: int) -> float:
     for task in declared:
         sources[str(task.source)] += 1
     assert len(declared) == tasks, (len(declared), sources)
-    store = CronStore(client, Keys("bench"), settings.cron_grace)
-    publisher = CronPublisher(app, settings.cron_grace)
-    publisher.prepare(declared)
-    t0 = datetime(2030, 1, 1, tzinfo=UTC)
-    engine = CronEngine(
-        declared,
-        store,
-        publisher,
-        resolve_tenants(app),
-        grace=settings.cron_grace,
-        owner="bench-mixed",
-        start=t0,
-        clock=lambda: t0,
-    )
-    broker = redis.Redis.from_url(server.url(BROKER_DB))
-    state = redis.Redis.from_url(server.url(STATE_DB))
-    elapsed = 0.0
-    for minute in (0, 1):
-        for key in state.scan_iter(Keys("bench").cron_inflight("*", "*"), count=5000):
-            state.delete(key)
-        broker.delete("celery")
-        at = t0 + timedelta(minutes=minute, seconds=1)
-        start = time.perf_counter()
-        report = engine.tick(at)
-        elapsed = time.perf_counter() - start
-        published = broker.llen("celery")
-        assert len(report.fired) == tasks == published, (len(report.fired), published)
-    broker.flushdb()
-    state.flushdb()
-    return elapsed
+    _first, steady = _time_windows(server, _engine(app, settings, declared, "bench-mixed"), tasks)
+    _flush(server)
+    return steady
 
 
 def bench_redbeat(server: RedisServer, entries: int) -> float:

@@ -68,6 +68,19 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:port`` for IPv6, ``:port`` for every address) as (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(
+            f"must be host:port with a port from 0 to 65535 (0: any free port), got {text!r}"
+        )
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if any(c.isspace() or c in "/[]" for c in host):
+        raise ValueError(f"{host!r} is not a host name or IP address")
+    return host, int(port)
+
+
 def redact_url(url: str) -> str:
     """``url`` with its password (and a user-only secret) replaced by ``***``."""
     scheme, sep, rest = url.partition("://")
@@ -123,6 +136,7 @@ BOUNDS: dict[str, Bound] = {
     "cost_timeout_floor": Bound(0, _DAY_S, " s", note="1 day"),
     "cron_grace": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
     "beat_heartbeat_stale": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
+    "metrics_checks_page_size": Bound(1, 100_000),
 }
 
 #: Settings read as durations: seconds (``10``, ``1.5``) or ISO 8601 (``PT10S``).
@@ -457,6 +471,23 @@ class Settings(BaseSettings):
         description="Single IP addresses probes may reach although they are not public.",
     )
 
+    # --- metrics -------------------------------------------------------------------------
+    metrics_addr: str = Field(
+        "",
+        description=(
+            "Where beat and each worker serve `/metrics` and `/healthz`, as `host:port` (port 0: "
+            "any free port); empty turns them off. `checkbeat up` and compose.yaml set it."
+        ),
+    )
+    metrics_checks_page_size: int = Field(
+        1000,
+        description=_described(
+            "Checks per page of beat's per-check exporter (`/metrics/checks?page=N`); a scrape "
+            "reads no more than one page.",
+            "metrics_checks_page_size",
+        ),
+    )
+
     @field_validator("imports", "regions", "allowed_target_addresses", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
@@ -487,6 +518,14 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"{text!r} is not an IP address; list single addresses such as 10.0.0.7"
                 ) from None
+        return value
+
+    @field_validator("metrics_addr")
+    @classmethod
+    def _listen_address(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            listen_address(value)
         return value
 
     @field_validator("redis_tls_cert_reqs")
@@ -688,7 +727,7 @@ def _default_text(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, list):
         return ",".join(value) or "(empty)"
-    return str(value)
+    return str(value) or "(empty)"
 
 
 def settings_markdown() -> str:

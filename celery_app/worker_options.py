@@ -11,6 +11,7 @@ import click
 from celery import Celery
 
 WORKER_STEP = "workers.worker_step:CheckWorkerStep"
+METRICS_STEP = "workers.metrics_step:MetricsStep"
 
 
 def install_worker_options(app: Celery) -> None:
@@ -35,3 +36,4 @@ def install_worker_options(app: Celery) -> None:
         )
     )
     app.steps["worker"].add(WORKER_STEP)
+    app.steps["worker"].add(METRICS_STEP)

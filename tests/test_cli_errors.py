@@ -9,16 +9,15 @@ listener that never answers, and the suite's real redis-server.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.checks import register_fake_worker
+from support.projects import run_module
 
 from celery_app.cli.common import EXIT_CANNOT_RUN, CannotRun, reported_as_cannot_run
 from celery_app.redis.schema import Keys
@@ -58,20 +57,10 @@ COMMANDS = [
 
 def celery(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "cli_user_tasks.py").write_text(textwrap.dedent(USER_TASKS))
-    environ = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)]),
-        "CHECKBEAT_IMPORTS": "cli_user_tasks",
-        **env,
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "celery_app", *args],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module(
+        "celery", "-A", "celery_app", *args, cwd=tmp_path, pythonpath=[REPO, tmp_path],
+        CHECKBEAT_IMPORTS="cli_user_tasks", **env,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -165,14 +154,10 @@ def test_checkbeat_status_reports_an_unreachable_redis_in_one_line_and_exits_2(
     tmp_path, closed_port
 ):
     url = f"redis://:{SECRET}@127.0.0.1:{closed_port}/1"
-    done = subprocess.run(
-        [sys.executable, "-m", "celery_app.cli.main", "status", "--data-dir", str(tmp_path)],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), "CHECKBEAT_REDIS_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_module(
+        "celery_app.cli.main", "status", "--data-dir", str(tmp_path), cwd=tmp_path,
+        pythonpath=[REPO], CHECKBEAT_REDIS_URL=url,
+    )  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == EXIT_CANNOT_RUN, output
     assert "Traceback" not in output and SECRET not in output

@@ -200,3 +200,19 @@ def test_every_variable_is_a_documented_checkbeat_variable():
     assert used, "compose.yaml should be configured by variables"
     assert all(name.startswith("CHECKBEAT_") for name in used), used
     assert used <= documented, f"missing from .env.example: {sorted(used - documented)}"
+
+
+@pytest.mark.parametrize("service", ["beat", "worker-fast", "worker-shared", "worker-tasks"])
+def test_beat_and_workers_serve_metrics_and_their_healthcheck_asks_healthz(compose, service):
+    spec = compose["services"][service]
+    settings = load_settings(
+        **{
+            k.removeprefix("CHECKBEAT_").lower(): v
+            for k, v in spec["environment"].items()
+            if k.startswith("CHECKBEAT_METRICS_")
+        }
+    )
+    port = settings.metrics_addr.rsplit(":", 1)[1]
+    probe = " ".join(spec["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/healthz" in probe
+    assert spec["healthcheck"]["start_period"]  # beat is unhealthy until its first tick

@@ -7,9 +7,6 @@ subcommands attached, identical to the installed entry points.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
 from datetime import UTC, datetime
@@ -17,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.cron import broker_headers
+from support.projects import run_module
 
 from celery_app.redis.schema import Keys
 
@@ -43,20 +41,10 @@ def nightly(): ...
 
 
 def run_cli(tmp_path: Path, *args: str, module: str = "goodmod", **env: str):
-    environ = dict(os.environ)
-    environ.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]),
-        CHECKBEAT_IMPORTS=module,
-        **env,
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "celery_app.cli", "-A", "celery_app", *args],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module(
+        "celery_app.cli", "-A", "celery_app", *args, cwd=ROOT, pythonpath=[ROOT, tmp_path],
+        CHECKBEAT_IMPORTS=module, **env,
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -10,9 +10,6 @@ tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x: 2.5 simulate
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -24,6 +21,7 @@ import pytest
 import redis
 from support.cron import T0
 from support.polling import wait_for
+from support.projects import UserProject, stop
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 
@@ -90,47 +88,27 @@ def cron_minutely(self):
 """
 
 
-class Project:
+class Project(UserProject):
+    """``proj`` written to ``root``, on the test clock at ``RATE`` (checkbeat importable from the
+    repository, as the project has no installed copy of its own)."""
+
     def __init__(self, root: Path, broker_url: str) -> None:
-        self.root = root
-        self.broker_url = broker_url
-        self.prefix = f"dropin{uuid.uuid4().hex[:8]}"
+        super().__init__(root, broker_url, f"dropin{uuid.uuid4().hex[:8]}")
         package = root / "proj"
         package.mkdir()
         (package / "__init__.py").write_text("")
         (package / "celery.py").write_text(textwrap.dedent(CELERY_PY))
         (package / "tasks.py").write_text(textwrap.dedent(TASKS_PY))
         self.clock = Clock(start=T0 - timedelta(seconds=5), epoch=time.time(), rate=RATE)
-        self.processes: list[subprocess.Popen] = []
+
+    def pythonpath(self) -> list[str]:
+        return [str(self.root), str(ROOT)]
 
     def env(self, **extra: str) -> dict[str, str]:
-        environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHECKBEAT_")}
-        environ.update(
-            PYTHONPATH=os.pathsep.join([str(self.root), str(ROOT)]),
-            PROJ_BROKER_URL=self.broker_url,
-            PROJ_KEY_PREFIX=self.prefix,
-            **{TEST_CLOCK_ENV: self.clock.encode()},
-            **extra,
-        )
-        return environ
-
-    def celery(self, *args: str, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "proj", *args],
-            cwd=self.root, env=self.env(**env), capture_output=True, text=True, timeout=90,
-        )  # fmt: skip
-
-    def start(self, *args: str) -> subprocess.Popen:
-        log = open(self.root / f"{args[0]}-{len(self.processes)}.log", "w")  # noqa: SIM115
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "proj", *args],
-            cwd=self.root, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.processes.append(process)
-        return process
+        return super().env(**{TEST_CLOCK_ENV: self.clock.encode()}, **extra)
 
     def logs(self) -> str:
-        return "\n".join(p.read_text()[-4000:] for p in sorted(self.root.glob("*.log")))
+        return super().logs(tail=4000)
 
     def wait_until(self, simulated: datetime) -> None:
         wait_for(
@@ -138,15 +116,6 @@ class Project:
             timeout=self.clock.real_seconds((simulated - self.clock.now()).total_seconds()) + 5,
             what=f"simulated {simulated}",
         )
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture

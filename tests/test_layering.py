@@ -8,6 +8,8 @@
   state; ``celery_app.redis`` (client, TLS, schema, scripts) knows no cron task or check.
 - app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``) builds and serves
   the Celery app; ``cron_tasks`` and ``checks`` are siblings that never import each other.
+- ``celery_app.metrics`` (the Prometheus series, their server) sits beside app: it knows settings
+  and the schema only, so ``cron_tasks`` and ``checks`` may record into it.
 - the edges (``beat``, ``workers``, ``celery_app.cli``, ``celery_app.local`` and the package's
   public ``celery_app/__init__``) use everything below; beat and workers never import each
   other, and nothing below the edges names beat or workers except as an import string.
@@ -26,7 +28,15 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduling_core", "celery_app", "beat", "workers")
 FOUNDATION = {"settings", "clock", "errors", "names"}
 APP = {"factory", "publish", "registry", "worker_options"}
-RANK = {"core": 0, "foundation": 1, "redis": 2, "app": 3, "cron_tasks": 4, "checks": 4}
+RANK = {
+    "core": 0,
+    "foundation": 1,
+    "redis": 2,
+    "app": 3,
+    "metrics": 3,
+    "cron_tasks": 4,
+    "checks": 4,
+}
 EDGE_RANK = 5
 #: Edge-to-edge imports that are allowed: the console script starts the local system, and the
 #: local demo declares its cron task through the public API.
@@ -45,7 +55,7 @@ def layer(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "api"
-    if parts[1] in ("redis", "cron_tasks", "checks", "cli", "local"):
+    if parts[1] in ("redis", "metrics", "cron_tasks", "checks", "cli", "local"):
         return parts[1]
     if parts[1] in FOUNDATION:
         return "foundation"

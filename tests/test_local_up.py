@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -124,10 +125,22 @@ def test_up_demo_runs_checks_learns_lanes_fires_cron_and_stops_cleanly(tmp_path)
             fired_both = {"acme", "globex"} <= {
                 t for t, s in tenants.items() if s.get("last_outcome") == "success"
             }
-            return status if (len(fast_up) >= 2 and slow and fired_both) else None
+            # beat and five workers serve metrics; lateness is read from the workers' histograms
+            served = len(status["metrics"]) == 6
+            late = (status["lateness"].get("eu/fast") or {}).get("runs", 0) > 0
+            return (
+                status if (len(fast_up) >= 2 and slow and fired_both and served and late) else None
+            )
 
         status = wait_for(settled, timeout=150, interval=1.0, what="demo to settle")
         assert {lane["region"] for lane in status["lanes"]} == {"eu", "us"}
+        roles = sorted(m["role"] for m in status["metrics"])
+        assert roles == ["beat", *["worker"] * 5]
+        for endpoint in status["metrics"]:
+            with urllib.request.urlopen(endpoint["healthz"], timeout=5) as reply:
+                assert reply.status == 200, endpoint
+        assert status["lateness"]["eu/fast"]["p50"] is not None
+        assert status["lateness"]["eu/fast"]["p99"] >= status["lateness"]["eu/fast"]["p50"]
         pids = _child_pids(data_dir)
         assert len(pids) >= 7  # redis, beat, 5 workers (+ flower when installed)
 
@@ -135,6 +148,8 @@ def test_up_demo_runs_checks_learns_lanes_fires_cron_and_stops_cleanly(tmp_path)
         code, out = _stop_when_done(proc)
         assert code == 0, out
         assert "stopping beat" in out
+        beat_url = next(m["url"] for m in status["metrics"] if m["role"] == "beat")
+        assert f"metrics: beat {beat_url}/metrics" in out
         assert out.index("stopping beat") < out.index("stopping worker")
         survivors = {p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)}
         assert not survivors, f"left behind: {survivors}\n{out}"

@@ -4,14 +4,12 @@ shadow a task declared in code."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from support.cron import T0, end_runs, sends
+from support.projects import run_module
 
 import beat.scheduler as scheduler_module
 from beat.scheduler import CronScheduler
@@ -189,11 +187,9 @@ def test_a_running_beat_sees_add_and_rm_at_its_next_tick(cron_app, broker_url, r
 
 
 def run_cli(*args: str):
-    environ = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "celery_app.cli", "-A", "celery_app", "schedule", *args],
-        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    return run_module(
+        "celery_app.cli", "-A", "celery_app", "schedule", *args, cwd=ROOT, pythonpath=[ROOT]
+    )
 
 
 def test_the_cli_adds_lists_and_refuses_a_bad_field_naming_its_flag(r):

@@ -10,10 +10,7 @@ given), so the keys found there show which prefix won.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ from pathlib import Path
 import pytest
 import redis
 from support.polling import wait_for
+from support.projects import UserProject, stop
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT
@@ -48,58 +46,16 @@ def project(tmp_path: Path, redis_server, project_db) -> Project:
     return Project(tmp_path, redis_server.url(PROJECT_DB), f"proj{uuid.uuid4().hex[:8]}")
 
 
-class Project:
-    """The copied projects and how to run ``celery -A <name>`` in them."""
+class Project(UserProject):
+    """The copied projects (``proj`` by default, ``plain`` with ``app="plain"``)."""
 
     def __init__(self, root: Path, broker_url: str, prefix: str) -> None:
-        self.root, self.broker_url, self.prefix = root, broker_url, prefix
+        super().__init__(root, broker_url, prefix)
         self.keys = Keys(prefix)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHECKBEAT_")}
-        environ.update(
-            PYTHONPATH=str(self.root),
-            PROJ_BROKER_URL=self.broker_url,
-            PROJ_KEY_PREFIX=self.prefix,
-            **extra,
-        )
-        return environ
-
-    def celery(self, *args: str, app: str = "proj", **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "celery", "-A", app, *args],
-            cwd=self.root,
-            env=self.env(**env),
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
-
-    def start(self, *args: str, app: str = "proj", **env: str) -> subprocess.Popen:
-        log = open(self.root / f"{args[0]}-{len(list(self.root.glob('*.log')))}.log", "w")  # noqa: SIM115
-        return subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, *args],
-            cwd=self.root,
-            env=self.env(**env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
 
     def add_conf(self, line: str, app: str = "proj") -> None:
         with open(self.root / app / "celery.py", "a") as module:
             module.write(f"{line}\n")
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text() for p in sorted(self.root.glob("*.log")))
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def test_schedule_list_shows_the_projects_cron_task_in_its_timezone(project):

@@ -34,6 +34,7 @@ from celery_app.checks.run_contract import (
     max_timeout_s,
 )
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
@@ -76,9 +77,9 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         if lease_is_current(client, keys, outcome.job_id, outcome.lease_token):
             step = QuarantineStep.POST_EXEC
             quarantine(client, keys, outcome.job_id, step, exc, server_time(client))
-        written = False
         refill(app, split_job_id(outcome.job_id)[1])
-        return written
+        return False
+    metrics.check_run(outcome, written)
     if written:
         refill(app, split_job_id(outcome.job_id)[1])
     else:

@@ -45,6 +45,7 @@ from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, f
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
@@ -151,7 +152,7 @@ class Dispatcher:
         return claims
 
     def promote(self, now_s: float) -> int:
-        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
+        return metrics.promoted(promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH))
 
     def claim(
         self,
@@ -177,6 +178,7 @@ class Dispatcher:
                 # no single job to blame (each one was tried alone): the other regions go on
                 log.exception("claiming in region %s failed; the other regions go on", region)
                 continue
+            metrics.claimed(region, taken)
             slots[region] = taken.slots
             claims.extend(taken.claims)
             limited += taken.rate_limited
@@ -213,10 +215,12 @@ class Dispatcher:
             log.exception("publishing %d claimed checks failed; releasing them", len(claims))
             self.release(claims)
             raise
+        metrics.published(claims)
         return len(claims)
 
     def release(self, claims: Sequence[Claim]) -> None:
         """Give claims back to the ready index (publishing failed): no run, no penalty."""
+        metrics.released(claims)
         pipe = self.redis.pipeline(transaction=False)
         for c in claims:
             run_script(
@@ -287,7 +291,9 @@ class Dispatcher:
         for run, reply in zip(runs, done, strict=True):
             if isinstance(reply, Exception):
                 quarantine(self.redis, self.keys, run.job_id, QuarantineStep.REAP, reply, now_s)
-        return sum(1 for reply in done if reply is True)
+        written = [reply is True for reply in done]
+        metrics.reaped(runs, written)
+        return sum(written)
 
 
 def _message(build: Any, c: Claim) -> TaskMessage:

@@ -30,6 +30,7 @@ from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
+from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import CronOutcome, CronStateField, Keys
 
@@ -121,6 +122,7 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
         log.exception("cron: could not record the start of %s (%s, %s)", task_id, tenant, window)
         return
     setattr(request, RUN_CLAIMED_ATTR, first is None)
+    metrics.cron_run_started(request, task_id, first is None)
     if first is not None:
         log.warning(
             "cron: suppressed delivery %s of %s (%s, window %s): %s already started it",
@@ -148,12 +150,14 @@ def _on_postrun(
         return
     task_id, tenant, window, _manual = cron
     ok = state == states.SUCCESS
+    outcome = CronOutcome.SUCCESS if ok else CronOutcome.FAILURE
+    metrics.cron_run_finished(task.request, task_id, outcome)
     try:
         store_for(task.app).run_finished(
             task_id,
             tenant,
             window,
-            CronOutcome.SUCCESS if ok else CronOutcome.FAILURE,
+            outcome,
             "" if ok else _error_text(retval),
             datetime.now(UTC),
         )
@@ -170,6 +174,7 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
         return
     task_id, tenant, window, _manual = cron
     outcome = CronOutcome.EXPIRED if expired else CronOutcome.REVOKED
+    metrics.cron_run_finished(None, task_id, outcome)
     app = getattr(sender, "app", None) or getattr(request, "app", None)
     if app is None:
         from celery import current_app
@@ -223,5 +228,6 @@ def _on_hard_time_limit(
             _error_text(exception),
             datetime.now(UTC),
         )
+        metrics.cron_run_finished(None, declared.task_id, CronOutcome.FAILURE)
     except Exception:
         log.exception("cron: could not record the hard time limit of %s", declared.task_id)

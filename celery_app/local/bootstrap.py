@@ -18,6 +18,7 @@ from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists
 from celery_app.factory import create_app, settings_of
 from celery_app.local.embedded_redis import RedisServer
+from celery_app.local.lateness import LatenessWindow
 from celery_app.local.status import collect_status, write_env_file
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
@@ -130,11 +131,12 @@ def watch(
     from celery_app.local.view import render
 
     console = Console()
+    lateness = LatenessWindow()
     with Live(console=console, refresh_per_second=4, screen=False) as live:
         while not stop.is_set():
             stack.supervisor.check()
             try:
-                live.update(render(collect_status(stack.app)))
+                live.update(render(collect_status(stack.app, lateness)))
             except Exception as exc:
                 live.update(f"status unavailable: {exc}")
             stop.wait(options.refresh)

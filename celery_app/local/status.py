@@ -21,6 +21,8 @@ from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.service import CronService, row_dict
 from celery_app.factory import settings_of
+from celery_app.local.lateness import LatenessWindow, scrape, summary
+from celery_app.metrics import endpoints
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import LANE_NAMES, CronStateField, Keys, check_queue
 
@@ -141,14 +143,33 @@ def _cron(app: Celery) -> list[dict[str, Any]]:
     return rows
 
 
-def collect_status(app: Celery) -> dict[str, Any]:
-    """Everything the view shows, as plain JSON-able data."""
+def _metrics(app: Celery, keys: Keys) -> list[dict[str, Any]]:
+    """Every live metrics endpoint (beat's and the workers'), with the URLs to scrape."""
+    settings = settings_of(app)
+    rows = []
+    for entry in endpoints.endpoints(get_redis(settings.redis_url, settings), keys):
+        row = {**entry, "metrics": entry["url"] + "/metrics", "healthz": entry["url"] + "/healthz"}
+        if entry.get("role") == "beat":
+            row["checks"] = entry["url"] + "/metrics/checks?page=0"
+        row["at"] = _iso(entry.get("at"))
+        rows.append(row)
+    return rows
+
+
+def collect_status(app: Celery, lateness: LatenessWindow | None = None) -> dict[str, Any]:
+    """Everything the view shows, as plain JSON-able data. Start lateness is read from the
+    workers' histograms: over ``lateness``'s window, or since they started."""
     settings = settings_of(app)
     keys = Keys(settings.key_prefix)
+    metrics = _metrics(app, keys)
+    workers = [m["metrics"] for m in metrics if m.get("role") == "worker"]
+    late = lateness.read(workers) if lateness is not None else summary(scrape(workers))
     return {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "regions": list(settings.regions),
         "lanes": _lanes(app, keys, list(settings.regions)),
         "checks": _checks(app, keys),
         "cron": _cron(app),
+        "metrics": metrics,
+        "lateness": late,
     }

@@ -19,13 +19,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.local.supervisor import ChildDied, ChildSpec, Supervisor
 
+METRICS_ENV = "CHECKBEAT_METRICS_ADDR"
 #: The pool of the cron-task worker (see worker_specs).
 CRON_TASK_POOL = "prefork"
 
@@ -131,6 +132,24 @@ def worker_specs(env: Mapping[str, str], regions: tuple[str, ...], pool: str) ->
     return specs
 
 
+def with_metrics(spec: ChildSpec) -> ChildSpec:
+    """``spec`` serving /metrics and /healthz on a free loopback port of its own."""
+    addr = f"127.0.0.1:{free_port()}"
+    return replace(spec, env={**spec.env, METRICS_ENV: addr})
+
+
+def metrics_lines(children: list[Any]) -> list[str]:
+    """Where each child serves its metrics (what ``up`` prints)."""
+    lines = []
+    for child in children:
+        addr = child.spec.env.get(METRICS_ENV)
+        if not addr:
+            continue
+        extra = f", per check: http://{addr}/metrics/checks" if child.name == "beat" else ""
+        lines.append(f"metrics: {child.name} http://{addr}/metrics (health: /healthz{extra})")
+    return lines
+
+
 def flower_available() -> bool:
     return importlib.util.find_spec("flower") is not None
 
@@ -158,9 +177,11 @@ def run_up(
         env = child_env(os.environ, extra)
         stack.env = env
         bootstrap.before_start(options, stack, echo)
-        supervisor.start(ChildSpec("beat", celery_argv("beat", "--loglevel", "INFO"), env))
+        supervisor.start(with_metrics(ChildSpec("beat", celery_argv("beat", "-l", "INFO"), env)))
         for spec in worker_specs(env, stack.regions, options.pool):
-            supervisor.start(spec)
+            supervisor.start(with_metrics(spec))
+        for line in metrics_lines(supervisor.children):
+            echo(line)
         if flower_available():
             port = options.flower_port or free_port()
             supervisor.start(

@@ -14,21 +14,29 @@ def _ms(value: Any) -> str:
     return "-" if value in (None, "") else f"{float(value):.0f}"
 
 
+def _s(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
+
+
 def _time(value: str | None) -> str:
     return value[11:19] if value else "-"
 
 
 def lanes_table(data: dict[str, Any]) -> Table:
     table = Table(title="lanes", title_justify="left")
-    for column in ("region", "lane", "running", "queued (broker)", "waiting (redis, WFQ)"):
+    columns = ("region", "lane", "running", "queued (broker)", "waiting (redis, WFQ)")
+    for column in (*columns, "start late p50 / p99 s"):
         table.add_column(column)
+    lateness = data.get("lateness") or {}
     for lane in data["lanes"]:
+        late = lateness.get(f"{lane['region']}/{lane['lane']}") or {}
         table.add_row(
             lane["region"],
             lane["lane"],
             str(lane["running"]),
             str(lane["queued"]),
             str(lane["waiting"]),
+            f"{_s(late.get('p50'))} / {_s(late.get('p99'))}",
         )
     return table
 
@@ -90,5 +98,14 @@ def cron_table(data: dict[str, Any]) -> Table:
     return table
 
 
+def metrics_table(data: dict[str, Any]) -> Table:
+    table = Table(title="metrics endpoints", title_justify="left")
+    for column in ("process", "role", "metrics", "health"):
+        table.add_column(column)
+    for row in data.get("metrics") or []:
+        table.add_row(row["name"], row["role"], row["metrics"], row["healthz"])
+    return table
+
+
 def render(data: dict[str, Any]) -> Group:
-    return Group(lanes_table(data), checks_table(data), cron_table(data))
+    return Group(lanes_table(data), checks_table(data), cron_table(data), metrics_table(data))

@@ -300,6 +300,12 @@ class Keys:
         """Set of worker hostnames registered for a region (stale ones have no worker key)."""
         return f"{self.prefix}:workers:{region}"
 
+    # --- metrics ----------------------------------------------------------------------------
+    def metrics_endpoints(self) -> str:
+        """Hash process name -> JSON {url, role, at}: where each beat and worker serves
+        ``/metrics`` (refreshed while it runs; ``checkbeat status --json`` lists them)."""
+        return f"{self.prefix}:metrics:endpoints"
+
 
 # --- cron tasks ----------------------------------------------------------------------------
 # Appended here (after Keys) so they stay apart from the check tables above; registered for

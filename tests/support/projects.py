@@ -1,0 +1,90 @@
+"""A user's own Celery project in a tmp dir, driven the way its owner would: ``celery -A proj``.
+
+The project directory is the cwd and on PYTHONPATH; no ``CHECKBEAT_*`` variable of the suite
+reaches it unless a test passes one, so what the project's own configuration says is what is
+tested. ``PROJ_BROKER_URL`` and ``PROJ_KEY_PREFIX`` tell the project's app where its Redis is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+class UserProject:
+    """Run ``celery -A <app>`` in ``root``: to completion, or as a logged background process."""
+
+    def __init__(self, root: Path, broker_url: str, prefix: str, app: str = "proj") -> None:
+        self.root, self.broker_url, self.prefix, self.app = root, broker_url, prefix, app
+        self.processes: list[subprocess.Popen] = []
+
+    def pythonpath(self) -> list[str]:
+        return [str(self.root)]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHECKBEAT_")}
+        environ.update(
+            PYTHONPATH=os.pathsep.join(self.pythonpath()),
+            PROJ_BROKER_URL=self.broker_url,
+            PROJ_KEY_PREFIX=self.prefix,
+            **extra,
+        )
+        return environ
+
+    def celery(self, *args: str, app: str | None = None, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "celery", "-A", app or self.app, *args],
+            cwd=self.root,
+            env=self.env(**env),
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+
+    def start(self, *args: str, app: str | None = None, **env: str) -> subprocess.Popen:
+        """Start ``celery <args>`` in the background, its output in ``<command>-<n>.log``."""
+        log = open(self.root / f"{args[0]}-{len(list(self.root.glob('*.log')))}.log", "w")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app or self.app, *args],
+            cwd=self.root,
+            env=self.env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        return process
+
+    def logs(self, tail: int | None = None) -> str:
+        return "\n".join(p.read_text()[-(tail or 0) :] for p in sorted(self.root.glob("*.log")))
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM (Celery's warm shutdown), then SIGKILL if it has not ended within 20 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_module(
+    module: str, *args: str, cwd: Path, pythonpath: list[Path], timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m <module> <args>`` to completion, with the suite's environment plus ``env`` and
+    ``pythonpath`` (checkbeat's own commands, run the way an operator types them)."""
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, pythonpath)), **env}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
