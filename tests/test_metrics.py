@@ -18,10 +18,17 @@ from beat.metrics import BeatHealth, checks_page
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.metrics_exporter import CheckExporter
 from celery_app.checks.metrics_state import CheckStateCollector
+from celery_app.checks.quarantine import quarantine
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.metrics import endpoints, record
 from celery_app.metrics.server import MetricsServer, PageError, health_page, metrics_page
-from celery_app.redis.schema import CronSkipReason, WorkerField, WorkerRoleName, job_id
+from celery_app.redis.schema import (
+    CronSkipReason,
+    QuarantineStep,
+    WorkerField,
+    WorkerRoleName,
+    job_id,
+)
 from celery_app.settings import SettingsError, load_settings
 
 
@@ -148,6 +155,13 @@ def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
     released = value("checkbeat_dispatch_released_total", region="eu", lane="fast")
     dispatcher.release(report.claims)
     assert value("checkbeat_dispatch_released_total", region="eu", lane="fast") - released == 2
+
+    # A job set aside is counted (and leaves the ready index it was in).
+    assert samples(collector.collect())["checkbeat_checks_quarantined", ()] == 0
+    assert quarantine(r, keys, job_id("s0", "eu"), QuarantineStep.CLAIM, "torn", 2_000_000_000.0)
+    got = samples(collector.collect())
+    assert got["checkbeat_checks_quarantined", ()] == 1
+    assert got["checkbeat_checks_ready", eu_fast] == 2
 
 
 def test_an_unreachable_redis_reports_down_and_no_stale_numbers(keys, settings):

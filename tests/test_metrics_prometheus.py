@@ -211,11 +211,14 @@ def test_prometheus_scrapes_every_process_and_sees_the_series_move(
 def test_promtool_accepts_the_alert_rules_and_the_scrape_config():
     import subprocess
 
+    import yaml
+
     done = subprocess.run(
         [PROMTOOL, "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout
+    rules = sum(len(group["rules"]) for group in yaml.safe_load(ALERTS.read_text())["groups"])
+    assert f"SUCCESS: {rules} rules found" in done.stdout
     # The example scrape config for compose loads (and with it the rules file next to it).
     done = subprocess.run(
         [PROMTOOL, "check", "config", str(ALERTS.parent / "prometheus.yml")],

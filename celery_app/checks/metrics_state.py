@@ -58,11 +58,12 @@ class CheckStateCollector:
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.due())
         pipe.scard(k.checks())
+        pipe.scard(k.quarantine())
         for region in self.regions:
             pipe.smembers(k.held_tenants(region))
             for lane in LANES:
                 pipe.zcard(k.ready(region, lane))
-        due, stored, *rest = pipe.execute()
+        due, stored, quarantined, *rest = pipe.execute()
         held_tenants: dict[str, list[str]] = {}
         ready: dict[tuple[str, int], int] = {}
         step = 1 + len(LANES)
@@ -87,6 +88,11 @@ class CheckStateCollector:
         g_due.add_metric([], due)
         g_stored = GaugeMetricFamily("checkbeat_checks_stored", "Checks defined.")
         g_stored.add_metric([], stored)
+        g_quarantined = GaugeMetricFamily(
+            "checkbeat_checks_quarantined",
+            "Jobs set aside because their data broke a dispatch step (checks diagnose lists them).",
+        )
+        g_quarantined.add_metric([], quarantined)
         g_ready = GaugeMetricFamily(
             "checkbeat_checks_ready", "Due jobs waiting for a slot (WFQ order).", labels=REGION_LANE
         )
@@ -123,7 +129,17 @@ class CheckStateCollector:
                 g_free.add_metric(labels, free[lane])
             g_slots.add_metric([region], capacity.total)
             g_workers.add_metric([region], len(capacity.workers))
-        return [g_due, g_stored, g_ready, g_held, g_leased, g_free, g_slots, g_workers]
+        return [
+            g_due,
+            g_stored,
+            g_quarantined,
+            g_ready,
+            g_held,
+            g_leased,
+            g_free,
+            g_slots,
+            g_workers,
+        ]
 
     def _broker(self) -> Iterable[Metric]:
         up = GaugeMetricFamily(
