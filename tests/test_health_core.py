@@ -27,7 +27,10 @@ results = st.lists(st.sampled_from(list(State)), max_size=60)
 thresholds = st.integers(min_value=1, max_value=6)
 
 
-def run(seq, failure, success, start=RegionHealth()):
+FRESH = RegionHealth()
+
+
+def run(seq, failure, success, start=FRESH):
     health = start
     history = []
     for result in seq:

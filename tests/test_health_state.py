@@ -47,7 +47,7 @@ def test_down_only_after_failure_threshold_and_up_after_success_threshold(r, key
     assert go(False, 1) == (True, None)
     assert go(False, 2) == (True, None)
     assert read_job(r, keys, "c@eu").health.state == State.UP
-    written, down = go(False, 3)
+    _written, down = go(False, 3)
     assert down == "c#1"
     assert read_job(r, keys, "c@eu").health.state == State.DOWN
     assert go(True, 4) == (True, None)
