@@ -71,7 +71,7 @@ def system(r, broker, tmp_path: Path, start_worker_process):
                     env=worker_env(**ENV),
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                )  # fmt: skip
+                )
             )
         workers = {}
         for region in REGIONS:

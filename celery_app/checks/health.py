@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from celery_app.checks.maintenance import open_until, windows_for_check
 from celery_app.redis.schema import (
     CheckStateField,
+    JobField,
     Keys,
     TransitionField,
     job_id,
@@ -171,3 +172,13 @@ def read_transitions(client: Any, key: str, count: int = 20) -> list[dict[str, A
         json.loads(fields[TransitionField.RECORD])
         for _id, fields in client.xrevrange(key, count=count)
     ]
+
+
+def read_check_health(client: Any, keys: Keys, uid: str, regions: tuple[str, ...]) -> CheckHealth:
+    """A check's state and its regions' states, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.check_state(uid))
+    for region in regions:
+        pipe.hget(keys.job(job_id(uid, region)), JobField.HEALTH)
+    h, *states = pipe.execute()
+    return decode_health(h, {r: State(s or State.UP) for r, s in zip(regions, states, strict=True)})

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
+from celery_app.checks.health import read_transitions
 from celery_app.checks.ratelimit import (
     clear_rate_limit,
     default_burst,
@@ -24,6 +25,13 @@ from celery_app.checks.redaction import redact_definition, redact_target
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
 from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
+from celery_app.cli.maintenance import (
+    echo_state,
+    maintenance,
+    maintenance_summary,
+    read_check_health,
+    transitions,
+)
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
@@ -77,6 +85,13 @@ def _definition_options(required: bool):  # type: ignore[no-untyped-def]
                 click.option("--region-spread", type=float, help="Seconds between regions."),
                 click.option("--plan-weight", type=int, help="Plan tier weight (>= 0)."),
                 click.option("--config", help="Kind configuration as a JSON object."),
+                click.option(
+                    "--failure-threshold", type=int, help="Failures in a row to go down (1-100)."
+                ),
+                click.option(
+                    "--success-threshold", type=int, help="Successes in a row to recover (1-100)."
+                ),
+                click.option("--quorum", type=int, help="Regions down for the check to be down."),
             ]
         ):
             fn = option(fn)
@@ -101,6 +116,9 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
         "region_spread": opts["region_spread"],
         "plan_weight": opts["plan_weight"] or 0,
         "config": _config(opts["config"]) or {},
+        "failure_threshold": opts["failure_threshold"],
+        "success_threshold": opts["success_threshold"],
+        "quorum": opts["quorum"],
     }
     try:
         defn = _store(ctx).create(**fields)
@@ -120,7 +138,8 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
 def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) -> None:
     """Change some fields of check UID; its jobs are reconciled (EWMAs kept)."""
     changes: dict[str, Any] = {}
-    for name in ("tenant", "kind", "target", "period", "region_spread", "plan_weight"):
+    names = ("tenant", "kind", "target", "period", "region_spread", "plan_weight")
+    for name in (*names, "failure_threshold", "success_threshold", "quorum"):
         if opts[name] is not None:
             changes[name] = opts[name]
     if opts["regions"] is not None:
@@ -223,6 +242,9 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
     return {
         "check": redact_definition(stored.definition.as_dict()),
         "version": stored.version,
+        "state": read_check_health(store, uid).as_dict(),
+        "maintenance": maintenance_summary(store, stored.definition),
+        "transitions": read_transitions(store.redis, keys.check_transitions(uid), count=history),
         "jobs": jobs,
         "results": recent,
     }
@@ -244,6 +266,7 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
         return
     for name, value in data["check"].items():
         click.echo(f"{name:14} {escape(value)}")
+    echo_state(data)
     for job in data["jobs"]:
         click.echo(
             f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
@@ -388,3 +411,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo("no problems")
     else:
         ctx.exit(EXIT_PROBLEM)
+
+
+checks.add_command(maintenance)
+checks.add_command(transitions)
