@@ -124,10 +124,19 @@ def test_up_demo_runs_checks_learns_lanes_fires_cron_and_stops_cleanly(tmp_path)
             fired_both = {"acme", "globex"} <= {
                 t for t, s in tenants.items() if s.get("last_outcome") == "success"
             }
-            return status if (len(fast_up) >= 2 and slow and fired_both) else None
+            # /flapping's outages move its checks through the thresholds: a transition shows
+            flapped = [t for t in status["transitions"] if t["uid"].endswith("-flapping")]
+            return status if (len(fast_up) >= 2 and slow and fired_both and flapped) else None
 
         status = wait_for(settled, timeout=150, interval=1.0, what="demo to settle")
         assert {lane["region"] for lane in status["lanes"]} == {"eu", "us"}
+        assert {s["uid"] for s in status["states"]} >= {"acme-flapping", "globex-flapping"}
+        hook_log = data_dir / "logs" / "worker-tasks.log"
+        wait_for(
+            lambda: "checkbeat demo transition: " in hook_log.read_text(errors="replace"),
+            30,
+            what="the demo hook to print a transition",
+        )
         pids = _child_pids(data_dir)
         assert len(pids) >= 7  # redis, beat, 5 workers (+ flower when installed)
 
