@@ -226,3 +226,36 @@ def _ts(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso).timestamp()
+
+
+@pytest.mark.timeout(240)
+def test_a_transition_inside_a_window_is_held_and_delivered_at_its_end(r, system):
+    from datetime import UTC, datetime, timedelta
+
+    from celery_app.checks.maintenance import MaintenanceStore, validate_window
+
+    target, store, hooks = system["target"], system["store"], system["hooks"]
+    add(store, "maint", target.url, quorum=1)
+    # a one-minute window in the coming minute (or this one, when enough of it is left)
+    now = datetime.now(UTC)
+    start = now.replace(second=0, microsecond=0)
+    if now.second > 30:
+        start += timedelta(minutes=1)
+    window = validate_window(
+        uid="maint", cron=f"{start.minute} {start.hour} * * *", duration=60, timezone="UTC"
+    )
+    MaintenanceStore(r, KEYS).add(window)
+    wait_for(lambda: datetime.now(UTC) >= start, 45, what="the window to open")
+    target.fail("eu")
+    wait_for(lambda: r.hget(KEYS.check_state("maint"), "o") == "down", 30, what="down, held")
+    assert r.hexists(KEYS.check_state("maint"), "hu")
+    assert transitions(r, "maint") == [] and delivered(r, hooks) == []
+    assert results(r, "maint", "eu")[-1]["maintenance"] is True
+    # still down when the window closes: beat delivers it then, once, marked as held
+    end = start + timedelta(seconds=60)
+    wait_for(lambda: len(delivered(r, hooks)) == 1, 60, what="the delivery at the window's end")
+    (made,) = transitions(r, "maint")
+    assert made["held"] is True and made["to"] == "down"
+    assert made["at"] >= end.timestamp() - 0.5
+    (done,) = delivered(r, hooks)
+    assert (done["id"], done["held"]) == ("maint#1", True)
