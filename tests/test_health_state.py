@@ -200,6 +200,14 @@ def test_a_lapsed_claim_is_claimed_again(r, keys, store):
     lease = s.transition_timeout + 2
     assert claim(r, keys, s, T0 + lease - 0.5) == []
     assert claim(r, keys, s, T0 + lease + 0.5) == [tid]
+    # each claim doubles the lease: an unconsumed queue gets ever rarer copies
+    again = T0 + lease + 0.5
+    assert claim(r, keys, s, again + 2 * lease - 0.5) == []
+    assert claim(r, keys, s, again + 2 * lease + 0.5) == [tid]
+    assert r.hget(keys.transition_claims(), tid) == "3"
+    start_delivery(r, keys, s, tid, "o", again + 3 * lease)
+    finish_delivery(r, keys, tid, "o", DeliveryOutcome.DELIVERED, again + 3 * lease)
+    assert not r.hexists(keys.transition_claims(), tid)
 
 
 # --- maintenance -----------------------------------------------------------------------------

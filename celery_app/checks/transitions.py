@@ -9,7 +9,8 @@ How exactly one delivery is made, however many beats and workers run:
 2. a publisher *claims* it (``transition_claim.lua``: score <= now moves to now + lease) and
    sends one ``checkbeat.deliver_transition`` message: the worker that made it does so at once,
    and every beat tick sweeps the outbox for ones whose claim lapsed (publisher or delivering
-   worker killed);
+   worker killed); each claim of an id doubles its lease (at most MAX_CLAIM_LEASE_S), so a queue
+   nobody consumes gets a copy now and then, not one per lease;
 3. the delivery task (``workers/transitions.py``) runs the hooks only if the id is still in the
    outbox and no other delivery holds its lease (``transition_start.lua``, SET PX with the
    Celery task id as owner, so the same message redelivered after a lost worker takes it over);
@@ -51,6 +52,8 @@ TRANSITION_TASK = "checkbeat.deliver_transition"
 DELIVERY_MARGIN_S = 2.0
 #: Transitions one sweep publishes at most.
 SWEEP_LIMIT = 500
+#: The longest a claim holds a transition (its lease doubles with each claim).
+MAX_CLAIM_LEASE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ def claim(
         run_script(
             client,
             "transition_claim",
-            keys=[keys.transition_outbox()],
-            args=[f"{now:.3f}", delivery_lease_s(settings), limit, *ids],
+            keys=[keys.transition_outbox(), keys.transition_claims()],
+            args=[f"{now:.3f}", delivery_lease_s(settings), limit, MAX_CLAIM_LEASE_S, *ids],
         )
     )
 
@@ -227,6 +230,7 @@ def finish_delivery(
                 keys.transition_payloads(),
                 keys.transition_delivery(transition_id),
                 keys.transition_failed(),
+                keys.transition_claims(),
             ],
             args=[
                 transition_id,

@@ -306,6 +306,11 @@ class Keys:
         """String with a TTL: the Celery task id delivering the transition now (SET NX PX)."""
         return f"{self.prefix}:transitions:delivering:{transition_id}"
 
+    def transition_claims(self) -> str:
+        """Hash transition id -> times it was claimed for publishing (each claim doubles the
+        lease, so an unconsumed queue is not flooded with copies); cleared with the outbox entry."""
+        return f"{self.prefix}:transitions:claims"
+
     def transition_failed(self) -> str:
         """Hash transition id -> JSON {error, payload}: deliveries that exhausted their retries."""
         return f"{self.prefix}:transitions:failed"

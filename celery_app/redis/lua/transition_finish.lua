@@ -2,7 +2,7 @@
 -- queue retries the same message after countdown) or failed (retries exhausted: kept in the
 -- failed hash). Only the lease holder may finish it.
 -- KEYS: 1 transition outbox, 2 transition payloads, 3 the transition's delivery lease,
---       4 failed transitions hash
+--       4 failed transitions hash, 5 claim counts hash
 -- ARGV: 1 transition id, 2 owner, 3 outcome (a DELIVERY value), 4 now,
 --       5 seconds until a retry may be republished (retry), 6 error JSON (failed)
 -- Returns 1, or 0 when the lease is not this delivery's.
@@ -18,4 +18,5 @@ if ARGV[3] == DELIVERY.FAILED then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
 return 1
