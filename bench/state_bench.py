@@ -1,6 +1,7 @@
 """What moving the check state costs the post-exec write: completions per second with the state
-(``finish_run_with_health``: region step, maintenance windows read, quorum and transitions in
-complete.lua) against the plain write (``finish_run``), side by side, as a ratio.
+(``finish_run_with_health`` with the worker's HealthPlanner: region step, the maintenance
+version read with the job, quorum and transitions in complete.lua) against the plain write
+(``finish_run``), side by side, as a ratio.
 
 Reproduce (from the repository root, well under a minute):
 
@@ -8,8 +9,8 @@ Reproduce (from the repository root, well under a minute):
     .venv/bin/python -m bench.state_bench --runs 200
 
 On a private redis-server: N checks in 3 regions, each job leased by hand then completed once,
-one completion per round trip sequence as a worker does it (read the job and Redis time, the
-windows, then the Lua call). Every tenth run fails, so some transitions are made.
+one completion as a worker does it (read the job and Redis time, then the Lua call). Every
+tenth run fails and the quorum is 1, so about one run in five makes a transition.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from celery_app.checks.health import plan_health, result_state
+from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import finish_run, finish_run_with_health
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
@@ -74,7 +75,7 @@ def run(runs: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
             finish_run_with_health(
                 client, keys, store.params, jobs[i], f"h{i}",
                 duration_ms=5.0, timed_out=False, exec_start=None,
-                health_of=lambda job, now: plan_health(client, keys, settings, job, now, result),
+                health_of=HealthPlanner(client, keys, settings, result),
             )  # fmt: skip
 
         plain_s = _time(runs, plain)

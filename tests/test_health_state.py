@@ -265,3 +265,15 @@ def test_bad_windows_are_refused_naming_the_field(field, raw):
     with pytest.raises(CheckFieldError) as err:
         validate_window(**(good | raw))
     assert err.value.field == field
+
+
+def test_a_window_added_or_removed_applies_to_the_next_run_despite_the_cache(r, keys, store):
+    make(store, failure_threshold=1, success_threshold=1)
+    s, p = store.settings, store.params
+    start = (T0 // 3600) * 3600 + 60
+    run_once(r, keys, s, p, "c@eu", True, start)  # caches "no windows" for the check
+    windows = MaintenanceStore(r, keys)
+    window = windows.add(validate_window(uid="c", cron="0 * * * *", duration=1800, timezone="UTC"))
+    assert run_once(r, keys, s, p, "c@eu", False, start + 1)[1] is None  # held: window seen
+    assert windows.remove(window.id)
+    assert run_once(r, keys, s, p, "c@eu", False, start + 2)[1] == "c#1"  # no window any more

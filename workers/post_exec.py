@@ -25,8 +25,8 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.dispatch import refill_after_run
-from celery_app.checks.health import HealthUpdate, plan_health, result_state
-from celery_app.checks.jobs import JobState, finish_run_with_health
+from celery_app.checks.health import HealthPlanner, result_state
+from celery_app.checks.jobs import finish_run_with_health
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
@@ -58,11 +58,9 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
-    result = result_state(outcome.status == RunStatus.UP, outcome)
-
-    def health_of(job: JobState, now: datetime) -> HealthUpdate:
-        return plan_health(client, keys, settings, job, now, result)
-
+    health_of = HealthPlanner(
+        client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
+    )
     written, transition = finish_run_with_health(
         client,
         keys,

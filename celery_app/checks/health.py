@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from celery_app.checks.maintenance import open_until, windows_for_check
+from celery_app.checks.maintenance import WINDOWS, Window, open_until, windows_for_check
 from celery_app.redis.schema import (
     CheckStateField,
     JobField,
@@ -106,12 +106,21 @@ def result_state(ok: bool, outcome: Any = None) -> State:
 
 
 def plan_health(
-    client: Any, keys: Keys, settings: Settings, job: JobState, now: datetime, result: State
+    client: Any,
+    keys: Keys,
+    settings: Settings,
+    job: JobState,
+    now: datetime,
+    result: State,
+    windows: list[Window] | None = None,
 ) -> HealthUpdate:
     """The update of ``job``'s region after a run pointing to ``result``, at ``now`` (Redis
-    time), with the end of an open maintenance window of the check or its tenant."""
+    time), with the end of an open maintenance window of the check or its tenant (``windows``
+    when the caller has them, else read)."""
     failure, success = thresholds(settings, job)
-    until = open_until(windows_for_check(client, keys, job.uid, job.tenant), now)
+    if windows is None:
+        windows = windows_for_check(client, keys, job.uid, job.tenant)
+    until = open_until(windows, now)
     return HealthUpdate(
         uid=job.uid,
         tenant=job.tenant,
@@ -123,6 +132,28 @@ def plan_health(
         check_maxlen=settings.transitions_history,
         tenant_maxlen=settings.tenant_transitions_history,
     )
+
+
+class HealthPlanner:
+    """``health_of`` for :func:`~celery_app.checks.jobs.finish_run_with_health` on a worker:
+    it has the maintenance version read with the job (``prefetch``), so the windows come from
+    the process cache unless they changed."""
+
+    def __init__(self, client: Any, keys: Keys, settings: Settings, result: State) -> None:
+        self.client, self.keys, self.settings, self.result = client, keys, settings, result
+        self.version: str | None = None
+
+    def prefetch(self, pipe: Any) -> None:
+        pipe.get(self.keys.maintenance_version())
+
+    def prefetched(self, replies: list[Any]) -> None:
+        self.version = replies[0]
+
+    def __call__(self, job: JobState, now: datetime) -> HealthUpdate:
+        windows = WINDOWS.windows(self.client, self.keys, job.uid, job.tenant, self.version)
+        return plan_health(
+            self.client, self.keys, self.settings, job, now, self.result, windows=windows
+        )
 
 
 # --- reading -------------------------------------------------------------------------------

@@ -398,13 +398,24 @@ def finish_run_with_health(
 ) -> tuple[bool, str | None]:
     """:func:`finish_run` that also moves the check's state in the same Lua call:
     ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
-    whether a maintenance window holds transitions back (the record is then marked). Returns
-    (written, the id of the transition the run made or None)."""
+    whether a maintenance window holds transitions back (the record is then marked); a
+    ``health_of`` with ``prefetch(pipe)`` / ``prefetched(replies)`` adds its reads to the job's
+    round trip. Returns (written, the id of the transition the run made or None)."""
+    # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(job_id))
     if now is None:
-        job, now_s = read_job_and_time(client, keys, job_id)
-        now = from_unix(now_s)
-    else:
-        job = read_job(client, keys, job_id)
+        pipe.time()
+    prefetch = getattr(health_of, "prefetch", None)
+    if prefetch is not None:
+        prefetch(pipe)
+    replies = pipe.execute()
+    h, rest = replies[0], replies[1:]
+    if now is None:
+        now = from_unix(from_time_reply(rest.pop(0)))
+    if prefetch is not None:
+        health_of.prefetched(rest)  # type: ignore[union-attr]
+    job = JobState.from_hash(job_id, h) if h else None
     if job is None or job.lease_token != lease_token:
         return False, None
     next_at = job.next_scheduled_at(now, scheduled_at)

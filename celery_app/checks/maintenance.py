@@ -170,14 +170,20 @@ class MaintenanceStore:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.keys.maintenance(window.scope), window.id, window.to_json())
         pipe.sadd(self.keys.maintenance_scopes(), window.scope)
+        pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
         pipe.execute()
         return window
 
     def remove(self, window_id: str) -> bool:
         """Remove the window with this id, whatever its scope; False when there is none."""
         for scope in self.scopes():
-            if self.redis.hdel(self.keys.maintenance(scope), window_id):
-                if not self.redis.exists(self.keys.maintenance(scope)):
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hdel(self.keys.maintenance(scope), window_id)
+            pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
+            pipe.exists(self.keys.maintenance(scope))
+            removed, _, left = pipe.execute()
+            if removed:
+                if not left:
                     self.redis.srem(self.keys.maintenance_scopes(), scope)
                 return True
         return False
@@ -212,3 +218,35 @@ def windows_for_check(client: Any, keys: Keys, uid: str, tenant: str) -> list[Wi
     if tenant_scope:
         windows += decode_windows(tenant_scope, replies[1])
     return windows
+
+
+#: Most (prefix, uid, tenant) entries a process caches before it starts over.
+MAX_CACHED = 100_000
+
+
+class WindowCache:
+    """The windows of the checks this process completes, valid while the maintenance version
+    (``Keys.maintenance_version``) it read them under is unchanged: the post-exec write reads
+    the version with the job (no extra round trip) and the windows only when it moved."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, str], tuple[str, list[Window]]] = {}
+
+    def windows(
+        self, client: Any, keys: Keys, uid: str, tenant: str, version: str | None
+    ) -> list[Window]:
+        if version is None:
+            return []  # no window was ever written
+        key = (keys.prefix, uid, tenant)
+        cached = self._entries.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        windows = windows_for_check(client, keys, uid, tenant)
+        if len(self._entries) >= MAX_CACHED:
+            self._entries.clear()
+        self._entries[key] = (version, windows)
+        return windows
+
+
+#: The process's cache (workers complete runs from many threads; a dict write is atomic).
+WINDOWS = WindowCache()

@@ -324,6 +324,12 @@ class Keys:
         """Set of the scopes that have maintenance windows."""
         return f"{self.prefix}:maintenance-scopes"
 
+    def maintenance_version(self) -> str:
+        """String: a random token replaced by every window change (with it, in one transaction),
+        so workers cache the windows they read and read them again only when it moves; absent
+        while no window was ever written."""
+        return f"{self.prefix}:maintenance-version"
+
     def maintenance_held(self) -> str:
         """ZSET uid -> Unix s its window ends: checks whose state changed inside a window and
         whose transition waits for the end (beat releases them)."""

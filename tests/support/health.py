@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from datetime import UTC, datetime
 
-from celery_app.checks.health import plan_health, result_state
+from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import finish_run_with_health
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import DeliveryOutcome, TransitionStart, split_job_id
@@ -30,8 +30,9 @@ def run_once(
     *,
     degraded: str | None = None,
 ) -> tuple[bool, str | None]:
-    """Lease ``job_id`` and finish one run of it at ``now_s`` (ok or failed): (written, the
-    transition id it made or None)."""
+    """Lease ``job_id`` and finish one run of it at ``now_s`` (ok or failed), as the worker
+    does (HealthPlanner: the maintenance version read with the job, windows cached): (written,
+    the transition id it made or None)."""
     from support.workers import claim_by_hand
 
     token = f"t{next(_tokens)}"
@@ -57,7 +58,7 @@ def run_once(
         exec_start=at(now_s),
         now=at(now_s),
         record=record,
-        health_of=lambda job, now: plan_health(client, keys, settings, job, now, result),
+        health_of=HealthPlanner(client, keys, settings, result),
     )
 
 
