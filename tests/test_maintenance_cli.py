@@ -45,6 +45,13 @@ def test_thresholds_from_the_command_line_and_refused_values(cli, r, keys):
     assert not r.exists(keys.check("bad"))
     cli("update", "web", "--failure-threshold", "0", ok=False)
     assert json.loads(cli("show", "web", "--json"))["check"]["failure_threshold"] == 4
+    cli("update", "web", "--default-state-rules")
+    check = json.loads(cli("show", "web", "--json"))["check"]
+    assert (check["failure_threshold"], check["success_threshold"], check["quorum"]) == (
+        None,
+        None,
+        None,
+    )
 
 
 def test_maintenance_add_list_show_rm(cli, r, keys):

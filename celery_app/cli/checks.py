@@ -134,8 +134,15 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
 @click.argument("uid")
 @_definition_options(required=False)
 @click.option("--no-region-spread", is_flag=True, help="Back to the default spread.")
+@click.option(
+    "--default-state-rules",
+    is_flag=True,
+    help="Thresholds and quorum back to the defaults (settings, a majority).",
+)
 @click.pass_context
-def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) -> None:
+def update(
+    ctx: click.Context, uid: str, no_region_spread: bool, default_state_rules: bool, **opts: Any
+) -> None:
     """Change some fields of check UID; its jobs are reconciled (EWMAs kept)."""
     changes: dict[str, Any] = {}
     names = ("tenant", "kind", "target", "period", "region_spread", "plan_weight")
@@ -148,6 +155,8 @@ def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) ->
         changes["config"] = _config(opts["config"])
     if no_region_spread:
         changes["region_spread"] = None
+    if default_state_rules:
+        changes.update(failure_threshold=None, success_threshold=None, quorum=None)
     if not changes:
         raise click.UsageError("nothing to change: pass at least one option")
     try:
