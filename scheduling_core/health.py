@@ -4,7 +4,7 @@ region quorum, and whether an instant lies in a maintenance window.
 Why pure: the post-exec write applies these atomically in Lua (``complete.lua``), the reaper
 and the worker compute the region step before that write, and the tests prove the rules here,
 with hypothesis, instead of through Redis. ``complete.lua``'s quorum count mirrors
-:func:`overall_state` (tests/test_health_lua.py checks them against each other).
+:func:`overall_state` (tests/test_health_state.py checks them against each other).
 
 States are ordered ``up < degraded < down``. A region moves to a *worse* state after
 ``failure_threshold`` consecutive results of that state, to a *better* one after

@@ -2,7 +2,7 @@
 -- KEYS: 1 job hash, 2 due zset, 3 leases fast, 4 leases slow, 5 results stream, 6 last-result hash
 -- ARGV: 1 lease token, 2 cost_ewma_ms, 3 delay_ewma_ms, 4 effective_scheduled_at, 5 lane,
 --       6 next scheduled_at, 7 result JSON ('' = none), 8 region, 9 results maxlen, 10 job id
--- Health (optional: no ARGV 11, or '', skips it; the check's state, tests/test_health_lua.py):
+-- Health (optional: no ARGV 11, or '', skips it; the check's state, tests/test_health_state.py):
 -- KEYS: 7 check state hash, 8 check transitions stream, 9 tenant transitions stream,
 --       10 transition outbox, 11 transition payloads, 12 maintenance held zset,
 --       12 + i the job hash of the check's i-th region (ARGV 21)
