@@ -20,7 +20,7 @@ from celery_app.checks.maintenance import (
     validate_window,
 )
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import load_app
+from celery_app.cli.common import CheckbeatCommand, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckFieldError, CheckNotFound
 from celery_app.redis.schema import maintenance_scope
@@ -77,7 +77,7 @@ def echo_state(data: dict[str, Any]) -> None:
         click.echo(f"{'transition':14} {_iso(t['at'])} {t['from']} -> {t['to']} ({t['id']})")
 
 
-@click.group(name="maintenance")
+@click.group(name="maintenance", cls=CheckbeatGroup)
 def maintenance() -> None:
     """Maintenance windows: checks keep running, transitions wait for the window's end."""
 
@@ -163,7 +163,7 @@ def list_windows(ctx: click.Context, uid: str | None, tenant: str | None, as_jso
         )
 
 
-@click.command("transitions")
+@click.command("transitions", cls=CheckbeatCommand)
 @click.argument("uid", required=False)
 @click.option("--tenant", help="The tenant's transitions (all its checks).")
 @click.option("--count", default=20, show_default=True, help="How many, newest first.")
