@@ -259,3 +259,19 @@ def test_a_transition_inside_a_window_is_held_and_delivered_at_its_end(r, system
     assert made["at"] >= end.timestamp() - 0.5
     (done,) = delivered(r, hooks)
     assert (done["id"], done["held"]) == ("maint#1", True)
+
+
+@pytest.mark.timeout(180)
+def test_a_hook_that_raises_is_retried_by_the_queue_and_completes_once(r, system):
+    target, store, hooks = system["target"], system["store"], system["hooks"]
+    r.set(hooks.FAIL_TIMES, "2")
+    add(store, "retry", target.url, quorum=1)
+    wait_for(lambda: runs(r, "retry", "eu") >= 2, 60, what="healthy runs")
+    target.fail("eu")
+    # two raising attempts (Celery retries after 1 s, then 2 s), then the delivery completes
+    wait_for(lambda: len(delivered(r, hooks)) == 1, 60, what="the retried delivery")
+    (done,) = delivered(r, hooks)
+    assert done["id"] == "retry#1"
+    assert [json.loads(x)["id"] for x in r.lrange(hooks.STARTS, 0, -1)] == ["retry#1"] * 3
+    wait_for(lambda: r.zcard(KEYS.transition_outbox()) == 0, 30, what="an empty outbox")
+    assert not r.hexists(KEYS.transition_failed(), "retry#1")

@@ -22,6 +22,8 @@ STARTS = "hooktest:starts"
 DONE = "hooktest:done"
 #: While this key exists the hook blocks (up to 60 s) before completing.
 BLOCK = "hooktest:block"
+#: The hook raises on the first FAIL_TIMES deliveries of each transition (counted per id).
+FAIL_TIMES = "hooktest:fail-times"
 
 
 def _redis() -> redis.Redis:
@@ -42,6 +44,8 @@ def regional(target: str, config: dict, context) -> bool:
 def record(transition) -> None:
     client = _redis()
     client.rpush(STARTS, json.dumps({"id": transition.id, "pid": os.getpid()}))
+    if client.incr(f"hooktest:attempt:{transition.id}") <= int(client.get(FAIL_TIMES) or 0):
+        raise RuntimeError(f"the hook fails on purpose for {transition.id}")
     deadline = time.monotonic() + 60
     while client.exists(BLOCK) and time.monotonic() < deadline:
         time.sleep(0.05)
