@@ -19,6 +19,7 @@ import importlib
 import threading
 from typing import TYPE_CHECKING, Any
 
+from celery_app.checks.hooks import on_transition
 from celery_app.cron_tasks.registration import cron
 from celery_app.cron_tasks.tenants import tenants_provider
 from celery_app.factory import create_app, exit_under_celery_cli, install, settings_of
@@ -61,6 +62,7 @@ __all__ = [
     "get_settings",
     "install",
     "load_settings",
+    "on_transition",
     "settings_of",
     "tenants_provider",
 ]

@@ -39,6 +39,7 @@ from celery_app.worker_options import install_worker_options
 BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "workers.probes",
     "workers.tasks",
+    "workers.transitions",
     "celery_app.cron_tasks.recording",
 )
 #: The beat scheduler that fires cron tasks and dispatches checks.

@@ -1,4 +1,5 @@
-"""One registry for what user code declares: check kinds, cron tasks and the tenants provider.
+"""One registry for what user code declares: check kinds, cron tasks, the tenants provider and
+the transition hooks (``@on_transition``).
 
 Why one: these used to live in three places (a module dict, Celery's shared tasks, an attribute
 of whichever app was current at import), so an app built later, like the one ``checkbeat up``
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 KINDS: Final = "check kind"
 CRON: Final = "cron task"
 TENANTS: Final = "tenants provider"
-SECTIONS: Final = (KINDS, CRON, TENANTS)
+HOOKS: Final = "transition hook"
+SECTIONS: Final = (KINDS, CRON, TENANTS, HOOKS)
 #: The tenants section holds a single entry, under this name.
 THE_PROVIDER: Final = "tenants"
 
@@ -105,6 +107,10 @@ class Registry:
 
     def cron_declarations(self) -> Iterable[CronDeclaration]:
         return self.values(CRON).values()
+
+    def transition_hooks(self) -> dict[str, Callable[..., Any]]:
+        """The ``@on_transition`` hooks, by name (they run in this order)."""
+        return self.values(HOOKS)
 
 
 #: What the decorators without ``app=`` register: included in every app's registry.

@@ -137,6 +137,12 @@ BOUNDS: dict[str, Bound] = {
     "cron_grace": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
     "beat_heartbeat_stale": Bound(0, _DAY_S, " s", low_open=True, note="1 day"),
     "metrics_checks_page_size": Bound(1, 100_000),
+    "failure_threshold": Bound(1, 100),
+    "success_threshold": Bound(1, 100),
+    "transitions_history": Bound(1, 100_000),
+    "tenant_transitions_history": Bound(1, 1_000_000),
+    "transition_timeout": Bound(0, 3_600, " s", low_open=True, note="1 hour"),
+    "transition_retries": Bound(0, 1_000),
 }
 
 #: Settings read as durations: seconds (``10``, ``1.5``) or ISO 8601 (``PT10S``).
@@ -149,7 +155,7 @@ _TIMEDELTAS = (
     "beat_heartbeat_stale",
 )
 #: Durations kept as float seconds, the type their callers (dispatcher, beat) compute with.
-_FLOAT_SECONDS = ("dispatch_interval", "lease_margin")
+_FLOAT_SECONDS = ("dispatch_interval", "lease_margin", "transition_timeout")
 _DURATION_FORMS = "seconds such as 10 or 1.5, or ISO 8601 such as PT10S"
 _ISO_DURATION = TypeAdapter(timedelta)
 
@@ -459,6 +465,56 @@ class Settings(BaseSettings):
         100,
         description=_described(
             "Results kept per check in its capped results stream.", "results_history"
+        ),
+    )
+
+    # --- check state and transitions -----------------------------------------------------
+    failure_threshold: int = Field(
+        3,
+        description=_described(
+            "Consecutive failures before a region of a check is down (a check may set its own).",
+            "failure_threshold",
+        ),
+    )
+    success_threshold: int = Field(
+        2,
+        description=_described(
+            "Consecutive successes before a region of a check is up again (a check may set its "
+            "own).",
+            "success_threshold",
+        ),
+    )
+    transitions_history: int = Field(
+        100,
+        description=_described(
+            "Transitions kept per check in its capped transitions stream.", "transitions_history"
+        ),
+    )
+    tenant_transitions_history: int = Field(
+        1000,
+        description=_described(
+            "Transitions kept per tenant in its capped transitions stream.",
+            "tenant_transitions_history",
+        ),
+    )
+    transition_queue: str = Field(
+        "celery",
+        description="The Celery queue the @on_transition hooks run from (a worker consumes it).",
+    )
+    transition_timeout: float = Field(
+        30.0,
+        description=_described(
+            "Time limit of one delivery of a transition to the hooks; a delivery not finished "
+            "2 s after it (worker killed) is published again.",
+            "transition_timeout",
+        ),
+    )
+    transition_retries: int = Field(
+        5,
+        description=_described(
+            "Retries of a delivery whose hook raised (exponential backoff, by the queue) before "
+            "it is kept as failed.",
+            "transition_retries",
         ),
     )
 

@@ -52,6 +52,10 @@ COMMANDS = [
     "checks ratelimit acme",
     "checks reconcile",
     "checks diagnose",
+    "checks transitions web1",
+    "checks maintenance list",
+    "checks maintenance add --check web1 --cron 0_3_*_*_* --duration 600",
+    "checks maintenance rm w1",
 ]
 
 
@@ -94,7 +98,8 @@ def test_every_command_reports_an_unreachable_redis_in_one_line_and_exits_2(
     tmp_path, closed_port, command
 ):
     url = f"redis://:{SECRET}@127.0.0.1:{closed_port}/1"
-    done = celery(tmp_path, *command.split(), CHECKBEAT_REDIS_URL=url, CHECKBEAT_BROKER_URL=url)
+    args = [arg.replace("_", " ") if arg.startswith("0_") else arg for arg in command.split()]
+    done = celery(tmp_path, *args, CHECKBEAT_REDIS_URL=url, CHECKBEAT_BROKER_URL=url)
     assert_one_line_cannot_run(
         done,
         f"cannot reach Redis at redis://:***@127.0.0.1:{closed_port}/1 (Connection refused); "

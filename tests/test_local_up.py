@@ -128,9 +128,10 @@ def test_up_demo_runs_checks_learns_lanes_fires_cron_and_stops_cleanly(tmp_path)
             # beat and five workers serve metrics; lateness is read from the workers' histograms
             served = len(status["metrics"]) == 6
             late = (status["lateness"].get("eu/fast") or {}).get("runs", 0) > 0
-            return (
-                status if (len(fast_up) >= 2 and slow and fired_both and served and late) else None
-            )
+            # /flapping's outages move its checks through the thresholds: a transition shows
+            flapped = [t for t in status["transitions"] if t["uid"].endswith("-flapping")]
+            done = len(fast_up) >= 2 and slow and fired_both and served and late and flapped
+            return status if done else None
 
         status = wait_for(settled, timeout=150, interval=1.0, what="demo to settle")
         assert {lane["region"] for lane in status["lanes"]} == {"eu", "us"}
@@ -141,6 +142,13 @@ def test_up_demo_runs_checks_learns_lanes_fires_cron_and_stops_cleanly(tmp_path)
                 assert reply.status == 200, endpoint
         assert status["lateness"]["eu/fast"]["p50"] is not None
         assert status["lateness"]["eu/fast"]["p99"] >= status["lateness"]["eu/fast"]["p50"]
+        assert {s["uid"] for s in status["states"]} >= {"acme-flapping", "globex-flapping"}
+        hook_log = data_dir / "logs" / "worker-tasks.log"
+        wait_for(
+            lambda: "checkbeat demo transition: " in hook_log.read_text(errors="replace"),
+            30,
+            what="the demo hook to print a transition",
+        )
         pids = _child_pids(data_dir)
         assert len(pids) >= 7  # redis, beat, 5 workers (+ flower when installed)
 

@@ -25,14 +25,17 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.dispatch import refill_after_run
-from celery_app.checks.jobs import finish_run, lease_is_current
+from celery_app.checks.health import HealthPlanner, result_state
+from celery_app.checks.jobs import finish_run_with_health, lease_is_current
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
     RunRequest,
+    RunStatus,
     max_timeout_s,
 )
+from celery_app.checks.transitions import claim_and_publish
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
@@ -45,8 +48,9 @@ log = logging.getLogger(__name__)
 
 
 def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
-    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history), then refill
-    the slot it freed at once (work-conserving) rather than at beat's next tick.
+    """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history, the check's
+    state), publish the transition it made if any, then refill the slot it freed at once
+    (work-conserving) rather than at beat's next tick.
 
     Both schedule on Redis's time, never this worker's clock (which may be off beat's): the
     next tick, what is due, lease expiries. Only ``started_at`` (delay telemetry) is ours.
@@ -57,7 +61,10 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     client = get_redis(settings.redis_url, settings)
     keys = Keys(settings.key_prefix)
     try:
-        written = finish_run(
+        health_of = HealthPlanner(
+            client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
+        )
+        written, transition = finish_run_with_health(
             client,
             keys,
             Params.from_settings(settings),
@@ -71,6 +78,7 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
             record=outcome.record(),
             scheduled_at=outcome.scheduled_at,
             results_maxlen=settings.results_history,
+            health_of=health_of,
         )
     except DATA_ERRORS as exc:
         # The job's own numbers cannot be folded or placed: set it aside; the slot is free.
@@ -80,6 +88,8 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         refill(app, split_job_id(outcome.job_id)[1])
         return False
     metrics.check_run(outcome, written)
+    if transition is not None:
+        publish_transition(app, transition)
     if written:
         refill(app, split_job_id(outcome.job_id)[1])
     else:
@@ -88,6 +98,19 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
             outcome.job_id,
         )
     return written
+
+
+def publish_transition(app: Celery, transition_id: str) -> None:
+    """Publish the transition this run made, at once (claimed first: a beat sweeping the outbox
+    may have taken it already); on failure beat's next sweep publishes it."""
+    settings = settings_of(app)
+    client = get_redis(settings.redis_url, settings)
+    try:
+        claim_and_publish(
+            app, client, Keys(settings.key_prefix), settings, server_time(client), [transition_id]
+        )
+    except Exception:
+        log.exception("checkbeat: publishing transition %s failed; beat retries", transition_id)
 
 
 def refill(app: Celery, region: str) -> None:

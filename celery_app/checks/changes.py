@@ -103,7 +103,12 @@ def _change(keys: Keys, table: KeyTable, ch: CheckChange) -> dict[str, Any]:
     if ch.old_tenant and moves_tenant:
         out["tenant_remove"] = table(keys.tenant_checks(ch.old_tenant))
     if ch.op == "delete":
-        out["drop"] = [table(keys.results(ch.uid)), table(keys.last_result(ch.uid))]
+        out["drop"] = [
+            table(keys.results(ch.uid)),
+            table(keys.last_result(ch.uid)),
+            table(keys.check_state(ch.uid)),
+            table(keys.check_transitions(ch.uid)),
+        ]
         return out
     out["fields"] = dict(ch.fields)
     out["tenant_add"] = table(keys.tenant_checks(ch.tenant))

@@ -21,6 +21,7 @@ from celery_app.redis.schema import CheckField, job_id
 from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
 from scheduling_core import next_aligned, region_spread
+from scheduling_core.health import MAX_THRESHOLD, MIN_THRESHOLD
 
 #: Bounds of the numbers a definition holds (inclusive). A period of at most 31 days keeps every
 #: Unix-second and timedelta computation of the phase far from overflow; the weight bound keeps
@@ -45,6 +46,10 @@ class CheckDefinition:
     plan_weight: int = 0
     config: Mapping[str, Any] = field(default_factory=dict)
     enabled: bool = True
+    #: None: the settings default (CHECKBEAT_FAILURE_THRESHOLD / _SUCCESS_THRESHOLD / a majority)
+    failure_threshold: int | None = None
+    success_threshold: int | None = None
+    quorum: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +63,9 @@ class CheckDefinition:
             "plan_weight": self.plan_weight,
             "config": dict(self.config),
             "enabled": self.enabled,
+            "failure_threshold": self.failure_threshold,
+            "success_threshold": self.success_threshold,
+            "quorum": self.quorum,
         }
 
     def job_ids(self) -> list[str]:
@@ -141,7 +149,8 @@ def validate_definition(
     tasks), kind, target (no control or format characters, at most MAX_TARGET characters),
     period (whole seconds, 1 s to 31 days), regions (default: the default region; each among
     CHECKBEAT_REGIONS), region_spread (0 <= s < period, optional), plan_weight (integer 0 to
-    1,000,000), config (JSON object, validated by the kind), enabled.
+    1,000,000), config (JSON object, validated by the kind), enabled, failure_threshold and
+    success_threshold (optional integers 1 to 100), quorum (optional, 1 to the number of regions).
     """
     unknown = set(raw) - set(CheckDefinition.__dataclass_fields__)
     if unknown:
@@ -212,6 +221,11 @@ def validate_definition(
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise CheckFieldError("enabled", f"must be true or false, got {enabled!r}")
+    thresholds = {
+        name: _optional_int(name, raw.get(name), minimum=MIN_THRESHOLD, maximum=MAX_THRESHOLD)
+        for name in ("failure_threshold", "success_threshold")
+    }
+    quorum = _optional_int("quorum", raw.get("quorum"), minimum=1, maximum=len(regions))
     return CheckDefinition(
         uid=uid,
         tenant=tenant,
@@ -223,7 +237,16 @@ def validate_definition(
         plan_weight=plan_weight,
         config=config,
         enabled=enabled,
+        quorum=quorum,
+        **thresholds,
     )
+
+
+def _optional_int(field_name: str, value: Any, *, minimum: int, maximum: int) -> int | None:
+    """None / "" (the default) or an integer in range; the error names the field."""
+    if value is None or value == "":
+        return None
+    return _int(field_name, value, minimum=minimum, maximum=maximum)
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -243,7 +266,26 @@ def encode_check(defn: CheckDefinition) -> dict[str, str]:
     }
     if defn.region_spread is not None:
         fields[CheckField.REGION_SPREAD] = repr(defn.region_spread)
+    fields.update(health_fields(defn, CheckField))
     return fields
+
+
+def health_fields(defn: CheckDefinition, table: Any) -> dict[str, str]:
+    """The thresholds and quorum as hash fields of ``table`` (CheckField or JobField, which
+    share the names); "" is the default, so clearing one overwrites the old value."""
+    return {
+        table.FAILURE_THRESHOLD: _text_of(defn.failure_threshold),
+        table.SUCCESS_THRESHOLD: _text_of(defn.success_threshold),
+        table.QUORUM: _text_of(defn.quorum),
+    }
+
+
+def _text_of(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _int_of(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
 
 
 def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
@@ -260,5 +302,8 @@ def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
         plan_weight=int(h.get(CheckField.PLAN_WEIGHT) or 0),
         config=json.loads(h.get(CheckField.CONFIG) or "{}"),
         enabled=h.get(CheckField.ENABLED, "1") == "1",
+        failure_threshold=_int_of(h.get(CheckField.FAILURE_THRESHOLD)),
+        success_threshold=_int_of(h.get(CheckField.SUCCESS_THRESHOLD)),
+        quorum=_int_of(h.get(CheckField.QUORUM)),
     )
     return StoredCheck(defn, int(h.get(CheckField.VERSION) or 0))

@@ -41,9 +41,11 @@ import redis
 from celery import Celery
 
 from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
+from celery_app.checks.health import plan_health
 from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
+from celery_app.checks.transitions import sweep
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.publish import Publisher, TaskMessage, make_publisher
@@ -52,6 +54,7 @@ from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
+from scheduling_core.health import State
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,7 @@ class Dispatcher:
         promoted = self.promote(now_s)
         claimed = self.claim(now_s)
         published = self.publish(claimed.claims)
+        self.sweep_transitions(now_s)
         return TickReport(
             now=now_s,
             reaped=reaped,
@@ -150,6 +154,14 @@ class Dispatcher:
         ).claims
         self.publish(claims)
         return claims
+
+    def sweep_transitions(self, now_s: float) -> None:
+        """Release transitions held by ended maintenance windows and publish the undelivered
+        ones nobody holds (celery_app.checks.transitions); a failure waits for the next tick."""
+        try:
+            sweep(self.app, self.redis, self.keys, self.settings, now_s)
+        except Exception:
+            log.exception("checkbeat: the transition sweep failed; retried next tick")
 
     def promote(self, now_s: float) -> int:
         return metrics.promoted(promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH))
@@ -272,10 +284,13 @@ class Dispatcher:
                 record = RunRecord.lost(
                     job_id, lane=job.lane, scheduled_at=job.scheduled_at, now=now_s
                 )
+                health = plan_health(self.redis, self.keys, self.settings, job, now, State.DOWN)
             except DATA_ERRORS as exc:  # this job's numbers: set it aside, reap the others
                 quarantine(self.redis, self.keys, job_id, QuarantineStep.REAP, exc, now_s)
                 continue
-            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record))
+            if health.maintenance_until is not None:
+                record = record.in_maintenance()
+            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record, health))
         if orphans:
             # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
             pipe = self.redis.pipeline(transaction=False)
@@ -291,7 +306,7 @@ class Dispatcher:
         for run, reply in zip(runs, done, strict=True):
             if isinstance(reply, Exception):
                 quarantine(self.redis, self.keys, run.job_id, QuarantineStep.REAP, reply, now_s)
-        written = [reply is True for reply in done]
+        written = [not isinstance(reply, Exception) and reply[0] for reply in done]
         metrics.reaped(runs, written)
         return sum(written)
 

@@ -23,6 +23,12 @@ sk    runs skipped by the tenant rate limit                        claim (on rel
 lt    lease token, only while claimed                              claim; complete removes it
 lx    lease expiry, Unix s, only while claimed                     claim; complete removes it
 off   "1" while the check is disabled (the job is in no index)     store
+ft    failure_threshold ("" = the settings default)                store
+st    success_threshold ("" = the settings default)                store
+q     quorum ("" = a majority of the regions)                      store
+hs    the region's state: up / degraded / down (absent = up)       complete
+hk    the state the current run of identical results points to     complete
+hn    how many results in a row point to hk                        complete
 ====  ===========================================================  ==========================
 
 The uid and region come from the job id; kind, target and config from the check hash (one
@@ -51,13 +57,14 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
 
+from celery_app.checks.health import HealthUpdate
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, Keys, split_job_id
@@ -70,6 +77,7 @@ from scheduling_core import (
     next_aligned,
     region_spread,
 )
+from scheduling_core.health import RegionHealth, State
 
 DEFAULT_RESULTS_MAXLEN = 100
 
@@ -91,6 +99,10 @@ def from_unix(seconds: float) -> datetime:
 
 def _float(value: str | None, default: float = 0.0) -> float:
     return float(value) if value not in (None, "") else default
+
+
+def _opt_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,10 @@ class JobState:
     lease_token: str | None
     lease_expiry: float | None
     enabled: bool
+    failure_threshold: int | None = None
+    success_threshold: int | None = None
+    quorum: int | None = None
+    health: RegionHealth = field(default_factory=RegionHealth)
 
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
@@ -140,6 +156,14 @@ class JobState:
             lease_token=h.get(JobField.LEASE_TOKEN),
             lease_expiry=float(expiry) if expiry else None,
             enabled=h.get(JobField.DISABLED) != "1",
+            failure_threshold=_opt_int(h.get(JobField.FAILURE_THRESHOLD)),
+            success_threshold=_opt_int(h.get(JobField.SUCCESS_THRESHOLD)),
+            quorum=_opt_int(h.get(JobField.QUORUM)),
+            health=RegionHealth(
+                State(h.get(JobField.HEALTH) or State.UP),
+                State(h.get(JobField.STREAK_STATE) or State.UP),
+                int(h.get(JobField.STREAK) or 0),
+            ),
         )
 
     @property
@@ -236,11 +260,13 @@ class CompletedRun:
     state: PostExecState
     next_scheduled_at: datetime
     record: RunRecord | None = None
+    health: HealthUpdate | None = None  # None: the check's state is not moved by this run
 
 
 def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
     uid, region = split_job_id(run.job_id)
     state = run.state
+    health_keys, health_args = ([], []) if run.health is None else run.health.script_input(keys)
     run_script(
         pipe,
         "complete",
@@ -251,6 +277,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             keys.leases(region, 1),
             keys.results(uid),
             keys.last_result(uid),
+            *health_keys,
         ],
         args=[
             run.lease_token,
@@ -263,6 +290,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             region,
             maxlen,
             run.job_id,
+            *health_args,
         ],
     )
 
@@ -275,11 +303,27 @@ def complete_runs(
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> list[bool]:
     """Write back many runs in one round trip; True for each run whose lease was still held."""
-    replies = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
-    for reply in replies:
+    return [
+        written
+        for written, _transition in complete_runs_detailed(
+            client, keys, runs, results_maxlen=results_maxlen
+        )
+    ]
+
+
+def complete_runs_detailed(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[tuple[bool, str | None]]:
+    """:func:`complete_runs`, with the id of the transition each run made (or None)."""
+    done = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
+    for reply in done:
         if isinstance(reply, Exception):
             raise reply
-    return [bool(x) for x in replies]
+    return done  # type: ignore[return-value]
 
 
 def complete_runs_each(
@@ -288,15 +332,18 @@ def complete_runs_each(
     runs: Sequence[CompletedRun],
     *,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[bool | Exception]:
-    """:func:`complete_runs`, with the error of each run whose script failed in its place
-    (the others are written): the reaper quarantines those jobs."""
+) -> list[tuple[bool, str | None] | Exception]:
+    """:func:`complete_runs_detailed`, with the error of each run whose script failed in its
+    place (the others are written): the reaper quarantines those jobs."""
     if not runs:
         return []
     pipe = client.pipeline(transaction=False)
     for run in runs:
         _complete(pipe, keys, run, results_maxlen)
-    return [x if isinstance(x, Exception) else bool(x) for x in pipe.execute(raise_on_error=False)]
+    return [
+        x if isinstance(x, Exception) else (bool(x), x if isinstance(x, str) and x != "1" else None)
+        for x in pipe.execute(raise_on_error=False)
+    ]
 
 
 def complete_run(
@@ -339,13 +386,61 @@ def finish_run(
     feeds the delay EWMA (telemetry; a start that looks early counts as on time).
     False when the job is gone or its lease is no longer ``lease_token``.
     """
+    written, _transition = finish_run_with_health(
+        client,
+        keys,
+        params,
+        job_id,
+        lease_token,
+        duration_ms=duration_ms,
+        timed_out=timed_out,
+        exec_start=exec_start,
+        now=now,
+        record=record,
+        scheduled_at=scheduled_at,
+        results_maxlen=results_maxlen,
+    )
+    return written
+
+
+def finish_run_with_health(
+    client: redis.Redis,
+    keys: Keys,
+    params: Params,
+    job_id: str,
+    lease_token: str,
+    *,
+    duration_ms: float,
+    timed_out: bool,
+    exec_start: datetime | None,
+    now: datetime | None = None,
+    record: RunRecord | None = None,
+    scheduled_at: float | None = None,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
+) -> tuple[bool, str | None]:
+    """:func:`finish_run` that also moves the check's state in the same Lua call:
+    ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
+    whether a maintenance window holds transitions back (the record is then marked); a
+    ``health_of`` with ``prefetch(pipe)`` / ``prefetched(replies)`` adds its reads to the job's
+    round trip. Returns (written, the id of the transition the run made or None)."""
+    # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(job_id))
     if now is None:
-        job, now_s = read_job_and_time(client, keys, job_id)
-        now = from_unix(now_s)
-    else:
-        job = read_job(client, keys, job_id)
+        pipe.time()
+    prefetch = getattr(health_of, "prefetch", None)
+    if prefetch is not None:
+        prefetch(pipe)
+    replies = pipe.execute()
+    h, rest = replies[0], replies[1:]
+    if now is None:
+        now = from_unix(from_time_reply(rest.pop(0)))
+    if prefetch is not None:
+        health_of.prefetched(rest)  # type: ignore[union-attr]
+    job = JobState.from_hash(job_id, h) if h else None
     if job is None or job.lease_token != lease_token:
-        return False
+        return False, None
     next_at = job.next_scheduled_at(now, scheduled_at)
     state = params.post_exec(
         job.post_exec_input(
@@ -356,8 +451,10 @@ def finish_run(
             scheduled_at=scheduled_at,
         )
     )
+    health = health_of(job, now) if health_of is not None else None
     if record is not None:
         record = record.in_lane(job.lane)
-    return complete_run(
-        client, keys, job_id, lease_token, state, next_at, record, results_maxlen=results_maxlen
-    )
+        if health is not None and health.maintenance_until is not None:
+            record = record.in_maintenance()
+    run = CompletedRun(job_id, lease_token, state, next_at, record, health)
+    return complete_runs_detailed(client, keys, [run], results_maxlen=results_maxlen)[0]

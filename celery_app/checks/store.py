@@ -33,6 +33,7 @@ from celery_app.checks.definition import (
     StoredCheck,
     decode_check,
     encode_check,
+    health_fields,
     validate_definition,
 )
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
@@ -54,7 +55,8 @@ _RETRIES = 5
 
 
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
-    """The job hash fields copied from the definition (tenant, weight, period, regions, spread):
+    """The job hash fields copied from the definition (tenant, weight, period, regions, spread,
+    thresholds and quorum):
     written by every reconcile, and by the repair after a restore."""
     fields: dict[str, str] = {
         JobField.TENANT: defn.tenant,
@@ -64,6 +66,7 @@ def job_fields(defn: CheckDefinition) -> dict[str, str]:
     }
     if defn.region_spread is not None:
         fields[JobField.REGION_SPREAD] = repr(defn.region_spread)
+    fields.update(health_fields(defn, JobField))
     return fields
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
+from celery_app.checks.health import read_transitions
 from celery_app.checks.quarantine import read_quarantine
 from celery_app.checks.ratelimit import (
     clear_rate_limit,
@@ -25,6 +26,13 @@ from celery_app.checks.redaction import redact_definition, redact_target
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
 from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
+from celery_app.cli.maintenance import (
+    echo_state,
+    maintenance,
+    maintenance_summary,
+    read_check_health,
+    transitions,
+)
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
@@ -78,6 +86,13 @@ def _definition_options(required: bool):  # type: ignore[no-untyped-def]
                 click.option("--region-spread", type=float, help="Seconds between regions."),
                 click.option("--plan-weight", type=int, help="Plan tier weight (>= 0)."),
                 click.option("--config", help="Kind configuration as a JSON object."),
+                click.option(
+                    "--failure-threshold", type=int, help="Failures in a row to go down (1-100)."
+                ),
+                click.option(
+                    "--success-threshold", type=int, help="Successes in a row to recover (1-100)."
+                ),
+                click.option("--quorum", type=int, help="Regions down for the check to be down."),
             ]
         ):
             fn = option(fn)
@@ -102,6 +117,9 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
         "region_spread": opts["region_spread"],
         "plan_weight": opts["plan_weight"] or 0,
         "config": _config(opts["config"]) or {},
+        "failure_threshold": opts["failure_threshold"],
+        "success_threshold": opts["success_threshold"],
+        "quorum": opts["quorum"],
     }
     try:
         defn = _store(ctx).create(**fields)
@@ -117,11 +135,19 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
 @click.argument("uid")
 @_definition_options(required=False)
 @click.option("--no-region-spread", is_flag=True, help="Back to the default spread.")
+@click.option(
+    "--default-state-rules",
+    is_flag=True,
+    help="Thresholds and quorum back to the defaults (settings, a majority).",
+)
 @click.pass_context
-def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) -> None:
+def update(
+    ctx: click.Context, uid: str, no_region_spread: bool, default_state_rules: bool, **opts: Any
+) -> None:
     """Change some fields of check UID; its jobs are reconciled (EWMAs kept)."""
     changes: dict[str, Any] = {}
-    for name in ("tenant", "kind", "target", "period", "region_spread", "plan_weight"):
+    names = ("tenant", "kind", "target", "period", "region_spread", "plan_weight")
+    for name in (*names, "failure_threshold", "success_threshold", "quorum"):
         if opts[name] is not None:
             changes[name] = opts[name]
     if opts["regions"] is not None:
@@ -130,6 +156,8 @@ def update(ctx: click.Context, uid: str, no_region_spread: bool, **opts: Any) ->
         changes["config"] = _config(opts["config"])
     if no_region_spread:
         changes["region_spread"] = None
+    if default_state_rules:
+        changes.update(failure_threshold=None, success_threshold=None, quorum=None)
     if not changes:
         raise click.UsageError("nothing to change: pass at least one option")
     try:
@@ -228,6 +256,9 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
     return {
         "check": redact_definition(stored.definition.as_dict()),
         "version": stored.version,
+        "state": read_check_health(store, uid).as_dict(),
+        "maintenance": maintenance_summary(store, stored.definition),
+        "transitions": read_transitions(store.redis, keys.check_transitions(uid), count=history),
         "jobs": jobs,
         "results": recent,
     }
@@ -249,6 +280,7 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
         return
     for name, value in data["check"].items():
         click.echo(f"{name:14} {escape(value)}")
+    echo_state(data)
     for job in data["jobs"]:
         click.echo(
             f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
@@ -404,3 +436,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo("no problems")
     else:
         ctx.exit(EXIT_PROBLEM)
+
+
+checks.add_command(maintenance)
+checks.add_command(transitions)

@@ -36,9 +36,16 @@ DEMO_CHECKS = (
     ("api", "/fast?ms=60", 10),
     ("login", "/fast?ms=120", 15),
     ("flaky", "/flaky", 10),
+    ("flapping", "/flapping", 5),
     ("report", "/slow", 20),
     ("hang", "/timeout", 30),
 )
+#: Per-check state thresholds of the demo: /flaky's random failures rarely reach 3 in a row;
+#: /flapping's 20 s outages do, and its recovery needs 2 successes in a row.
+DEMO_THRESHOLDS = {
+    "flaky": {"failure_threshold": 3, "success_threshold": 1},
+    "flapping": {"failure_threshold": 2, "success_threshold": 2},
+}
 
 
 def prepare_environment(options: UpOptions, stack: Stack, echo: Callable[[str], None]) -> dict:
@@ -103,10 +110,13 @@ def add_demo_data(stack: Stack, echo: Callable[[str], None]) -> None:
                     period=period,
                     regions=list(DEMO_REGIONS),
                     plan_weight=weight,
+                    **DEMO_THRESHOLDS.get(name, {}),
                 )
                 created += 1
             except CheckExists:
-                store.update(f"{tenant}-{name}", target=base + path)
+                store.update(
+                    f"{tenant}-{name}", target=base + path, **DEMO_THRESHOLDS.get(name, {})
+                )
     echo(f"demo: {created} new checks over tenants {', '.join(DEMO_TENANTS)}")
 
 

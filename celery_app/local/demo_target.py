@@ -2,7 +2,9 @@
 
 ``checkbeat up --demo`` points its demo checks here so lanes form without touching the internet:
 ``/fast`` answers in ~20 ms, ``/slow`` in ~3 s (it drifts to the slow lane), ``/flaky`` fails one
-request in three, ``/timeout`` outlasts any execution ceiling. ``?ms=N`` overrides the delay.
+request in three, ``/flapping`` fails for FLAP_DOWN_S seconds of every FLAP_PERIOD_S (its check
+goes down and recovers through the thresholds), ``/timeout`` outlasts any execution ceiling.
+``?ms=N`` overrides the delay.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-DELAYS_MS = {"/fast": 20, "/slow": 3000, "/flaky": 50, "/timeout": 60_000, "/": 0}
+DELAYS_MS = {"/fast": 20, "/slow": 3000, "/flaky": 50, "/flapping": 30, "/timeout": 60_000, "/": 0}
+#: ``/flapping`` answers 503 during the first FLAP_DOWN_S seconds of every FLAP_PERIOD_S.
+FLAP_PERIOD_S = 40
+FLAP_DOWN_S = 20
+
+
+def flapping_down(now: float) -> bool:
+    return now % FLAP_PERIOD_S < FLAP_DOWN_S
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -29,6 +38,9 @@ class _Handler(BaseHTTPRequestHandler):
         time.sleep(delay_ms / 1000)
         if url.path == "/flaky" and random.random() < 1 / 3:
             self._reply(503, b"flaky: try again\n")
+            return
+        if url.path == "/flapping" and flapping_down(time.time()):
+            self._reply(503, b"flapping: down for now\n")
             return
         self._reply(200, f"ok {url.path}\n".encode())
 

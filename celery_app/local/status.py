@@ -3,7 +3,8 @@
 One collector serves three faces: the live view of ``checkbeat up``, ``checkbeat status`` and
 ``checkbeat status --json``. Lanes show what runs (leases in flight), what Celery holds (the
 broker queue) and what waits in Redis in fair order (the ready index); checks show their lane,
-cost EWMA, last result and next run; cron tasks their next and last runs.
+cost EWMA, last result and next run, and their state (up / degraded / down, per region too) with
+the newest transitions; cron tasks their next and last runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from celery import Celery
 
+from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.service import CronService, row_dict
@@ -24,7 +26,7 @@ from celery_app.factory import settings_of
 from celery_app.local.lateness import LatenessWindow, scrape, summary
 from celery_app.metrics import endpoints
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import LANE_NAMES, CronStateField, Keys, check_queue
+from celery_app.redis.schema import LANE_NAMES, CheckStateField, CronStateField, Keys, check_queue
 
 ENV_FILE = "env.json"
 
@@ -109,6 +111,7 @@ def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
                 "last_error": result.get("error_class"),
                 "next_run": None if not job.enabled else _iso(job.scheduled_at),
                 "running": bool(job.lease_token),
+                "region_state": str(job.health.state),
             }
         )
     return rows
@@ -117,6 +120,60 @@ def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
 def _time(stored: str | None) -> str | None:
     """A stored Unix time as ISO 8601 (None when absent)."""
     return _iso(float(stored)) if stored else None
+
+
+#: Transitions the status shows (newest first, all tenants).
+RECENT_TRANSITIONS = 10
+
+
+def _states(app: Celery, keys: Keys) -> dict[str, Any]:
+    """Each check's state (and its regions'), and the newest transitions of every tenant."""
+    settings = settings_of(app)
+    client = get_redis(settings.redis_url, settings)
+    definitions = CheckStore.from_settings(settings).list()
+    pipe = client.pipeline(transaction=False)
+    for d in definitions:
+        pipe.hgetall(keys.check_state(d.uid))
+    states = []
+    for d, h in zip(definitions, pipe.execute(), strict=True):
+        states.append(
+            {
+                "uid": d.uid,
+                "tenant": d.tenant,
+                "state": h.get(CheckStateField.STATE) or "up",
+                "observed": h.get(CheckStateField.OBSERVED) or h.get(CheckStateField.STATE) or "up",
+                "since": _iso(float(h[CheckStateField.SINCE]))
+                if h.get(CheckStateField.SINCE)
+                else None,
+                "transitions": int(h.get(CheckStateField.SEQ) or 0),
+                "held_until": _iso(float(h[CheckStateField.HELD_UNTIL]))
+                if h.get(CheckStateField.HELD_UNTIL)
+                else None,
+            }
+        )
+    recent = [
+        t
+        for tenant in sorted({d.tenant for d in definitions})
+        for t in read_transitions(client, keys.tenant_transitions(tenant), RECENT_TRANSITIONS)
+    ]
+    recent.sort(key=lambda t: t["at"], reverse=True)
+    transitions = [
+        {
+            "id": t["id"],
+            "uid": t["uid"],
+            "tenant": t["tenant"],
+            "from": t["from"],
+            "to": t["to"],
+            "at": _iso(t["at"]),
+            "held": bool(t.get("held")),
+        }
+        for t in recent[:RECENT_TRANSITIONS]
+    ]
+    return {
+        "states": states,
+        "transitions": transitions,
+        "undelivered": client.zcard(keys.transition_outbox()),
+    }
 
 
 def _cron(app: Celery) -> list[dict[str, Any]]:
@@ -169,6 +226,7 @@ def collect_status(app: Celery, lateness: LatenessWindow | None = None) -> dict[
         "regions": list(settings.regions),
         "lanes": _lanes(app, keys, list(settings.regions)),
         "checks": _checks(app, keys),
+        **_states(app, keys),
         "cron": _cron(app),
         "metrics": metrics,
         "lateness": late,

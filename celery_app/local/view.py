@@ -55,6 +55,7 @@ def checks_table(data: dict[str, Any]) -> Table:
         "cost ms",
         "delay ms",
         "runs",
+        "state",
         "last",
         "latency ms",
         "next run",
@@ -73,6 +74,7 @@ def checks_table(data: dict[str, Any]) -> Table:
             _ms(row["cost_ewma_ms"]),
             _ms(row["delay_ewma_ms"]),
             str(row["runs"]),
+            _state(row.get("region_state", "up")),
             f"[{style}]{status}[/]" if style else status,
             _ms(row["last_latency_ms"]),
             "running" if row["running"] else _time(row["next_run"]),
@@ -107,5 +109,44 @@ def metrics_table(data: dict[str, Any]) -> Table:
     return table
 
 
+STATE_STYLE = {"up": "green", "degraded": "yellow", "down": "red"}
+
+
+def _state(value: str) -> str:
+    style = STATE_STYLE.get(value)
+    return f"[{style}]{value}[/]" if style else value
+
+
+def states_table(data: dict[str, Any]) -> Table:
+    """Checks that are not up (or held by maintenance), then the newest transitions."""
+    states = data.get("states", [])
+    bad = [s for s in states if s["state"] != "up" or s["observed"] != s["state"]]
+    undelivered = data.get("undelivered", 0)
+    title = f"state: {len(states) - len(bad)} of {len(states)} checks up"
+    if undelivered:
+        title += f", {undelivered} transition(s) not delivered yet"
+    table = Table(title=title, title_justify="left")
+    for column in ("when", "check", "tenant", "transition", "note"):
+        table.add_column(column)
+    for s in bad:
+        note = f"held until {_time(s['held_until'])}" if s["held_until"] else "now"
+        table.add_row(_time(s["since"]), s["uid"], s["tenant"], _state(s["state"]), note)
+    for t in data.get("transitions", []):
+        table.add_row(
+            _time(t["at"]),
+            t["uid"],
+            t["tenant"],
+            f"{_state(t['from'])} -> {_state(t['to'])}",
+            "after maintenance" if t["held"] else "",
+        )
+    return table
+
+
 def render(data: dict[str, Any]) -> Group:
-    return Group(lanes_table(data), checks_table(data), cron_table(data), metrics_table(data))
+    return Group(
+        lanes_table(data),
+        checks_table(data),
+        states_table(data),
+        cron_table(data),
+        metrics_table(data),
+    )

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
+from scheduling_core.health import State
+
 LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
 
 
@@ -30,6 +32,9 @@ class CheckField(StrEnum):
     PLAN_WEIGHT = "w"
     ENABLED = "e"  # "1" / "0"
     VERSION = "v"  # bumped by every write (optimistic concurrency)
+    FAILURE_THRESHOLD = "ft"  # consecutive failures to go down; "" = the settings default
+    SUCCESS_THRESHOLD = "st"  # consecutive successes to recover; "" = the settings default
+    QUORUM = "q"  # regions down for the check to be down; "" = a majority
 
 
 class JobField(StrEnum):
@@ -56,6 +61,12 @@ class JobField(StrEnum):
     LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
     QUARANTINE = "q"  # JSON QuarantineField record while quarantined (in no index); quarantine
+    FAILURE_THRESHOLD = "ft"  # copied from the check ("" = default); store
+    SUCCESS_THRESHOLD = "st"  # copied from the check ("" = default); store
+    QUORUM = "qm"  # copied from the check ("" = majority); store
+    HEALTH = "hs"  # the region's state, a health.State (absent = up); complete
+    STREAK_STATE = "hk"  # the state the current run of identical results points to; complete
+    STREAK = "hn"  # how many results in a row point to STREAK_STATE; complete
 
 
 class WorkerField(StrEnum):
@@ -306,6 +317,62 @@ class Keys:
         ``/metrics`` (refreshed while it runs; ``checkbeat status --json`` lists them)."""
         return f"{self.prefix}:metrics:endpoints"
 
+    # --- check state, transitions, maintenance ---------------------------------------------
+    def check_state(self, uid: str) -> str:
+        """Hash: the check's overall state (:class:`CheckStateField`); written by complete.lua
+        and transition_release.lua, deleted with the check."""
+        return f"{self.prefix}:state:{uid}"
+
+    def check_transitions(self, uid: str) -> str:
+        """Stream (capped): the check's transitions, JSON (:class:`TransitionField`)."""
+        return f"{self.prefix}:transitions:{uid}"
+
+    def tenant_transitions(self, tenant: str) -> str:
+        """Stream (capped): every transition of the tenant's checks."""
+        return f"{self.prefix}:tenant:{tenant}:transitions"
+
+    def transition_outbox(self) -> str:
+        """ZSET transition id -> Unix s it may be (re)published: transitions not yet delivered.
+        A publisher claims one by moving its score past now; the delivery removes it."""
+        return f"{self.prefix}:transitions:outbox"
+
+    def transition_payloads(self) -> str:
+        """Hash transition id -> its JSON, while it is in the outbox."""
+        return f"{self.prefix}:transitions:payloads"
+
+    def transition_delivery(self, transition_id: str) -> str:
+        """String with a TTL: the Celery task id delivering the transition now (SET NX PX)."""
+        return f"{self.prefix}:transitions:delivering:{transition_id}"
+
+    def transition_claims(self) -> str:
+        """Hash transition id -> times it was claimed for publishing (each claim doubles the
+        lease, so an unconsumed queue is not flooded with copies); cleared with the outbox entry."""
+        return f"{self.prefix}:transitions:claims"
+
+    def transition_failed(self) -> str:
+        """Hash transition id -> JSON {error, payload}: deliveries that exhausted their retries."""
+        return f"{self.prefix}:transitions:failed"
+
+    def maintenance(self, scope: str) -> str:
+        """Hash window id -> JSON window (cron, duration_s, timezone) of a scope:
+        ``check:<uid>`` or ``tenant:<tenant>`` (:func:`maintenance_scope`)."""
+        return f"{self.prefix}:maintenance:{scope}"
+
+    def maintenance_scopes(self) -> str:
+        """Set of the scopes that have maintenance windows."""
+        return f"{self.prefix}:maintenance-scopes"
+
+    def maintenance_version(self) -> str:
+        """String: a random token replaced by every window change (with it, in one transaction),
+        so workers cache the windows they read and read them again only when it moves; absent
+        while no window was ever written."""
+        return f"{self.prefix}:maintenance-version"
+
+    def maintenance_held(self) -> str:
+        """ZSET uid -> Unix s its window ends: checks whose state changed inside a window and
+        whose transition waits for the end (beat releases them)."""
+        return f"{self.prefix}:maintenance:held"
+
 
 # --- cron tasks ----------------------------------------------------------------------------
 # Appended here (after Keys) so they stay apart from the check tables above; registered for
@@ -468,5 +535,69 @@ LUA_FIELD_TABLES.update(
         "CRON_SKIP": CronSkipReason,
         "CRON_CLAIM": CronClaimCode,
         "CRON_CLAIM_KIND": CronClaimKind,
+    }
+)
+
+
+# --- check state and transitions -------------------------------------------------------------
+
+
+def maintenance_scope(*, uid: str | None = None, tenant: str | None = None) -> str:
+    """The scope of a check's or a tenant's maintenance windows (exactly one is given)."""
+    if (uid is None) == (tenant is None):
+        raise ValueError("give exactly one of uid and tenant")
+    return f"check:{uid}" if uid is not None else f"tenant:{tenant}"
+
+
+class CheckStateField(StrEnum):
+    """Fields of a check's state hash (``Keys.check_state``)."""
+
+    STATE = "s"  # the announced overall state (the last transition's "to"); absent = up
+    OBSERVED = "o"  # the overall state the regions show now (differs inside a window)
+    SINCE = "at"  # Unix s of the last transition
+    SEQ = "n"  # transitions so far; the next one's id is <uid>#<SEQ+1>
+    LAST_TRANSITION = "lt"  # id of the last transition
+    HELD_UNTIL = "hu"  # Unix s a held transition waits for (a window's end), while held
+
+
+class TransitionField(StrEnum):
+    """Keys of a transition's JSON (streams, outbox payload, the hook's argument)."""
+
+    ID = "id"  # <uid>#<seq>: the hook's idempotency key
+    UID = "uid"
+    TENANT = "tenant"
+    FROM = "from"  # a health.State
+    TO = "to"
+    AT = "at"  # Unix s
+    REGIONS = "regions"  # {region: {"state": ..., "result": <last RunRecord JSON> | null}}
+    HELD = "held"  # true when it was held back by a maintenance window and delivered at its end
+    STATE = "state"  # inside REGIONS
+    RESULT = "result"  # inside REGIONS
+    RECORD = "json"  # the stream entry field that holds the JSON (next to ID)
+
+
+class TransitionStart(StrEnum):
+    """What transition_start.lua answers a delivery."""
+
+    RUN = "run"  # this delivery runs the hooks
+    DONE = "done"  # already delivered (or unknown): drop the message
+    BUSY = "busy"  # another delivery holds it now: drop (its lease expiry republishes)
+
+
+class DeliveryOutcome(StrEnum):
+    """How a delivery of a transition ended (transition_finish.lua)."""
+
+    DELIVERED = "delivered"  # the hooks returned: the transition leaves the outbox
+    RETRY = "retry"  # a hook raised: the queue retries the same message
+    FAILED = "failed"  # retries exhausted: kept in Keys.transition_failed
+
+
+LUA_FIELD_TABLES.update(
+    {
+        "CHECK_STATE": CheckStateField,
+        "DELIVERY": DeliveryOutcome,
+        "TRANSITION": TransitionField,
+        "TRANSITION_START": TransitionStart,
+        "STATE": State,
     }
 )

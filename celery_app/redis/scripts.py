@@ -52,11 +52,25 @@ def lua_preamble() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _lua_file(*parts: str) -> str:
+    return resources.files("celery_app").joinpath("redis", "lua", *parts).read_text()
+
+
+@cache
+def lua_body(name: str) -> str:
+    """``celery_app/redis/lua/<name>.lua`` with each line ``--#include <other>`` replaced by
+    ``lua/include/<other>.lua`` (local functions two scripts share)."""
+    lines = [
+        _lua_file("include", f"{line.split()[1]}.lua") if line.startswith("--#include ") else line
+        for line in _lua_file(f"{name}.lua").splitlines()
+    ]
+    return "\n".join(lines) + "\n"
+
+
 @cache
 def lua_source(name: str) -> str:
-    """``celery_app/redis/lua/<name>.lua`` with the field tables in front."""
-    body = resources.files("celery_app").joinpath("redis", "lua", f"{name}.lua").read_text()
-    return lua_preamble() + body
+    """:func:`lua_body` with the field tables in front."""
+    return lua_preamble() + lua_body(name)
 
 
 @cache

@@ -1,0 +1,192 @@
+"""``checks maintenance add|rm|list``, ``checks transitions``, and the state part of
+``checks show`` (the state, the regions' states, the open or next maintenance window)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from celery_app.checks.definition import CheckDefinition
+from celery_app.checks.health import CheckHealth, read_transitions
+from celery_app.checks.health import read_check_health as _read_health
+from celery_app.checks.maintenance import (
+    MaintenanceStore,
+    next_start,
+    open_until,
+    validate_window,
+)
+from celery_app.checks.store import CheckStore
+from celery_app.cli.common import CheckbeatCommand, CheckbeatGroup, load_app
+from celery_app.cli.terminal import escape
+from celery_app.errors import CheckFieldError, CheckNotFound
+from celery_app.redis.schema import maintenance_scope
+
+
+def _store(ctx: click.Context) -> CheckStore:
+    return CheckStore.for_app(load_app(ctx))
+
+
+def _iso(value: datetime | float | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        value = datetime.fromtimestamp(value, UTC)
+    return value.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def read_check_health(store: CheckStore, uid: str) -> CheckHealth:
+    defn = store.require(uid).definition
+    return _read_health(store.redis, store.keys, uid, defn.regions)
+
+
+def maintenance_summary(store: CheckStore, defn: CheckDefinition) -> dict[str, Any]:
+    """The windows that apply to a check, whether one is open, and when the next starts."""
+    windows = MaintenanceStore(store.redis, store.keys).for_check(defn.uid, defn.tenant)
+    now = datetime.now(UTC)
+    until = open_until(windows, now)
+    upcoming = next_start(windows, now)
+    return {
+        "windows": [w.as_dict() for w in windows],
+        "open_until": _iso(until),
+        "next_start": _iso(upcoming[0]) if upcoming else None,
+        "next_window": upcoming[1].id if upcoming else None,
+    }
+
+
+def echo_state(data: dict[str, Any]) -> None:
+    """The state lines of ``checks show``."""
+    state = data["state"]
+    regions = " ".join(f"{escape(r)}={s}" for r, s in state["regions"].items())
+    click.echo(
+        f"{'state':14} {state['state']} (since {_iso(state['since']) or 'created'}) {regions}"
+    )
+    if state["observed"] != state["state"]:
+        click.echo(f"{'held':14} {state['observed']} until {_iso(state['held_until'])}")
+    m = data["maintenance"]
+    if m["open_until"]:
+        click.echo(f"{'maintenance':14} open until {m['open_until']}")
+    if m["next_start"]:
+        click.echo(f"{'next window':14} {m['next_start']} ({escape(m['next_window'])})")
+    elif not m["windows"]:
+        click.echo(f"{'next window':14} none")
+    for t in data["transitions"][:5]:
+        click.echo(f"{'transition':14} {_iso(t['at'])} {t['from']} -> {t['to']} ({t['id']})")
+
+
+@click.group(name="maintenance", cls=CheckbeatGroup)
+def maintenance() -> None:
+    """Maintenance windows: checks keep running, transitions wait for the window's end."""
+
+
+@maintenance.command("add")
+@click.option("--check", "uid", help="The check the window applies to.")
+@click.option("--tenant", help="The tenant whose checks the window applies to.")
+@click.option("--cron", required=True, help="When windows start, e.g. '0 3 * * sun'.")
+@click.option("--duration", required=True, help="Seconds each window lasts (60 to 604800).")
+@click.option("--timezone", help="IANA timezone of the cron spec (default: CHECKBEAT_TIMEZONE).")
+@click.option("--id", "window_id", help="The window's id (default: generated).")
+@click.pass_context
+def add(
+    ctx: click.Context,
+    uid: str | None,
+    tenant: str | None,
+    cron: str,
+    duration: str,
+    timezone: str | None,
+    window_id: str | None,
+) -> None:
+    """Add a window to a check (--check) or to all of a tenant's checks (--tenant)."""
+    store = _store(ctx)
+    try:
+        window = validate_window(
+            uid=uid,
+            tenant=tenant,
+            cron=cron,
+            duration=duration,
+            timezone=timezone or store.settings.timezone,
+            window_id=window_id,
+        )
+        MaintenanceStore(store.redis, store.keys).add(window)
+    except (CheckFieldError, CheckNotFound) as exc:
+        raise click.ClickException(str(exc)) from None
+    upcoming = window.next_start(datetime.now(UTC))
+    click.echo(
+        f"added window {window.id} to {escape(window.scope)}: {escape(window.cron)} "
+        f"({window.timezone}) for {window.duration_s}s; next start {_iso(upcoming)}"
+    )
+
+
+@maintenance.command("rm")
+@click.argument("window_id")
+@click.pass_context
+def rm(ctx: click.Context, window_id: str) -> None:
+    """Remove window WINDOW_ID."""
+    store = _store(ctx)
+    if not MaintenanceStore(store.redis, store.keys).remove(window_id):
+        raise click.ClickException(f"no maintenance window with id {window_id!r}")
+    click.echo(f"removed window {escape(window_id)}")
+
+
+@maintenance.command("list")
+@click.option("--check", "uid", help="Only this check's own windows.")
+@click.option("--tenant", help="Only this tenant's windows.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def list_windows(ctx: click.Context, uid: str | None, tenant: str | None, as_json: bool) -> None:
+    """List maintenance windows with their next start."""
+    store = _store(ctx)
+    scope = None
+    if uid or tenant:
+        scope = maintenance_scope(uid=uid) if uid else maintenance_scope(tenant=tenant)
+    now = datetime.now(UTC)
+    rows = [
+        w.as_dict()
+        | {"open_until": _iso(w.end_if_open(now)), "next_start": _iso(w.next_start(now))}
+        for w in MaintenanceStore(store.redis, store.keys).list(scope)
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no maintenance windows")
+        return
+    click.echo(f"{'ID':12} {'SCOPE':28} {'CRON':18} {'TZ':16} {'SECONDS':>8}  NEXT START")
+    for w in rows:
+        opened = f" (open until {w['open_until']})" if w["open_until"] else ""
+        click.echo(
+            f"{escape(w['id']):12} {escape(w['scope']):28} {escape(w['cron']):18} "
+            f"{w['timezone']:16} {w['duration_s']:>8}  {w['next_start']}{opened}"
+        )
+
+
+@click.command("transitions", cls=CheckbeatCommand)
+@click.argument("uid", required=False)
+@click.option("--tenant", help="The tenant's transitions (all its checks).")
+@click.option("--count", default=20, show_default=True, help="How many, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def transitions(
+    ctx: click.Context, uid: str | None, tenant: str | None, count: int, as_json: bool
+) -> None:
+    """Recent transitions of check UID or of a --tenant."""
+    if (uid is None) == (tenant is None):
+        raise click.UsageError("give a check UID or --tenant")
+    store = _store(ctx)
+    key = store.keys.check_transitions(uid) if uid else store.keys.tenant_transitions(tenant or "")
+    rows = read_transitions(store.redis, key, count=count)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no transitions")
+    now = time.time()
+    for t in rows:
+        held = " held by maintenance" if t.get("held") else ""
+        ago = f"{now - float(t['at']):.0f}s ago"
+        click.echo(
+            f"{_iso(t['at'])} ({ago}) {escape(t['uid'])} {t['from']} -> {t['to']}{held} ({t['id']})"
+        )

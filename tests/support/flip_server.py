@@ -1,0 +1,53 @@
+"""A target on 127.0.0.1 that fails on command, per region: ``GET /<region>`` answers 200 while
+the region is healthy and 503 after ``fail(region)`` (until ``heal(region)``)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FlipServer:
+    def __init__(self) -> None:
+        self.failing: set[str] = set()
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                region = self.path.strip("/")
+                with outer._lock:
+                    outer.hits[region] = outer.hits.get(region, 0) + 1
+                    code = 503 if region in outer.failing else 200
+                self.send_response(code)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok" if code == 200 else b"no")
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def fail(self, *regions: str) -> None:
+        with self._lock:
+            self.failing.update(regions)
+
+    def heal(self, *regions: str) -> None:
+        with self._lock:
+            self.failing.difference_update(regions)
+
+    def __enter__(self) -> FlipServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
