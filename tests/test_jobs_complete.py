@@ -81,6 +81,7 @@ def test_a_record_has_one_documented_shape():
         "error_class",
         "error",
         "detail",
+        "degraded",
     ]
     lost = RunRecord.lost("c1@eu", lane=1, scheduled_at=NOW.timestamp(), now=NOW.timestamp() + 30)
     assert list(lost.as_dict()) == list(record().as_dict())

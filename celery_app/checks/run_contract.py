@@ -20,7 +20,8 @@ import each other; this module is what they agree on.
   (status ``lost``). Keys: ``status`` (:class:`RunStatus`), ``region``, ``lane`` (the lane it was
   claimed in), ``queue``, ``worker``, ``scheduled_at``/``started_at``/``finished_at`` (ISO 8601
   UTC or null), ``latency_ms``, ``duration_ms``, ``timed_out``, ``timeout_s``, ``error_class``,
-  ``error``, ``detail`` (the probe's extra data; ``{}`` when none). Unknown values are null.
+  ``error``, ``detail`` (the probe's extra data; ``{}`` when none), ``degraded`` (why a
+  successful run crossed a latency or certificate threshold, else null). Unknown values are null.
 
 The worker checks ``jobs.lease_is_current`` before probing (the check may have been deleted, or
 the lease reaped, while the message waited), finishes with ``jobs.finish_run`` using the same
@@ -262,6 +263,7 @@ class RunRecord:
     queue: str | None = None
     lane: str | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
+    degraded: str | None = None
 
     @classmethod
     def lost(cls, job_id: str, *, lane: int, scheduled_at: float, now: float) -> RunRecord:
@@ -298,6 +300,7 @@ class RunRecord:
             "error_class": self.error_class,
             "error": self.error,
             "detail": dict(self.detail),
+            "degraded": self.degraded,
         }
 
     def to_json(self) -> str:
