@@ -388,3 +388,13 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
         click.echo("no problems")
     else:
         ctx.exit(EXIT_PROBLEM)
+
+
+def _add_checks_as_code() -> None:
+    from celery_app.cli.checks_code import apply, export
+
+    checks.add_command(apply)
+    checks.add_command(export)
+
+
+_add_checks_as_code()
