@@ -233,7 +233,7 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
     document = yaml.safe_load(exported)
     h1 = next(c for c in document["checks"] if c["uid"] == "h1")
     assert h1["config"] == {
-        "expected_status": list(range(200, 300)),
+        "expected_status": ["2xx"],
         "json_path": "ok",
         "json_expected": True,
     }  # the defaults are left out
@@ -253,3 +253,35 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
     assert not store.get("t1").definition.enabled
     one = yaml.safe_load(cli("export", "--tenant", "acme"))
     assert [c["uid"] for c in one["checks"]] == ["h1"] and "tenants" not in one
+
+
+def test_a_check_changed_between_diff_and_write_ends_as_the_file_says(store, settings, r):
+    import workers.probes  # noqa: F401 - the http kind
+    from celery_app.checks.manifest_sync import apply_plan, plan_manifest
+
+    store.create(**check(1))
+    store.create(**check(2))
+    text = yaml.safe_dump({"version": 1, "checks": [check(1, period=30), check(2), check(3)]})
+    plan = plan_manifest(store, load_manifest(text, settings))
+    assert [new.uid for _old, new in plan.updates] == ["web1"] and len(plan.creates) == 1
+    store.update("web1", period=90)  # its version moves on: the planned batch is refused
+    store.create(**check(3, period=120))  # created meanwhile: the create is refused too
+    done = apply_plan(store, plan)
+    assert (done.created, done.updated) == (1, 1)
+    assert store.get("web1").definition.period == 30
+    assert store.get("web3").definition.period == 60
+    assert store.get("web2").version == 1
+
+
+def test_a_json_file_is_a_checks_file_too(cli, store, tmp_path):
+    import json
+
+    path = tmp_path / "checks.json"
+    document = {"version": 1, "checks": [check(1), check(2, period="soon")]}
+    path.write_text(json.dumps(document, indent=2))
+    out = cli("apply", "-f", str(path), ok=False)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if '"soon"' in text)
+    assert f"checks.json:{line}: checks[1].period (uid 'web2'): must be an integer" in out
+    document["checks"][1]["period"] = 60
+    path.write_text(json.dumps(document))
+    assert "applied: 2 created" in cli("apply", "-f", str(path))

@@ -1,11 +1,12 @@
 """Checks as code against the store: the diff a validated file makes (create / update / delete,
 rate limits), writing it in batches, and exporting the store in the same format.
 
-Why batches: 100,000 checks must apply in well under a minute, so creates go through
-``CheckStore.create_many`` (500 checks a Lua call, 8 calls a round trip) and updates and deletes
-are planned with :func:`~celery_app.checks.store.plan_change` and sent the same way, each batch
-guarded by the versions read when the diff was made. A batch refused because a check changed
-meanwhile writes nothing and is applied again check by check (the file wins).
+Why batches: 100,000 checks must apply within a minute, so creates, updates and deletes are
+planned with :func:`~celery_app.checks.store.plan_change` (the store's one planner) and sent as
+``store.lua`` calls of 500 checks, 8 calls a round trip, from a helper thread while the next
+group is planned. Each batch is guarded by the versions read when the diff was made (a create
+by the check's absence): a batch refused because a check changed meanwhile writes nothing and
+is applied again check by check through the store (the file wins).
 
 A second apply of the same file changes nothing: a check is compared by its normalised
 definition (the kind's validator normalised both), a rate limit by its rate and burst.
@@ -14,6 +15,8 @@ definition (the kind's validator normalised both), a rate limit by its rate and 
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from celery_app.checks.changes import StoreStatus, encode_changes
 from celery_app.checks.definition import CheckDefinition, StoredCheck, decode_check
 from celery_app.checks.jobs import from_unix, read_jobs
 from celery_app.checks.kinds import get_kind
-from celery_app.checks.manifest import FORMAT_VERSION, Manifest
+from celery_app.checks.manifest import FORMAT_VERSION, Manifest, gc_paused
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.redaction import redact_config, redact_target
 from celery_app.checks.store import CheckStore, plan_change
@@ -140,6 +143,11 @@ def plan_manifest(store: CheckStore, manifest: Manifest, *, prune: bool = False)
     """The diff between the store and ``manifest``. With ``prune``, stored checks of the file's
     tenants (:meth:`Manifest.scope`) that the file does not list are deleted, and so are the
     rate limits of tenants in its ``tenants`` section that name none."""
+    with gc_paused():
+        return _plan(store, manifest, prune)
+
+
+def _plan(store: CheckStore, manifest: Manifest, prune: bool) -> Plan:
     stored = read_stored(store)
     plan = Plan(windows=len(manifest.windows))
     listed = set()
@@ -181,33 +189,78 @@ class Applied:
     seconds: float
 
 
-def _send_batches(
-    store: CheckStore,
-    pairs: Sequence[tuple[StoredCheck, CheckDefinition | None]],
-    when: datetime,
-) -> None:
-    """Updates (new) and deletes (None) in batches; a refused batch is redone one by one."""
-    for start in range(0, len(pairs), CHUNK * CALLS_PER_ROUND_TRIP):
-        group = pairs[start : start + CHUNK * CALLS_PER_ROUND_TRIP]
-        ids = [j for old, new in group for j in old.definition.job_ids() + _ids(new)]
-        unique = sorted(set(ids))
-        jobs = dict(zip(unique, read_jobs(store.redis, store.keys, unique), strict=True))
-        batches = [group[i : i + CHUNK] for i in range(0, len(group), CHUNK)]
-        pipe = store.redis.pipeline(transaction=False)
-        for batch in batches:
-            changes = [plan_change(old, new, jobs, when, store.params) for old, new in batch]
-            keys, payload = encode_changes(store.keys, changes)
-            run_script(pipe, "store", keys=keys, args=[payload])
-        for batch, status in zip(batches, pipe.execute(), strict=True):
-            if status[0] == StoreStatus.OK:
+Pair = tuple[StoredCheck | None, CheckDefinition | None]
+
+
+class _Sender:
+    """Sends planned batches from a helper thread while the caller plans the next ones, so
+    Redis runs one group of Lua calls while Python encodes the next (the two overlap)."""
+
+    def __init__(self, store: CheckStore) -> None:
+        self.store = store
+        self.refused: list[Sequence[Pair]] = []
+        self._queue: queue.Queue[list[tuple[Sequence[Pair], list[str], str]] | None]
+        self._queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="checks-apply", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (group := self._queue.get()) is not None:
+            if self._error is not None:
                 continue
-            for old, new in batch:  # changed since the diff: read again, the file wins
-                if new is None:
-                    store.delete(old.definition.uid)
-                elif store.get(new.uid) is None:
-                    store.create_many([new], now=when)
-                else:
-                    store.replace(new, now=when)
+            try:
+                pipe = self.store.redis.pipeline(transaction=False)
+                for _batch, keys, payload in group:
+                    run_script(pipe, "store", keys=keys, args=[payload])
+                for (batch, _k, _p), status in zip(group, pipe.execute(), strict=True):
+                    if status[0] != StoreStatus.OK:
+                        self.refused.append(batch)
+            except BaseException as exc:  # re-raised in the caller by close()
+                self._error = exc
+
+    def send(self, group: list[tuple[Sequence[Pair], list[str], str]]) -> None:
+        self._queue.put(group)
+
+    def close(self) -> list[Sequence[Pair]]:
+        """Wait for every batch; the batches Redis refused (nothing of them was written)."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.refused
+
+
+def _write_pairs(store: CheckStore, pairs: Sequence[Pair], when: datetime) -> None:
+    """Creates (old None), updates and deletes (new None) in batches of :data:`CHUNK`, groups of
+    :data:`CALLS_PER_ROUND_TRIP` a round trip; a refused batch is redone check by check."""
+    sender = _Sender(store)
+    try:
+        for start in range(0, len(pairs), CHUNK * CALLS_PER_ROUND_TRIP):
+            part = pairs[start : start + CHUNK * CALLS_PER_ROUND_TRIP]
+            ids = sorted(
+                {j for old, _new in part if old is not None for j in _ids(old.definition)}
+                | {j for old, new in part if old is not None for j in _ids(new)}
+            )
+            jobs = dict(zip(ids, read_jobs(store.redis, store.keys, ids), strict=True))
+            group = []
+            for i in range(0, len(part), CHUNK):
+                batch = part[i : i + CHUNK]
+                changes = [plan_change(old, new, jobs, when, store.params) for old, new in batch]
+                keys, payload = encode_changes(store.keys, changes)
+                group.append((batch, keys, payload))
+            sender.send(group)
+    finally:
+        refused = sender.close()
+    for batch in refused:  # changed since the diff (or a stale job hash): the file wins
+        for old, new in batch:
+            if new is None:
+                assert old is not None
+                store.delete(old.definition.uid)
+            elif store.get(new.uid) is None:
+                store.create_many([new], now=when)
+            else:
+                store.replace(new, now=when)
 
 
 def _ids(defn: CheckDefinition | None) -> list[str]:
@@ -216,12 +269,17 @@ def _ids(defn: CheckDefinition | None) -> list[str]:
 
 def apply_plan(store: CheckStore, plan: Plan, now: datetime | None = None) -> Applied:
     """Write ``plan``: creates, updates and deletes in batches, then the rate limits."""
+    with gc_paused():
+        return _apply(store, plan, now)
+
+
+def _apply(store: CheckStore, plan: Plan, now: datetime | None) -> Applied:
     started = time.perf_counter()
     when = now or from_unix(time.time())
-    if plan.creates:
-        store.create_many(plan.creates, now=when, chunk=CHUNK)
-    _send_batches(store, [(old, new) for old, new in plan.updates], when)
-    _send_batches(store, [(old, None) for old in plan.deletes], when)
+    pairs: list[Pair] = [(None, d) for d in plan.creates]
+    pairs += [(old, new) for old, new in plan.updates]
+    pairs += [(old, None) for old in plan.deletes]
+    _write_pairs(store, pairs, when)
     for change in plan.rate_changes:
         if change.new is None:
             clear_rate_limit(store.redis, store.keys, change.tenant)
@@ -276,6 +334,11 @@ class _Defaults:
 def export_manifest(store: CheckStore, tenant: str | None = None) -> dict[str, Any]:
     """The store (one tenant's part) as a checks-as-code document: applying it to the same
     store changes nothing."""
+    with gc_paused():
+        return _export(store, tenant)
+
+
+def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
     stored = read_stored(store, tenant)
     defaults = _Defaults(store)
     checks = []
@@ -322,5 +385,6 @@ def dump_manifest(document: Mapping[str, Any]) -> str:
         "#   celery -A <app> checks apply -f <this file> [--dry-run] [--prune]\n"
         "# Targets are written as stored: credentials in a URL are included.\n"
     )
-    body = yaml.dump(dict(document), Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)
+    with gc_paused():
+        body = yaml.dump(document, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)
     return head + body

@@ -32,7 +32,7 @@ import certifi
 import httpcore
 import httpx
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, field_validator
 
 from celery_app.errors import CheckFieldError
 from workers.deadline import Deadline, DeadlineExceeded, honours_deadline
@@ -126,6 +126,19 @@ class HttpConfig(BaseModel):
         if bad:
             raise ValueError(f"status codes must be within 100..599, got {bad}")
         return tuple(sorted(set(value)))
+
+    @field_serializer("expected_status")
+    def _status_compact(self, value: tuple[int, ...]) -> list[int | str]:
+        """Stored compactly: a whole class as ``"2xx"`` (the default is two classes, not 200
+        codes in every check hash); validating it again gives the same codes."""
+        codes = set(value)
+        out: list[int | str] = []
+        for base in range(100, 600, 100):
+            block = set(range(base, base + 100))
+            if block <= codes:
+                out.append(f"{base // 100}xx")
+                codes -= block
+        return [*out, *sorted(codes)]
 
 
 def check_url(target: str) -> str:
