@@ -149,6 +149,7 @@ def test_a_bad_check_among_many_is_refused_with_line_index_and_field(cli, r, tmp
         f"checks.yaml:{period_line}: checks[52].period (uid 'web52'): must be an integer >= 1"
         in out
     )
+    assert len(out.splitlines()) == 3  # the head line, then one line a problem
     assert r.dbsize() == 0  # not the 58 good checks, not the rate limit
 
 

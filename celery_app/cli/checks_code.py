@@ -54,7 +54,8 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
     try:
         manifest = load_manifest(text, store.settings, registry=store.registry, source=source)
     except ManifestError as exc:
-        raise click.ClickException(escape(str(exc))) from None
+        shown = "\n".join(escape(line) for line in str(exc).splitlines())  # one a line
+        raise click.ClickException(shown) from None
     validated = time.perf_counter()
     plan = plan_manifest(store, manifest, prune=prune)
     planned = time.perf_counter()
