@@ -131,14 +131,20 @@ class HttpConfig(BaseModel):
     def _status_compact(self, value: tuple[int, ...]) -> list[int | str]:
         """Stored compactly: a whole class as ``"2xx"`` (the default is two classes, not 200
         codes in every check hash); validating it again gives the same codes."""
-        codes = set(value)
-        out: list[int | str] = []
-        for base in range(100, 600, 100):
-            block = set(range(base, base + 100))
-            if block <= codes:
-                out.append(f"{base // 100}xx")
-                codes -= block
-        return [*out, *sorted(codes)]
+        return list(_compact_statuses(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _compact_statuses(value: tuple[int, ...]) -> tuple[int | str, ...]:
+    """``value`` with each whole class of 100 codes as its name (``"2xx"``), then the rest."""
+    codes = set(value)
+    classes: list[int | str] = []
+    for base in range(100, 600, 100):
+        block = set(range(base, base + 100))
+        if block <= codes:
+            classes.append(f"{base // 100}xx")
+            codes -= block
+    return (*classes, *sorted(codes))
 
 
 def check_url(target: str) -> str:
