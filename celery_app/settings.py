@@ -526,6 +526,10 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Single IP addresses probes may reach although they are not public.",
     )
+    probe_tls_ca_file: str | None = Field(
+        None,
+        description="CA bundle (PEM) http probes trust besides the public CAs (internal CAs).",
+    )
 
     # --- metrics -------------------------------------------------------------------------
     metrics_addr: str = Field(
@@ -592,7 +596,9 @@ class Settings(BaseSettings):
             raise ValueError(f"must be 'required', 'optional' or 'none', got {value!r}")
         return value
 
-    @field_validator("redis_tls_ca_file", "redis_tls_certfile", "redis_tls_keyfile")
+    @field_validator(
+        "redis_tls_ca_file", "redis_tls_certfile", "redis_tls_keyfile", "probe_tls_ca_file"
+    )
     @classmethod
     def _readable_file(cls, value: str | None) -> str | None:
         if value in (None, ""):

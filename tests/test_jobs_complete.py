@@ -82,6 +82,7 @@ def test_a_record_has_one_documented_shape():
         "error",
         "detail",
         "maintenance",
+        "degraded",
     ]
     lost = RunRecord.lost("c1@eu", lane=1, scheduled_at=NOW.timestamp(), now=NOW.timestamp() + 30)
     assert list(lost.as_dict()) == list(record().as_dict())

@@ -39,6 +39,7 @@ class RunOutcome:
     timeout_s: float = 0.0
     queue: str = ""
     detail: Mapping[str, Any] = field(default_factory=dict)
+    degraded: str | None = None
 
     @classmethod
     def of_probe(
@@ -68,6 +69,7 @@ class RunOutcome:
             timeout_s=request.timeout_s,
             queue=queue,
             detail=dict(result.detail),
+            degraded=result.degraded,
         )
 
     @classmethod
@@ -121,4 +123,5 @@ class RunOutcome:
             worker=self.worker or None,
             queue=self.queue or None,
             detail=dict(self.detail),
+            degraded=self.degraded,
         )

@@ -160,11 +160,12 @@ def normalise(value: Any, elapsed_ms: float) -> ProbeResult:
         latency = (
             float(latency) if isinstance(latency, int | float) and latency >= 0 else elapsed_ms
         )
-        detail = {
-            k: v for k, v in value.items() if k not in {"ok", "latency_ms", "error_class", "error"}
-        }
+        reserved = {"ok", "latency_ms", "error_class", "error", "degraded"}
+        detail = {k: v for k, v in value.items() if k not in reserved}
         if ok:
-            return ProbeResult(True, latency, detail=detail)
+            reason = value.get("degraded")  # a custom kind's reason for a degraded success
+            degraded = str(reason)[:500] if reason else None
+            return ProbeResult(True, latency, detail=detail, degraded=degraded)
         error_class = value.get("error_class")
         if error_class not in ERROR_CLASSES:
             error_class = "error"

@@ -98,6 +98,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         timeout_s=request.timeout_s,
         policy=AddressPolicy.from_settings(settings),
         region=request.region,
+        tls_ca_file=settings.probe_tls_ca_file,
     )
     started_at = time.time()
     try:

@@ -47,6 +47,22 @@ def set_rate_limit(
     CheckFieldError names ``tenant``, ``per_minute`` (> 0 and <= 1,000,000) or ``burst``
     (>= 1 and <= 1,000,000) before anything is written.
     """
+    per_minute, burst = validate_rate_limit(tenant, per_minute, burst)
+    key = keys.rate_limit(tenant)
+    pipe = client.pipeline()  # one transaction: a bucket is never outside the index
+    pipe.hset(
+        key,
+        mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
+    )
+    pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
+    pipe.sadd(keys.rate_limited_tenants(), tenant)
+    pipe.execute()
+    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
+
+
+def validate_rate_limit(tenant: str, per_minute: object, burst: object) -> tuple[float, float]:
+    """``(per_minute, burst)`` as floats, or CheckFieldError naming ``tenant``, ``per_minute``
+    or ``burst`` and the allowed range (``set_rate_limit`` and ``checks apply`` call it)."""
     if not is_tenant(tenant):
         raise CheckFieldError("tenant", f"{tenant!r} is not allowed: use {TENANT_RULE}")
     if not _number_within(per_minute, 0, MAX_PER_MINUTE, low_open=True):
@@ -59,16 +75,7 @@ def set_rate_limit(
         raise CheckFieldError(
             "burst", f"must be a number >= {MIN_BURST:g} and <= {MAX_BURST:,.0f}, got {burst!r}"
         )
-    key = keys.rate_limit(tenant)
-    pipe = client.pipeline()  # one transaction: a bucket is never outside the index
-    pipe.hset(
-        key,
-        mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
-    )
-    pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
-    pipe.sadd(keys.rate_limited_tenants(), tenant)
-    pipe.execute()
-    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
+    return float(per_minute), float(burst)  # type: ignore[arg-type]
 
 
 def default_burst(per_minute: float) -> float:

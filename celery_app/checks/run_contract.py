@@ -21,7 +21,8 @@ import each other; this module is what they agree on.
   claimed in), ``queue``, ``worker``, ``scheduled_at``/``started_at``/``finished_at`` (ISO 8601
   UTC or null), ``latency_ms``, ``duration_ms``, ``timed_out``, ``timeout_s``, ``error_class``,
   ``error``, ``detail`` (the probe's extra data; ``{}`` when none), ``maintenance`` (true when it
-ran inside a maintenance window). Unknown values are null.
+  ran inside a maintenance window), ``degraded`` (why a successful run crossed a latency or
+  certificate threshold, else null). Unknown values are null.
 
 The worker checks ``jobs.lease_is_current`` before probing (the check may have been deleted, or
 the lease reaped, while the message waited), finishes with ``jobs.finish_run`` using the same
@@ -264,6 +265,7 @@ class RunRecord:
     lane: str | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
     maintenance: bool = False  # ran inside a maintenance window (transitions held back)
+    degraded: str | None = None
 
     @classmethod
     def lost(cls, job_id: str, *, lane: int, scheduled_at: float, now: float) -> RunRecord:
@@ -305,6 +307,7 @@ class RunRecord:
             "error": self.error,
             "detail": dict(self.detail),
             "maintenance": self.maintenance,
+            "degraded": self.degraded,
         }
 
     def to_json(self) -> str:

@@ -306,6 +306,12 @@ class CheckStore:
         assert result is not None
         return result
 
+    def replace(self, defn: CheckDefinition, now: datetime | None = None) -> CheckDefinition:
+        """Make the existing check ``defn.uid`` exactly ``defn`` (already validated)."""
+        result = self._write(defn.uid, lambda old: defn, now)
+        assert result is not None
+        return result
+
     def set_enabled(self, uid: str, enabled: bool, now: datetime | None = None) -> CheckDefinition:
         """Disable (jobs leave every index, EWMAs kept) or enable (jobs placed at their tick)."""
         result = self._write(uid, lambda old: replace(old, enabled=enabled), now)

@@ -440,3 +440,13 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
 
 checks.add_command(maintenance)
 checks.add_command(transitions)
+
+
+def _add_checks_as_code() -> None:
+    from celery_app.cli.checks_code import apply, export
+
+    checks.add_command(apply)
+    checks.add_command(export)
+
+
+_add_checks_as_code()

@@ -1,4 +1,5 @@
-"""The ``http`` probe: one request with httpx, judged by status code and body substring.
+"""The ``http`` probe: one request with httpx, judged by status code, body substring, and the
+rules of :mod:`workers.probes.http_judgement` (certificate expiry, latency, regex, JSON path).
 
 Why a custom network backend: httpx resolves names inside its connection pool, after our check
 would have run, so a DNS server could answer with a public address to the guard and a private one
@@ -12,6 +13,9 @@ operation of every connection (connect, TLS handshake, each write and each read)
 ``min(per-op timeout, remaining)``, so a server that drips its headers or body a byte at a time
 is cut off at the deadline. Redirects are followed here, one hop at a time, so a redirect's body
 is never read; the final body is read up to :data:`MAX_BODY_BYTES` and the connection closed.
+
+Every https result carries the final connection's certificate expiry in its detail
+(``cert_not_after``, ``cert_days_left``), read from the TLS connection the request used.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import functools
 import ssl
 import typing
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -27,10 +32,11 @@ import certifi
 import httpcore
 import httpx
 from celery.exceptions import SoftTimeLimitExceeded
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, field_validator
 
 from celery_app.errors import CheckFieldError
 from workers.deadline import Deadline, DeadlineExceeded, honours_deadline
+from workers.probes import http_judgement as judge
 from workers.probes.config import parse_config
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
@@ -65,6 +71,30 @@ class HttpConfig(BaseModel):
     body_contains: str | None = Field(None, description="substring the body must contain")
     headers: dict[str, str] = Field(default_factory=dict)
     follow_redirects: bool = True
+    tls_min_days: int | None = Field(
+        None, ge=1, le=judge.MAX_TLS_MIN_DAYS, description="degraded below (https only)"
+    )
+    max_latency_ms: int | None = Field(
+        None, ge=1, le=judge.MAX_LATENCY_MS, description="degraded above"
+    )
+    body_regex: str | None = Field(None, description="Python regex the body must match")
+    json_path: str | None = Field(None, description="JMESPath into the JSON body")
+    json_expected: JsonValue = Field(None, description="the value json_path must yield")
+
+    @field_validator("body_regex")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        return None if value is None else judge.compile_body_regex(value)
+
+    @field_validator("json_path")
+    @classmethod
+    def _json_path(cls, value: str | None) -> str | None:
+        return None if value is None else judge.compile_json_path(value)
+
+    @field_validator("json_expected")
+    @classmethod
+    def _json_expected(cls, value: Any) -> Any:
+        return judge.check_json_expected(value)
 
     @field_validator("method", mode="before")
     @classmethod
@@ -97,6 +127,25 @@ class HttpConfig(BaseModel):
             raise ValueError(f"status codes must be within 100..599, got {bad}")
         return tuple(sorted(set(value)))
 
+    @field_serializer("expected_status")
+    def _status_compact(self, value: tuple[int, ...]) -> list[int | str]:
+        """Stored compactly: a whole class as ``"2xx"`` (the default is two classes, not 200
+        codes in every check hash); validating it again gives the same codes."""
+        return list(_compact_statuses(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _compact_statuses(value: tuple[int, ...]) -> tuple[int | str, ...]:
+    """``value`` with each whole class of 100 codes as its name (``"2xx"``), then the rest."""
+    codes = set(value)
+    classes: list[int | str] = []
+    for base in range(100, 600, 100):
+        block = set(range(base, base + 100))
+        if block <= codes:
+            classes.append(f"{base // 100}xx")
+            codes -= block
+    return (*classes, *sorted(codes))
+
 
 def check_url(target: str) -> str:
     """The target of an ``http`` check: an http(s) URL with a host (CheckFieldError if not)."""
@@ -126,6 +175,18 @@ def validate_http_config(
     """
     check_url(target)
     parsed = parse_config("http", HttpConfig, config)
+    if parsed.tls_min_days is not None and urlsplit(target).scheme != "https":
+        raise CheckFieldError(
+            "config.tls_min_days", "applies to https:// targets only (this one has no TLS)"
+        )
+    if parsed.json_path is not None and "json_expected" not in parsed.model_fields_set:
+        raise CheckFieldError(
+            "config.json_expected", "is required with json_path (the JSON value it must yield)"
+        )
+    if parsed.json_path is None and parsed.json_expected is not None:
+        raise CheckFieldError(
+            "config.json_path", "is required with json_expected (a JMESPath expression)"
+        )
     if policy is not None:
         host = urlsplit(target).hostname or ""
         literal = literal_address(host)
@@ -224,21 +285,28 @@ class VettingNetworkBackend(httpcore.SyncBackend):
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context per process: loading the CA bundle costs ~20 ms a probe."""
-    return ssl.create_default_context(cafile=certifi.where())
+def _tls_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
+    """One verifying TLS context per process (and extra CA file): loading the CA bundle costs
+    ~20 ms a probe. ``extra_ca_file`` (CHECKBEAT_PROBE_TLS_CA_FILE) is trusted as well."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    if extra_ca_file:
+        context.load_verify_locations(cafile=extra_ca_file)
+    return context
 
 
 class VettingTransport(httpx.HTTPTransport):
     """httpx transport whose every connection goes through :class:`VettingNetworkBackend`."""
 
-    def __init__(self, policy: AddressPolicy, deadline: Deadline) -> None:
+    def __init__(
+        self, policy: AddressPolicy, deadline: Deadline, extra_ca_file: str | None = None
+    ) -> None:
         # verify=<context>: httpx would otherwise load the CA bundle again (~20 ms CPU) per probe.
-        super().__init__(verify=_tls_context(), trust_env=False, retries=0)
+        tls = _tls_context(extra_ca_file)
+        super().__init__(verify=tls, trust_env=False, retries=0)
         self.backend = VettingNetworkBackend(policy, deadline)
         # httpx has no public knob for the network backend, so the pool is rebuilt with one.
         self._pool = httpcore.ConnectionPool(
-            ssl_context=_tls_context(),
+            ssl_context=tls,
             max_connections=4,
             max_keepalive_connections=0,
             retries=0,
@@ -306,6 +374,14 @@ def _send(
     return response
 
 
+def _peer_cert(response: httpx.Response) -> judge.CertExpiry | None:
+    """The certificate expiry of the connection ``response`` came on (None without TLS)."""
+    stream = response.extensions.get("network_stream")
+    if stream is None:
+        return None
+    return judge.cert_expiry(stream.get_extra_info("ssl_object"), datetime.now(UTC))
+
+
 def _read_body(response: httpx.Response, deadline: Deadline) -> bytes:
     """Up to :data:`MAX_BODY_BYTES` of the (decoded) body; stops there, the rest is not read.
 
@@ -331,7 +407,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
         spec = HttpConfig.model_validate(dict(config))
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
-    transport = VettingTransport(context.policy, deadline)
+    transport = VettingTransport(context.policy, deadline, context.tls_ca_file)
     headers = {"User-Agent": USER_AGENT, **spec.headers}
     try:
         with httpx.Client(
@@ -341,6 +417,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
             trust_env=False,
         ) as client:
             response = _send(client, spec, url, headers, auth)
+            cert = _peer_cert(response)
             try:
                 body = _read_body(response, deadline)
             except (TimeoutError, httpx.TimeoutException):
@@ -363,17 +440,33 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
         return ProbeResult.down(error_class, message, deadline.elapsed_ms())
     if latency > context.timeout_s * 1000.0:
         return ProbeResult.down("timeout", f"no answer within {context.timeout_s:g} s", latency)
-    detail = {"status_code": response.status_code}
+    detail: dict[str, Any] = {"status_code": response.status_code}
     if transport.backend.connected:
         detail["address"] = transport.backend.connected[-1]
+    if cert is not None:
+        detail.update(cert.detail())
     if response.status_code not in spec.expected_status:
         return ProbeResult.down(
             "status", f"status {response.status_code} is not expected", latency, **detail
         )
-    if spec.body_contains is not None and spec.body_contains not in body.decode(
-        response.encoding or "utf-8", errors="replace"
-    ):
+    text = body.decode(response.encoding or "utf-8", errors="replace")
+    if spec.body_contains is not None and spec.body_contains not in text:
         return ProbeResult.down(
             "body", f"body does not contain {spec.body_contains!r}", latency, **detail
         )
-    return ProbeResult.up(latency, **detail)
+    failure = judge.body_failure(
+        text,
+        body_regex=spec.body_regex,
+        json_path=spec.json_path,
+        json_expected=spec.json_expected,
+        truncated=len(body) >= MAX_BODY_BYTES,
+    )
+    if failure is not None:
+        return ProbeResult.down("body", failure, latency, **detail)
+    degraded = judge.degraded_reason(
+        latency_ms=latency,
+        max_latency_ms=spec.max_latency_ms,
+        cert=cert,
+        tls_min_days=spec.tls_min_days,
+    )
+    return ProbeResult.up(latency, degraded=degraded, **detail)

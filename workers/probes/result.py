@@ -22,13 +22,15 @@ ERROR_CLASSES = frozenset(
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """One probe outcome. ``ok`` false always comes with an ``error_class``."""
+    """One probe outcome. ``ok`` false always comes with an ``error_class``; ``degraded`` is
+    the reason a success crossed a threshold (latency, certificate expiry), else None."""
 
     ok: bool
     latency_ms: float
     error_class: str | None = None
     error: str | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
+    degraded: str | None = None
 
     def __post_init__(self) -> None:
         if self.ok and self.error_class is not None:
@@ -39,6 +41,8 @@ class ProbeResult:
             )
         if self.latency_ms < 0:
             raise ValueError(f"latency_ms must be >= 0, got {self.latency_ms}")
+        if self.degraded is not None and not self.ok:
+            raise ValueError("only a successful result is degraded (a failure is down)")
 
     @property
     def status(self) -> str:
@@ -52,8 +56,8 @@ class ProbeResult:
         return self.error_class == "timeout"
 
     @classmethod
-    def up(cls, latency_ms: float, **detail: Any) -> ProbeResult:
-        return cls(True, latency_ms, detail=detail)
+    def up(cls, latency_ms: float, *, degraded: str | None = None, **detail: Any) -> ProbeResult:
+        return cls(True, latency_ms, detail=detail, degraded=degraded)
 
     @classmethod
     def down(cls, error_class: str, error: str, latency_ms: float, **detail: Any) -> ProbeResult:
@@ -75,6 +79,8 @@ class ProbeContext:
     policy: AddressPolicy = field(default_factory=AddressPolicy)
     region: str = ""
     deadline: Deadline | None = field(default=None, compare=False)
+    #: A CA bundle (PEM) the http probe trusts besides the public ones (internal CAs).
+    tls_ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

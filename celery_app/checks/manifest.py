@@ -1,0 +1,398 @@
+"""The checks-as-code file (``checks apply -f checks.yaml``): reading it and validating all of it.
+
+Why its own module: the whole file is validated before anything is written, and each problem
+is reported with its place (``file:line: checks[12] (uid 'web'): config.body_regex: ...``).
+Reading is pure except for the file itself; comparing with the store and writing is
+:mod:`celery_app.checks.manifest_sync`. The format is documented in ``docs/checks-as-code.md``.
+
+Speed: PyYAML's C loader builds plain values; line numbers are needed only when something is
+wrong, so the node tree with its marks is composed only then. A bulk read allocates millions of
+objects that all stay alive, so the cyclic garbage collector is paused meanwhile
+(:func:`gc_paused`): it would scan the growing heap again and again (3x slower at 50,000 checks).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from celery_app.checks.definition import CheckDefinition, validate_definition
+from celery_app.checks.ratelimit import default_burst, validate_rate_limit
+from celery_app.errors import CheckFieldError
+from celery_app.names import TENANT_RULE, is_tenant
+from celery_app.registry import SHARED, Registry
+from celery_app.settings import Settings
+from scheduling_core import CronError
+from scheduling_core import parse as parse_cron
+
+FORMAT_VERSION = 1
+TOP_KEYS = ("version", "tenants", "checks")
+TENANT_KEYS = ("rate_limit", "maintenance")
+RATE_LIMIT_KEYS = ("per_minute", "burst")
+WINDOW_KEYS = ("cron", "duration", "timezone")
+#: A maintenance window lasts 1 s to 31 days.
+MAX_WINDOW_S = 31 * 24 * 3600
+#: Problems listed in one refusal (the count of the rest is given).
+MAX_PROBLEMS_SHOWN = 50
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the file: where (a path into it) and what."""
+
+    path: Path
+    message: str
+    line: int | None = None
+    uid: str | None = None
+
+    def shown(self, source: str) -> str:
+        where = f"{source}:{self.line}" if self.line else source
+        place = _path_text(self.path)
+        if self.uid:
+            place = f"{place} (uid {self.uid!r})"
+        return f"{where}: {place}: {self.message}" if place else f"{where}: {self.message}"
+
+
+class ManifestError(ValueError):
+    """The file was refused; nothing was written. ``problems`` lists every one found."""
+
+    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        shown = [p.shown(source) for p in self.problems[:MAX_PROBLEMS_SHOWN]]
+        more = len(self.problems) - len(shown)
+        if more > 0:
+            shown.append(f"... and {more} more")
+        head = f"{source}: {len(self.problems)} problem(s), nothing written"
+        super().__init__("\n".join([head, *(f"  {line}" for line in shown)]))
+
+
+@dataclass(frozen=True)
+class MaintenanceWindow:
+    """A validated window spec: every ``cron`` start, for ``duration_s``, in ``timezone``.
+
+    ``scope`` is ``("tenant", name)`` or ``("check", uid)``. Validated only: this build has no
+    store for windows (see docs/checks-as-code.md).
+    """
+
+    scope: tuple[str, str]
+    cron: str
+    duration_s: int
+    timezone: str
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """A tenant named in the ``tenants`` section: its bucket (None = no rate limit)."""
+
+    name: str
+    rate_limit: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A whole validated file."""
+
+    checks: tuple[CheckDefinition, ...]
+    tenants: Mapping[str, TenantSpec] = field(default_factory=dict)
+    windows: tuple[MaintenanceWindow, ...] = ()
+
+    def scope(self) -> set[str]:
+        """The tenants ``--prune`` may delete checks of: every tenant the file names."""
+        return set(self.tenants) | {c.tenant for c in self.checks}
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk step (reference counting still frees
+    everything that is dropped); nests, and restores the previous state."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def load_manifest(
+    text: str, settings: Settings, *, registry: Registry = SHARED, source: str = "<input>"
+) -> Manifest:
+    """Parse and validate a whole file, or raise ManifestError listing every problem (with its
+    line) before anything could be written."""
+    with gc_paused():
+        return _load(text, settings, registry, source)
+
+
+def _parse(text: str) -> Any:
+    """The file's data. A JSON document (JSON is YAML too) is read by ``json``, ~30x faster;
+    anything else, or JSON that does not parse, by the YAML loader (whose errors have lines)."""
+    if text.lstrip()[:1] == "{":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return yaml.load(text, Loader=_LOADER)
+
+
+def _load(text: str, settings: Settings, registry: Registry, source: str) -> Manifest:
+    try:
+        data = _parse(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise ManifestError(source, [Problem((), f"not valid YAML: {reason}", line)]) from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(source, [Problem((), f"not valid YAML: {exc}")]) from None
+    problems: list[Problem] = []
+    manifest = _validate(data, settings, registry, problems)
+    if problems:
+        raise ManifestError(source, _with_lines(text, problems))
+    assert manifest is not None
+    return manifest
+
+
+def _validate(
+    data: Any, settings: Settings, registry: Registry, problems: list[Problem]
+) -> Manifest | None:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        problems.append(Problem((), f"must be a mapping with keys {', '.join(TOP_KEYS)}"))
+        return None
+    for key in data:
+        if key not in TOP_KEYS:
+            problems.append(Problem((str(key),), f"unknown key (allowed: {', '.join(TOP_KEYS)})"))
+    version = data.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        problems.append(Problem(("version",), f"must be {FORMAT_VERSION}, got {version!r}"))
+    windows: list[MaintenanceWindow] = []
+    tenants = _tenants(data.get("tenants"), settings, problems, windows)
+    checks = _checks(data.get("checks"), settings, registry, problems, windows)
+    return Manifest(tuple(checks), tenants, tuple(windows))
+
+
+def _tenants(
+    raw: Any, settings: Settings, problems: list[Problem], windows: list[MaintenanceWindow]
+) -> dict[str, TenantSpec]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(("tenants",), "must be a mapping of tenant name to its settings"))
+        return {}
+    out: dict[str, TenantSpec] = {}
+    for name, spec in raw.items():
+        at: Path = ("tenants", str(name))
+        if not isinstance(name, str) or not is_tenant(name):
+            problems.append(Problem(at, f"{name!r} is not a tenant name: use {TENANT_RULE}"))
+            continue
+        spec = {} if spec is None else spec
+        if not isinstance(spec, Mapping):
+            problems.append(Problem(at, f"must be a mapping with keys {', '.join(TENANT_KEYS)}"))
+            continue
+        for key in spec:
+            if key not in TENANT_KEYS:
+                allowed = ", ".join(TENANT_KEYS)
+                problems.append(Problem((*at, str(key)), f"unknown key (allowed: {allowed})"))
+        bucket = _rate_limit(name, spec.get("rate_limit"), (*at, "rate_limit"), problems)
+        _windows(
+            spec.get("maintenance"),
+            ("tenant", name),
+            (*at, "maintenance"),
+            settings,
+            problems,
+            windows,
+        )
+        out[name] = TenantSpec(name, bucket)
+    return out
+
+
+def _rate_limit(
+    tenant: str, raw: Any, at: Path, problems: list[Problem]
+) -> tuple[float, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(Problem(at, "must be a mapping: {per_minute: N, burst: B}"))
+        return None
+    for key in raw:
+        if key not in RATE_LIMIT_KEYS:
+            allowed = ", ".join(RATE_LIMIT_KEYS)
+            problems.append(Problem((*at, str(key)), f"unknown key (allowed: {allowed})"))
+    per_minute = raw.get("per_minute")
+    burst = raw.get("burst")
+    if burst is None and isinstance(per_minute, int | float) and not isinstance(per_minute, bool):
+        burst = default_burst(per_minute) if per_minute > 0 else per_minute
+    try:
+        return validate_rate_limit(tenant, per_minute, burst)
+    except CheckFieldError as exc:
+        problems.append(Problem((*at, exc.field), exc.reason))
+        return None
+
+
+def _duration(value: Any) -> int:
+    """Seconds from ``5400`` or ``"1h30m"`` (d, h, m, s), within 1 s to 31 days."""
+    allowed = "seconds (an integer) or a text such as '90m', '2h', '1h30m', '1d'"
+    seconds: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        seconds = value
+    elif isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if match and any(match.groups()):
+            d, h, m, s = (int(x or 0) for x in match.groups())
+            seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    if seconds is None:
+        raise ValueError(f"must be {allowed}, got {value!r}")
+    if not 1 <= seconds <= MAX_WINDOW_S:
+        raise ValueError(f"must be between 1 s and 31 days, got {seconds} s")
+    return seconds
+
+
+def _windows(
+    raw: Any,
+    scope: tuple[str, str],
+    at: Path,
+    settings: Settings,
+    problems: list[Problem],
+    out: list[MaintenanceWindow],
+) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, list):
+        problems.append(Problem(at, "must be a list of {cron, duration, timezone}"))
+        return
+    for index, item in enumerate(raw):
+        here = (*at, index)
+        if not isinstance(item, Mapping):
+            problems.append(Problem(here, "must be a mapping {cron, duration, timezone}"))
+            continue
+        found = len(problems)
+        for key in item:
+            if key not in WINDOW_KEYS:
+                allowed = ", ".join(WINDOW_KEYS)
+                problems.append(Problem((*here, str(key)), f"unknown key (allowed: {allowed})"))
+        cron = item.get("cron")
+        if not isinstance(cron, str):
+            problems.append(Problem((*here, "cron"), "must be a cron spec, e.g. '0 3 * * SUN'"))
+        else:
+            try:
+                parse_cron(cron)
+            except CronError as exc:
+                problems.append(Problem((*here, "cron"), str(exc)))
+        duration = 0
+        try:
+            duration = _duration(item.get("duration"))
+        except ValueError as exc:
+            problems.append(Problem((*here, "duration"), str(exc)))
+        timezone = item.get("timezone", settings.timezone)
+        try:
+            if not isinstance(timezone, str):
+                raise ValueError
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(
+                Problem(
+                    (*here, "timezone"),
+                    f"must be an IANA name such as 'Europe/Paris', got {timezone!r}",
+                )
+            )
+        if len(problems) == found:
+            out.append(MaintenanceWindow(scope, str(cron), duration, str(timezone)))
+
+
+def _checks(
+    raw: Any,
+    settings: Settings,
+    registry: Registry,
+    problems: list[Problem],
+    windows: list[MaintenanceWindow],
+) -> list[CheckDefinition]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        problems.append(Problem(("checks",), "must be a list of checks"))
+        return []
+    out: list[CheckDefinition] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(raw):
+        at: Path = ("checks", index)
+        if not isinstance(item, Mapping):
+            problems.append(Problem(at, "must be a mapping with uid, tenant, kind, target, ..."))
+            continue
+        fields = {str(k): v for k, v in item.items()}
+        uid = fields.get("uid") if isinstance(fields.get("uid"), str) else None
+        check_windows = fields.pop("maintenance", None)
+        try:
+            defn = validate_definition(settings, registry=registry, **fields)
+        except CheckFieldError as exc:
+            path = tuple(exc.field.split(".", 1)) if exc.field else ()
+            problems.append(Problem((*at, *path), exc.reason, uid=uid))
+            continue
+        if defn.uid in seen:
+            first = seen[defn.uid]
+            problems.append(
+                Problem((*at, "uid"), f"duplicate uid (also checks[{first}])", uid=defn.uid)
+            )
+            continue
+        seen[defn.uid] = index
+        _windows(
+            check_windows, ("check", defn.uid), (*at, "maintenance"), settings, problems, windows
+        )
+        out.append(defn)
+    return out
+
+
+# --- where a problem is ------------------------------------------------------------------------
+
+
+def _path_text(path: Path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+def _line_of(root: yaml.Node | None, path: Path) -> int | None:
+    """The line of the deepest node of ``path`` in the composed tree (a key's own line)."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    line, node = key.start_mark.line + 1, value
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _with_lines(text: str, problems: list[Problem]) -> list[Problem]:
+    root = yaml.compose(text, Loader=_LOADER)
+    return [
+        Problem(p.path, p.message, _line_of(root, p.path) if p.line is None else p.line, p.uid)
+        for p in problems
+    ]

@@ -1,0 +1,390 @@
+"""Checks as code against the store: the diff a validated file makes (create / update / delete,
+rate limits), writing it in batches, and exporting the store in the same format.
+
+Why batches: 100,000 checks must apply within a minute, so creates, updates and deletes are
+planned with :func:`~celery_app.checks.store.plan_change` (the store's one planner) and sent as
+``store.lua`` calls of 500 checks, 8 calls a round trip, from a helper thread while the next
+group is planned. Each batch is guarded by the versions read when the diff was made (a create
+by the check's absence): a batch refused because a check changed meanwhile writes nothing and
+is applied again check by check through the store (the file wins).
+
+A second apply of the same file changes nothing: a check is compared by its normalised
+definition (the kind's validator normalised both), a rate limit by its rate and burst.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import yaml
+
+from celery_app.checks.changes import StoreStatus, encode_changes
+from celery_app.checks.definition import CheckDefinition, StoredCheck, decode_check
+from celery_app.checks.jobs import from_unix, read_jobs
+from celery_app.checks.kinds import get_kind
+from celery_app.checks.manifest import FORMAT_VERSION, Manifest, gc_paused
+from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
+from celery_app.checks.redaction import redact_config, redact_target
+from celery_app.checks.store import CheckStore, plan_change
+from celery_app.errors import CheckFieldError
+from celery_app.redis.scripts import run_script
+
+#: Checks per Lua call, and Lua calls per round trip, of updates and deletes (as create_many).
+CHUNK = 500
+CALLS_PER_ROUND_TRIP = 8
+_READ_CHUNK = 5000
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+Bucket = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class RateChange:
+    tenant: str
+    old: Bucket | None
+    new: Bucket | None
+
+    def line(self) -> str:
+        sign = "-" if self.new is None else ("+" if self.old is None else "~")
+        return f"{sign} rate limit {self.tenant}: {_bucket(self.old)} -> {_bucket(self.new)}"
+
+
+@dataclass
+class Plan:
+    """What applying a file would do; empty when the store already matches it."""
+
+    creates: list[CheckDefinition] = field(default_factory=list)
+    updates: list[tuple[StoredCheck, CheckDefinition]] = field(default_factory=list)
+    deletes: list[StoredCheck] = field(default_factory=list)
+    rate_changes: list[RateChange] = field(default_factory=list)
+    unchanged: int = 0
+    windows: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.creates or self.updates or self.deletes or self.rate_changes)
+
+    def lines(self) -> Iterator[str]:
+        """The diff, one line a change (targets and credential headers redacted)."""
+        for d in self.creates:
+            yield (
+                f"+ create {d.uid} ({d.tenant}: {d.kind} {redact_target(d.target)} every "
+                f"{d.period}s in {','.join(d.regions)})"
+            )
+        for old, new in self.updates:
+            yield f"~ update {new.uid}: {'; '.join(field_changes(old.definition, new))}"
+        for old in self.deletes:
+            d = old.definition
+            yield f"- delete {d.uid} ({d.tenant}: {d.kind} {redact_target(d.target)})"
+        for change in self.rate_changes:
+            yield change.line()
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.creates)} to create, {len(self.updates)} to update, "
+            f"{len(self.deletes)} to delete, {len(self.rate_changes)} rate limit change(s), "
+            f"{self.unchanged} unchanged"
+        )
+
+
+def _bucket(bucket: Bucket | None) -> str:
+    return "none" if bucket is None else f"{bucket[0]:g}/min burst {bucket[1]:g}"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def field_changes(old: CheckDefinition, new: CheckDefinition) -> list[str]:
+    """``field: old -> new`` for each field that differs (config by key, secrets redacted)."""
+    before, after = old.as_dict(), new.as_dict()
+    out = []
+    for name in before:
+        if name in ("config", "uid") or before[name] == after[name]:
+            continue
+        a, b = before[name], after[name]
+        if name == "target":
+            a, b = redact_target(a), redact_target(b)
+        out.append(f"{name}: {_shown(a)} -> {_shown(b)}")
+    a_conf, b_conf = redact_config(before["config"]), redact_config(after["config"])
+    for key in sorted(set(a_conf) | set(b_conf)):
+        if before["config"].get(key) != after["config"].get(key):
+            out.append(f"config.{key}: {_shown(a_conf.get(key))} -> {_shown(b_conf.get(key))}")
+    return out
+
+
+# --- reading the store ---------------------------------------------------------------------------
+
+
+def read_stored(store: CheckStore, tenant: str | None = None) -> dict[str, StoredCheck]:
+    """Every stored check (of one tenant) with its version, read in pipelined chunks."""
+    keys = store.keys
+    uids = sorted(store.redis.smembers(keys.tenant_checks(tenant) if tenant else keys.checks()))
+    out: dict[str, StoredCheck] = {}
+    for start in range(0, len(uids), _READ_CHUNK):
+        part = uids[start : start + _READ_CHUNK]
+        pipe = store.redis.pipeline(transaction=False)
+        for uid in part:
+            pipe.hgetall(keys.check(uid))
+        for uid, h in zip(part, pipe.execute(), strict=True):
+            if h:
+                out[uid] = decode_check(uid, h)
+    return out
+
+
+def plan_manifest(store: CheckStore, manifest: Manifest, *, prune: bool = False) -> Plan:
+    """The diff between the store and ``manifest``. With ``prune``, stored checks of the file's
+    tenants (:meth:`Manifest.scope`) that the file does not list are deleted, and so are the
+    rate limits of tenants in its ``tenants`` section that name none."""
+    with gc_paused():
+        return _plan(store, manifest, prune)
+
+
+def _plan(store: CheckStore, manifest: Manifest, prune: bool) -> Plan:
+    stored = read_stored(store)
+    plan = Plan(windows=len(manifest.windows))
+    listed = set()
+    for defn in manifest.checks:
+        listed.add(defn.uid)
+        old = stored.get(defn.uid)
+        if old is None:
+            plan.creates.append(defn)
+        elif old.definition != defn:
+            plan.updates.append((old, defn))
+        else:
+            plan.unchanged += 1
+    if prune:
+        scope = manifest.scope()
+        plan.deletes = [
+            old
+            for uid, old in sorted(stored.items())
+            if uid not in listed and old.definition.tenant in scope
+        ]
+    for name, spec in sorted(manifest.tenants.items()):
+        current = get_rate_limit(store.redis, store.keys, name)
+        now = None if current is None else (current.per_minute, current.burst)
+        if spec.rate_limit is not None and now != spec.rate_limit:
+            plan.rate_changes.append(RateChange(name, now, spec.rate_limit))
+        elif spec.rate_limit is None and now is not None and prune:
+            plan.rate_changes.append(RateChange(name, now, None))
+    return plan
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Applied:
+    created: int
+    updated: int
+    deleted: int
+    rate_limits: int
+    seconds: float
+
+
+Pair = tuple[StoredCheck | None, CheckDefinition | None]
+
+
+class _Sender:
+    """Sends planned batches from a helper thread while the caller plans the next ones, so
+    Redis runs one group of Lua calls while Python encodes the next (the two overlap)."""
+
+    def __init__(self, store: CheckStore) -> None:
+        self.store = store
+        self.refused: list[Sequence[Pair]] = []
+        self._queue: queue.Queue[list[tuple[Sequence[Pair], list[str], str]] | None]
+        self._queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="checks-apply", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (group := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                pipe = self.store.redis.pipeline(transaction=False)
+                for _batch, keys, payload in group:
+                    run_script(pipe, "store", keys=keys, args=[payload])
+                for (batch, _k, _p), status in zip(group, pipe.execute(), strict=True):
+                    if status[0] != StoreStatus.OK:
+                        self.refused.append(batch)
+            except BaseException as exc:  # re-raised in the caller by close()
+                self._error = exc
+
+    def send(self, group: list[tuple[Sequence[Pair], list[str], str]]) -> None:
+        self._queue.put(group)
+
+    def close(self) -> list[Sequence[Pair]]:
+        """Wait for every batch; the batches Redis refused (nothing of them was written)."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.refused
+
+
+def _write_pairs(store: CheckStore, pairs: Sequence[Pair], when: datetime) -> None:
+    """Creates (old None), updates and deletes (new None) in batches of :data:`CHUNK`, groups of
+    :data:`CALLS_PER_ROUND_TRIP` a round trip; a refused batch is redone check by check."""
+    sender = _Sender(store)
+    try:
+        for start in range(0, len(pairs), CHUNK * CALLS_PER_ROUND_TRIP):
+            part = pairs[start : start + CHUNK * CALLS_PER_ROUND_TRIP]
+            ids = sorted(
+                {j for old, _new in part if old is not None for j in _ids(old.definition)}
+                | {j for old, new in part if old is not None for j in _ids(new)}
+            )
+            jobs = dict(zip(ids, read_jobs(store.redis, store.keys, ids), strict=True))
+            group = []
+            for i in range(0, len(part), CHUNK):
+                batch = part[i : i + CHUNK]
+                changes = [plan_change(old, new, jobs, when, store.params) for old, new in batch]
+                keys, payload = encode_changes(store.keys, changes)
+                group.append((batch, keys, payload))
+            sender.send(group)
+    finally:
+        refused = sender.close()
+    for batch in refused:  # changed since the diff (or a stale job hash): the file wins
+        for old, new in batch:
+            if new is None:
+                assert old is not None
+                store.delete(old.definition.uid)
+            elif store.get(new.uid) is None:
+                store.create_many([new], now=when)
+            else:
+                store.replace(new, now=when)
+
+
+def _ids(defn: CheckDefinition | None) -> list[str]:
+    return defn.job_ids() if defn is not None else []
+
+
+def apply_plan(store: CheckStore, plan: Plan, now: datetime | None = None) -> Applied:
+    """Write ``plan``: creates, updates and deletes in batches, then the rate limits."""
+    with gc_paused():
+        return _apply(store, plan, now)
+
+
+def _apply(store: CheckStore, plan: Plan, now: datetime | None) -> Applied:
+    started = time.perf_counter()
+    when = now or from_unix(time.time())
+    pairs: list[Pair] = [(None, d) for d in plan.creates]
+    pairs += [(old, new) for old, new in plan.updates]
+    pairs += [(old, None) for old in plan.deletes]
+    _write_pairs(store, pairs, when)
+    for change in plan.rate_changes:
+        if change.new is None:
+            clear_rate_limit(store.redis, store.keys, change.tenant)
+        else:
+            per_minute, burst = change.new
+            set_rate_limit(
+                store.redis, store.keys, change.tenant, per_minute=per_minute, burst=burst
+            )
+    return Applied(
+        len(plan.creates),
+        len(plan.updates),
+        len(plan.deletes),
+        len(plan.rate_changes),
+        time.perf_counter() - started,
+    )
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+class _Defaults:
+    """Each kind's default config, to leave defaults out of an export (kept when leaving them
+    out would not normalise back to the same config)."""
+
+    def __init__(self, store: CheckStore) -> None:
+        self.store = store
+        self._cache: dict[str, Mapping[str, Any] | None] = {}
+
+    def _normalise(self, defn: CheckDefinition, config: dict[str, Any]) -> Any:
+        kind = get_kind(self.store.registry, defn.kind)
+        return kind.normalize(defn.target, config, self.store.settings)
+
+    def minimal(self, defn: CheckDefinition) -> dict[str, Any]:
+        config = dict(defn.config)
+        if defn.kind not in self._cache:
+            try:
+                self._cache[defn.kind] = self._normalise(defn, {})
+            except (CheckFieldError, ValueError, TypeError):
+                self._cache[defn.kind] = None
+        defaults = self._cache[defn.kind]
+        if not defaults:
+            return config
+        missing = object()
+        small = {k: v for k, v in config.items() if defaults.get(k, missing) != v}
+        try:
+            same = self._normalise(defn, small) == config
+        except (CheckFieldError, ValueError, TypeError):
+            same = False
+        return small if same else config
+
+
+def export_manifest(store: CheckStore, tenant: str | None = None) -> dict[str, Any]:
+    """The store (one tenant's part) as a checks-as-code document: applying it to the same
+    store changes nothing."""
+    with gc_paused():
+        return _export(store, tenant)
+
+
+def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
+    stored = read_stored(store, tenant)
+    defaults = _Defaults(store)
+    checks = []
+    for _uid, item in sorted(stored.items()):
+        d = item.definition
+        entry: dict[str, Any] = {
+            "uid": d.uid,
+            "tenant": d.tenant,
+            "kind": d.kind,
+            "target": d.target,
+            "period": d.period,
+            "regions": list(d.regions),
+        }
+        if d.region_spread is not None:
+            entry["region_spread"] = d.region_spread
+        if d.plan_weight:
+            entry["plan_weight"] = d.plan_weight
+        if not d.enabled:
+            entry["enabled"] = False
+        config = defaults.minimal(d)
+        if config:
+            entry["config"] = config
+        checks.append(entry)
+    if tenant is not None:
+        names = {tenant}
+    else:
+        names = set(store.redis.smembers(store.keys.rate_limited_tenants()))
+    tenants: dict[str, Any] = {}
+    for name in sorted(names):
+        bucket = get_rate_limit(store.redis, store.keys, name)
+        if bucket is not None:
+            tenants[name] = {"rate_limit": {"per_minute": bucket.per_minute, "burst": bucket.burst}}
+    document: dict[str, Any] = {"version": FORMAT_VERSION}
+    if tenants:
+        document["tenants"] = tenants
+    document["checks"] = checks
+    return document
+
+
+def dump_manifest(document: Mapping[str, Any]) -> str:
+    """The YAML text of an exported document (block style, keys in the documented order)."""
+    head = (
+        "# checkbeat checks-as-code (docs/checks-as-code.md); apply with\n"
+        "#   celery -A <app> checks apply -f <this file> [--dry-run] [--prune]\n"
+        "# Targets are written as stored: credentials in a URL are included.\n"
+    )
+    with gc_paused():
+        body = yaml.dump(document, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)
+    return head + body

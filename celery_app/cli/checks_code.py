@@ -1,0 +1,97 @@
+"""``checks apply -f checks.yaml [--prune] [--dry-run]`` and ``checks export``: checks as code.
+
+Registered on the ``checks`` group by :mod:`celery_app.cli.checks`. A refused file exits 1 with
+every problem listed (file line, item index, field) and nothing written; ``--dry-run`` prints
+the diff and writes nothing. The format: ``docs/checks-as-code.md``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from celery_app.checks.manifest import ManifestError, load_manifest
+from celery_app.checks.manifest_sync import (
+    apply_plan,
+    dump_manifest,
+    export_manifest,
+    plan_manifest,
+)
+from celery_app.checks.store import CheckStore
+from celery_app.cli.common import load_app
+from celery_app.cli.terminal import escape
+from celery_app.errors import CheckExists
+
+WINDOWS_NOT_STORED = (
+    "maintenance window(s) validated; not stored: this build has no maintenance-window store"
+)
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{path}: not UTF-8 text: {exc}") from None
+
+
+@click.command("apply")
+@click.option("-f", "--file", "path", required=True, help="The checks file (YAML); - = stdin.")
+@click.option("--prune", is_flag=True, help="Delete checks of the file's tenants it omits.")
+@click.option("--dry-run", is_flag=True, help="Print the diff; write nothing.")
+@click.pass_context
+def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
+    """Make the store match a checks file: validate all of it, then create / update / delete."""
+    store = CheckStore.for_app(load_app(ctx))
+    text, source = _read(path)
+    started = time.perf_counter()
+    try:
+        manifest = load_manifest(text, store.settings, registry=store.registry, source=source)
+    except ManifestError as exc:
+        shown = "\n".join(escape(line) for line in str(exc).splitlines())  # one a line
+        raise click.ClickException(shown) from None
+    validated = time.perf_counter()
+    plan = plan_manifest(store, manifest, prune=prune)
+    planned = time.perf_counter()
+    if dry_run:
+        for line in plan.lines():
+            click.echo(escape(line))
+        click.echo(f"dry run: {plan.summary()}; nothing written")
+    elif plan.empty:
+        click.echo(f"no changes ({plan.unchanged} check(s) already match)")
+    else:
+        try:
+            done = apply_plan(store, plan)
+        except CheckExists as exc:
+            raise click.ClickException(f"{exc} (created meanwhile; apply again)") from None
+        click.echo(
+            f"applied: {done.created} created, {done.updated} updated, {done.deleted} deleted, "
+            f"{done.rate_limits} rate limit(s) changed, {plan.unchanged} unchanged "
+            f"(read+validate {validated - started:.1f} s, diff {planned - validated:.1f} s, "
+            f"write {done.seconds:.1f} s)"
+        )
+    if plan.windows:
+        click.echo(f"{plan.windows} {WINDOWS_NOT_STORED}")
+
+
+@click.command("export")
+@click.option("-f", "--file", "path", default="-", show_default=True, help="Where; - = stdout.")
+@click.option("--tenant", help="Only this tenant's checks and rate limit.")
+@click.pass_context
+def export(ctx: click.Context, path: str, tenant: str | None) -> None:
+    """Write the store's checks and rate limits in the checks-file format (apply-able)."""
+    store = CheckStore.for_app(load_app(ctx))
+    text = dump_manifest(export_manifest(store, tenant))
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    count = text.count("\n- uid: ")
+    click.echo(f"exported {count} check(s) to {escape(path)}", err=True)

@@ -1,0 +1,288 @@
+"""``checks apply -f`` / ``checks export``: checks as code against a real Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from celery.bin.base import CLIContext
+from click.testing import CliRunner
+
+from celery_app.checks.manifest import ManifestError, load_manifest
+from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
+from celery_app.cli.checks import checks
+
+
+@pytest.fixture
+def cli(dispatcher_app, store):
+    runner = CliRunner()
+    obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
+
+    def invoke(*args: str, ok: bool = True) -> str:
+        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
+        assert (result.exit_code == 0) is ok, result.output
+        return result.output
+
+    return invoke
+
+
+def check(i: int, tenant: str = "acme", **extra) -> dict:
+    return {
+        "uid": f"web{i}",
+        "tenant": tenant,
+        "kind": "http",
+        "target": f"https://svc-{i}.example.com/health",
+        "period": 60,
+        "regions": ["eu", "us"],
+        **extra,
+    }
+
+
+def write(tmp_path: Path, document: dict, name: str = "checks.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return str(path)
+
+
+def state(r, keys) -> dict:
+    """Every check hash and job hash with its content: what an apply may have changed."""
+    return {
+        key: r.hgetall(key) for key in sorted(r.keys(f"{keys.prefix}*")) if r.type(key) == "hash"
+    }
+
+
+BASE = {
+    "version": 1,
+    "tenants": {"acme": {"rate_limit": {"per_minute": 120, "burst": 30}}},
+    "checks": [check(1, config={"max_latency_ms": 500}), check(2), check(3, tenant="beta")],
+}
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(cli, r, tmp_path):
+    path = write(tmp_path, BASE)
+    out = cli("apply", "-f", path, "--dry-run")
+    assert "+ create web1 (acme: http https://svc-1.example.com/health every 60s in eu,us)" in out
+    assert "+ create web3 (beta:" in out
+    assert "+ rate limit acme: none -> 120/min burst 30" in out
+    assert "dry run: 3 to create, 0 to update, 0 to delete, 1 rate limit change(s)" in out
+    assert r.dbsize() == 0
+
+
+def test_apply_then_the_same_file_again_changes_nothing(cli, r, keys, store, tmp_path):
+    path = write(tmp_path, BASE)
+    assert "applied: 3 created, 0 updated, 0 deleted, 1 rate limit(s) changed" in cli(
+        "apply", "-f", path
+    )
+    assert [d.uid for d in store.list()] == ["web1", "web2", "web3"]
+    assert store.get("web1").definition.config["max_latency_ms"] == 500
+    assert len(store.jobs("web1")) == 2
+    bucket = get_rate_limit(r, keys, "acme")
+    assert (bucket.per_minute, bucket.burst) == (120.0, 30.0)
+    before = state(r, keys)
+    assert len(before) == 3 + 6 + 1  # checks, jobs, the bucket
+    assert "no changes (3 check(s) already match)" in cli("apply", "-f", path)
+    out = cli("apply", "-f", path, "--dry-run", "--prune")
+    assert "0 to create, 0 to update, 0 to delete, 0 rate limit change(s), 3 unchanged" in out
+    assert state(r, keys) == before  # not even a version bump
+
+
+def test_update_prints_each_changed_field_and_keeps_the_jobs_learning(cli, store, tmp_path):
+    cli("apply", "-f", write(tmp_path, BASE))
+    changed = {
+        **BASE,
+        "checks": [
+            check(1, config={"max_latency_ms": 800}),
+            check(2, period=30),
+            BASE["checks"][2],
+        ],
+    }
+    path = write(tmp_path, changed)
+    out = cli("apply", "-f", path, "--dry-run")
+    assert "~ update web1: config.max_latency_ms: 500 -> 800" in out
+    assert "~ update web2: period: 60 -> 30" in out
+    assert "1 unchanged" in out
+    assert "applied: 0 created, 2 updated, 0 deleted" in cli("apply", "-f", path)
+    assert store.get("web1").definition.config["max_latency_ms"] == 800
+    assert store.get("web2").definition.period == 30 and store.get("web2").version == 2
+    assert store.get("web3").version == 1
+    assert "no changes" in cli("apply", "-f", path)
+
+
+def test_prune_deletes_only_the_files_tenants_checks(cli, r, keys, store, tmp_path):
+    cli("apply", "-f", write(tmp_path, BASE))
+    store.create(uid="other1", tenant="gamma", kind="http", target="https://g.example/", period=60)
+    smaller = {"version": 1, "checks": [check(1, config={"max_latency_ms": 500})]}
+    path = write(tmp_path, smaller)
+    assert "no changes" in cli("apply", "-f", path)  # without --prune nothing is deleted
+    out = cli("apply", "-f", path, "--prune", "--dry-run")
+    assert "- delete web2 (acme:" in out
+    assert "web3" not in out and "other1" not in out  # beta and gamma are not in the file
+    cli("apply", "-f", path, "--prune")
+    assert sorted(d.uid for d in store.list()) == ["other1", "web1", "web3"]
+    assert r.exists(keys.job("web2@eu")) == 0
+    # a tenant named in the tenants section is in scope even with no checks: all of it goes,
+    # and a tenants entry without rate_limit clears the bucket under --prune
+    empty_beta = {"version": 1, "tenants": {"beta": {}, "acme": {}}}
+    out = cli("apply", "-f", write(tmp_path, empty_beta), "--prune")
+    assert "2 deleted, 1 rate limit(s) changed" in out
+    assert [d.uid for d in store.list()] == ["other1"]
+    assert get_rate_limit(r, keys, "acme") is None
+
+
+def test_a_bad_check_among_many_is_refused_with_line_index_and_field(cli, r, tmp_path):
+    items = [check(i) for i in range(60)]
+    items[37] = check(37, config={"body_regex": "(unclosed"})
+    items[52] = check(52, period=0)
+    document = {"version": 1, "tenants": {"acme": {"rate_limit": {"per_minute": 5}}}}
+    path = write(tmp_path, {**document, "checks": items})
+    text = Path(path).read_text().splitlines()
+    regex_line = next(n for n, line in enumerate(text, 1) if "(unclosed" in line)
+    period_line = next(n for n, line in enumerate(text, 1) if "period: 0" in line)
+    out = cli("apply", "-f", path, ok=False)
+    assert "checks.yaml: 2 problem(s), nothing written" in out
+    assert (
+        f"checks.yaml:{regex_line}: checks[37].config.body_regex (uid 'web37'): "
+        "is not a valid Python regular expression" in out
+    )
+    assert (
+        f"checks.yaml:{period_line}: checks[52].period (uid 'web52'): must be an integer >= 1"
+        in out
+    )
+    assert len(out.splitlines()) == 3  # the head line, then one line a problem
+    assert r.dbsize() == 0  # not the 58 good checks, not the rate limit
+
+
+def test_every_section_is_validated_with_its_place(tmp_path, settings):
+    text = """\
+version: 1
+colour: blue
+tenants:
+  acme:
+    rate_limit: {per_minute: -1}
+    maintenance:
+      - {cron: "0 3 * * SUN", duration: 2h, timezone: Europe/Paris}
+      - {cron: "61 * * * *", duration: 1h}
+      - {cron: "0 3 * * *", duration: 40d, timezone: Mars/Olympus}
+  "bad tenant!": {}
+checks:
+  - {uid: a, tenant: acme, kind: http, target: "https://a.example/", period: 60}
+  - {uid: a, tenant: acme, kind: http, target: "https://b.example/", period: 60}
+  - {uid: c, tenant: acme, kind: nope, target: x, period: 60}
+  - just a string
+"""
+    import workers.probes  # noqa: F401 - the http kind
+
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(text, settings, source="f.yaml")
+    shown = str(caught.value)
+    assert "f.yaml:2: colour: unknown key (allowed: version, tenants, checks)" in shown
+    assert "f.yaml:5: tenants.acme.rate_limit.per_minute: must be a number > 0" in shown
+    assert "f.yaml:8: tenants.acme.maintenance[1].cron: minute field: bad token '61'" in shown
+    assert (
+        "f.yaml:9: tenants.acme.maintenance[2].duration: must be between 1 s and 31 days" in shown
+    )
+    assert "f.yaml:9: tenants.acme.maintenance[2].timezone: must be an IANA name" in shown
+    assert "f.yaml:10: tenants.bad tenant!: 'bad tenant!' is not a tenant name" in shown
+    assert "f.yaml:13: checks[1].uid (uid 'a'): duplicate uid (also checks[0])" in shown
+    assert "f.yaml:14: checks[2].kind (uid 'c'): unknown kind 'nope'" in shown
+    assert "f.yaml:15: checks[3]: must be a mapping" in shown
+    assert len(caught.value.problems) == 9
+
+
+def test_maintenance_windows_are_validated_but_not_stored(cli, r, keys, tmp_path):
+    document = {
+        "version": 1,
+        "tenants": {"acme": {"maintenance": [{"cron": "0 2 * * SUN", "duration": "1h30m"}]}},
+        "checks": [
+            check(1, maintenance=[{"cron": "@daily", "duration": 600, "timezone": "Asia/Tokyo"}])
+        ],
+    }
+    path = write(tmp_path, document)
+    out = cli("apply", "-f", path)
+    assert "applied: 1 created" in out
+    assert "2 maintenance window(s) validated; not stored" in out
+    assert "no changes" in cli("apply", "-f", path)
+
+
+def test_a_yaml_syntax_error_names_its_line(cli, r, tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("version: 1\nchecks:\n  - uid: a\n   tenant: [unclosed\n")
+    out = cli("apply", "-f", str(path), ok=False)
+    assert "broken.yaml:4: not valid YAML" in out
+    assert r.dbsize() == 0
+
+
+def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
+    # a store built by hand, not from a file: CLI adds, a disabled check, a rate limit
+    store.create(
+        uid="h1",
+        tenant="acme",
+        kind="http",
+        target="https://user:pw@h1.example/x",
+        period=45,
+        regions=["eu", "us", "ap"],
+        region_spread=5.5,
+        plan_weight=3,
+        config={"expected_status": "2xx", "json_path": "ok", "json_expected": True},
+    )
+    store.create(uid="t1", tenant="beta", kind="tcp", target="db.example:5432", period=10)
+    store.create(uid="p1", tenant="beta", kind="testprobe", target="x", period=30)
+    store.set_enabled("t1", False)
+    set_rate_limit(r, keys, "beta", per_minute=0.5, burst=1)
+    exported = cli("export")
+    document = yaml.safe_load(exported)
+    h1 = next(c for c in document["checks"] if c["uid"] == "h1")
+    assert h1["config"] == {
+        "expected_status": ["2xx"],
+        "json_path": "ok",
+        "json_expected": True,
+    }  # the defaults are left out
+    assert document["tenants"] == {"beta": {"rate_limit": {"per_minute": 0.5, "burst": 1.0}}}
+    before = state(r, keys)
+    assert len(before) == 3 + 5 + 1
+    path = tmp_path / "exported.yaml"
+    path.write_text(exported)
+    assert "no changes (3 check(s) already match)" in cli("apply", "-f", str(path), "--prune")
+    assert state(r, keys) == before
+    # to a fresh store and back out: the same text
+    r.flushdb()
+    assert "applied: 3 created, 0 updated, 0 deleted, 1 rate limit(s) changed" in cli(
+        "apply", "-f", str(path)
+    )
+    assert cli("export") == exported
+    assert not store.get("t1").definition.enabled
+    one = yaml.safe_load(cli("export", "--tenant", "acme"))
+    assert [c["uid"] for c in one["checks"]] == ["h1"] and "tenants" not in one
+
+
+def test_a_check_changed_between_diff_and_write_ends_as_the_file_says(store, settings, r):
+    import workers.probes  # noqa: F401 - the http kind
+    from celery_app.checks.manifest_sync import apply_plan, plan_manifest
+
+    store.create(**check(1))
+    store.create(**check(2))
+    text = yaml.safe_dump({"version": 1, "checks": [check(1, period=30), check(2), check(3)]})
+    plan = plan_manifest(store, load_manifest(text, settings))
+    assert [new.uid for _old, new in plan.updates] == ["web1"] and len(plan.creates) == 1
+    store.update("web1", period=90)  # its version moves on: the planned batch is refused
+    store.create(**check(3, period=120))  # created meanwhile: the create is refused too
+    done = apply_plan(store, plan)
+    assert (done.created, done.updated) == (1, 1)
+    assert store.get("web1").definition.period == 30
+    assert store.get("web3").definition.period == 60
+    assert store.get("web2").version == 1
+
+
+def test_a_json_file_is_a_checks_file_too(cli, store, tmp_path):
+    import json
+
+    path = tmp_path / "checks.json"
+    document = {"version": 1, "checks": [check(1), check(2, period="soon")]}
+    path.write_text(json.dumps(document, indent=2))
+    out = cli("apply", "-f", str(path), ok=False)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if '"soon"' in text)
+    assert f"checks.json:{line}: checks[1].period (uid 'web2'): must be an integer" in out
+    document["checks"][1]["period"] = 60
+    path.write_text(json.dumps(document))
+    assert "applied: 2 created" in cli("apply", "-f", str(path))
