@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from celery_app.redis.sentinel import broker_transport_options, is_sentinel_url, kombu_url
 from celery_app.redis.tls import broker_use_ssl
 from celery_app.settings import (
     CONF_PREFIX,
@@ -62,7 +63,10 @@ def create_app(settings: Settings | None = None) -> Celery:
     """
     if settings is None:
         settings = get_settings()
-    app = Celery("checkbeat", broker=settings.effective_broker_url, set_as_current=True)
+    broker = settings.effective_broker_url
+    if is_sentinel_url(broker):
+        broker = kombu_url(broker)  # kombu reads the database from the first address only
+    app = Celery("checkbeat", broker=broker, set_as_current=True)
     app.conf.update(
         # JSON only: a pickle message from a compromised producer is code execution.
         task_serializer="json",
@@ -84,7 +88,8 @@ def create_app(settings: Settings | None = None) -> Celery:
         broker_connection_max_retries=None,
         # rediss:// brokers verify the server certificate (kombu alone would use CERT_NONE).
         broker_use_ssl=broker_use_ssl(settings),
-        broker_transport_options={"visibility_timeout": 3600},
+        # A sentinel:// broker adds master_name and the Sentinels' own options.
+        broker_transport_options={"visibility_timeout": 3600, **broker_transport_options(settings)},
         # Flower shows tasks only when workers send events.
         worker_send_task_events=True,
         task_send_sent_event=True,

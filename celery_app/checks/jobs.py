@@ -60,6 +60,7 @@ import redis
 
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
+from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
@@ -280,7 +281,9 @@ def complete_runs(
     pipe = client.pipeline(transaction=False)
     for run in runs:
         _complete(pipe, keys, run, results_maxlen)
-    return [bool(x) for x in pipe.execute()]
+    # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
+    queued = queue_wait(pipe, client)
+    return [bool(x) for x in took_wait(pipe.execute(), queued, client, "a check completion")]
 
 
 def complete_run(
