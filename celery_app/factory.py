@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from celery_app.redis.kombu_sentinel import register as register_sentinel_transport
 from celery_app.redis.sentinel import broker_transport_options, is_sentinel_url, kombu_url
 from celery_app.redis.tls import broker_use_ssl
 from celery_app.settings import (
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     broker = settings.effective_broker_url
     if is_sentinel_url(broker):
         broker = kombu_url(broker)  # kombu reads the database from the first address only
+        register_sentinel_transport()
     app = Celery("checkbeat", broker=broker, set_as_current=True)
     app.conf.update(
         # JSON only: a pickle message from a compromised producer is code execution.
@@ -219,6 +221,7 @@ def install(app: Celery) -> Celery:
     if getattr(app, _INSTALLED, False):
         return app
     setattr(app, _INSTALLED, True)
+    register_sentinel_transport()  # a sentinel:// broker then follows a failover
     install_worker_options(app)
     app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
     if app.configured:
