@@ -48,7 +48,7 @@ BEAT_SCHEDULER = "beat:CronScheduler"
 #: A cron task's declared queue is applied by a router, not the deprecated attribute.
 CRON_ROUTER = "celery_app.cron_tasks.registration.route_cron_task"
 #: Broker schemes whose URL can also hold checkbeat's state when no Redis URL is given.
-_REDIS_SCHEMES = ("redis", "rediss")
+_REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 #: What Celery's ``accept_content`` must allow: check messages are JSON.
 _JSON = ("json", "application/json")
 
@@ -154,8 +154,9 @@ def settings_from_conf(app: Celery) -> Settings:
 
     The app's own configuration decides what checkbeat must agree with: its ``broker_url`` is
     the broker (``checkbeat_broker_url`` is refused, ``CHECKBEAT_BROKER_URL`` is not used), a
-    ``redis://``/``rediss://`` broker also holds checkbeat's state unless a Redis URL is given,
-    and its ``timezone`` is the default timezone of cron tasks.
+    ``redis://``/``rediss://``/``sentinel://`` broker also holds checkbeat's state unless a
+    Redis URL is given (a Sentinel broker's ``master_name`` transport option is then the
+    Sentinel master too), and its ``timezone`` is the default timezone of cron tasks.
     """
     conf = app.conf
     given = conf_values(_checkbeat_entries(app))
@@ -169,6 +170,11 @@ def settings_from_conf(app: Celery) -> Settings:
     broker = conf.broker_url
     if "redis_url" not in values and broker and broker.split("://", 1)[0] in _REDIS_SCHEMES:
         values["redis_url"], names["redis_url"] = broker, "app.conf.broker_url"
+    master = (conf.broker_transport_options or {}).get("master_name")
+    if "redis_sentinel_master" not in values and is_sentinel_url(broker) and master:
+        # the Sentinels' master the app's broker already names
+        values["redis_sentinel_master"] = master
+        names["redis_sentinel_master"] = "app.conf.broker_transport_options['master_name']"
     timezone = conf.timezone
     if "timezone" not in values and timezone:
         values["timezone"], names["timezone"] = str(timezone), "app.conf.timezone"

@@ -129,3 +129,42 @@ def test_the_batch_publisher_pushes_to_the_master_the_sentinels_name(sentinel_de
         assert promoted.llen("ha.q") == 2  # the first (replicated) and the second
     finally:
         publisher.close()
+
+
+def test_a_user_app_on_a_sentinel_broker_keeps_its_state_there_under_its_master_name(
+    monkeypatch,
+):
+    from celery import Celery
+
+    from celery_app.factory import install, settings_of
+
+    monkeypatch.delenv("CHECKBEAT_REDIS_URL")  # the suite's; the app's broker decides here
+    url = "sentinel://127.0.0.1:1;sentinel://127.0.0.1:2/0"
+    app = install(Celery("proj", broker=url, set_as_current=False))
+    app.conf.broker_transport_options = {"master_name": "cache"}
+    settings = settings_of(app)
+    assert settings.redis_url == url
+    assert settings.redis_sentinel_master == "cache"
+
+
+def test_a_demoted_master_read_only_is_followed_to_the_promoted_one(sentinel_deployment):
+    """SENTINEL FAILOVER demotes a live master: the client's pooled connections to it answer
+    READONLY, which redis-py's Sentinel connection turns into a reconnect to the master the
+    Sentinels name; the demoted master is then the replica WAIT counts."""
+    url = sentinel_deployment.url(1)
+    client = get_redis(url, load_settings(redis_url=url))
+    client.set("ha:k", "before")  # a pooled connection to the old master
+    old, new = sentinel_deployment.master.port, sentinel_deployment.replica.port
+    with sentinel_deployment.sentinels[0].client() as sentinel:
+        sentinel.execute_command("SENTINEL", "FAILOVER", "mymaster")
+    demoted = redis.Redis(port=old, db=1, decode_responses=True)
+    wait_for(lambda: demoted.info("replication")["role"] == "slave", 30, what="the demotion")
+    promoted = redis.Redis(port=new, db=1, decode_responses=True)
+    wait_for(lambda: promoted.info("replication")["connected_slaves"] == 1, 30, what="the resync")
+    client.set("ha:k", "after")  # READONLY on the old connection, retried on the new master
+    assert promoted.get("ha:k") == "after"
+    before = replication.shortfalls()
+    client.zadd("ha:due", {"j": 1.0})
+    assert replication.run_replicated(client, "due", ["ha:due"], ["5", 10], "t") == "j"
+    assert replication.shortfalls() == before  # the demoted master acknowledged as replica
+    wait_for(lambda: demoted.zscore("ha:due", "j") == 1.0, 5, what="the replicated write")
