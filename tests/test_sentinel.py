@@ -168,3 +168,42 @@ def test_a_demoted_master_read_only_is_followed_to_the_promoted_one(sentinel_dep
     assert replication.run_replicated(client, "due", ["ha:due"], ["5", 10], "t") == "j"
     assert replication.shortfalls() == before  # the demoted master acknowledged as replica
     wait_for(lambda: demoted.zscore("ha:due", "j") == 1.0, 5, what="the replicated write")
+
+
+def test_a_lagging_replica_is_a_shortfall_that_is_counted_and_passed(sentinel_deployment):
+    """The replica stalls (DEBUG SLEEP) past the WAIT timeout: the protected write still
+    happens and answers, and the shortfall is counted; the client then skips WAIT for a while
+    rather than stall every write."""
+    import threading
+
+    url = sentinel_deployment.url(1)
+    client = get_redis(url, load_settings(redis_url=url, redis_wait_timeout=0.1))
+    assert replication.wait_policy(client) == (1, 100)
+    replica = redis.Redis(port=sentinel_deployment.replica.port, socket_timeout=5)
+    stall = threading.Thread(target=lambda: replica.execute_command("DEBUG", "SLEEP", "1.0"))
+    client.zadd("ha:due", {"j": 1.0})
+    before = replication.shortfalls()
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    probe = redis.Redis(
+        port=sentinel_deployment.replica.port, socket_timeout=0.05, retry=Retry(NoBackoff(), 0)
+    )
+
+    def replica_stalled() -> bool:
+        try:
+            probe.ping()
+            return False
+        except redis.TimeoutError:
+            return True
+
+    stall.start()
+    try:
+        wait_for(replica_stalled, 2, what="the replica to stall")
+        client.zadd("ha:due", {"k": 2.0})
+        assert replication.run_replicated(client, "due", ["ha:due"], ["5", 10], "t") == "j\nk"
+    finally:
+        stall.join()
+    assert replication.shortfalls() == before + 1
+    pipe = client.pipeline(transaction=False)
+    assert replication.queue_wait(pipe, client) is False  # skipped while degraded
