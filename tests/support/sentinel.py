@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from celery_app.local.embedded_redis import RedisServer, find_redis_server, free_port
+from support.polling import wait_for
 
 MASTER_NAME = "mymaster"
 DOWN_AFTER_MS = 1000
@@ -78,7 +78,6 @@ class SentinelDeployment:
     master: RedisServer | None = None
     replica: RedisServer | None = None
     sentinels: list[SentinelProcess] = field(default_factory=list)
-    replica_process_args: list[str] = field(default_factory=list)
 
     def url(self, db: int) -> str:
         """The kombu-style URL of the three Sentinels, database at the end."""
@@ -97,7 +96,7 @@ class SentinelDeployment:
             ).start()
             for i in range(3)
         ]
-        self._wait(self._ready, timeout, "the replica to sync and 3 sentinels to see it")
+        wait_for(self._ready, timeout, what="the replica to sync and 3 sentinels to see it")
         return self
 
     def _ready(self) -> bool:
@@ -114,14 +113,6 @@ class SentinelDeployment:
             if int(state.get("num-other-sentinels", 0)) < 2 or int(state.get("num-slaves", 0)) < 1:
                 return False
         return True
-
-    @staticmethod
-    def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            time.sleep(0.05)
 
     def master_port_seen(self) -> int | None:
         """The master port the first answering Sentinel reports."""
