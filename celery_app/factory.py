@@ -20,6 +20,8 @@ from typing import Any
 
 from celery import Celery, signals
 
+from celery_app.redis.kombu_sentinel import register as register_sentinel_transport
+from celery_app.redis.sentinel import broker_transport_options, is_sentinel_url, kombu_url
 from celery_app.redis.tls import broker_use_ssl
 from celery_app.settings import (
     CONF_PREFIX,
@@ -47,7 +49,7 @@ BEAT_SCHEDULER = "beat:CronScheduler"
 #: A cron task's declared queue is applied by a router, not the deprecated attribute.
 CRON_ROUTER = "celery_app.cron_tasks.registration.route_cron_task"
 #: Broker schemes whose URL can also hold checkbeat's state when no Redis URL is given.
-_REDIS_SCHEMES = ("redis", "rediss")
+_REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 #: What Celery's ``accept_content`` must allow: check messages are JSON.
 _JSON = ("json", "application/json")
 
@@ -63,7 +65,11 @@ def create_app(settings: Settings | None = None) -> Celery:
     """
     if settings is None:
         settings = get_settings()
-    app = Celery("checkbeat", broker=settings.effective_broker_url, set_as_current=True)
+    broker = settings.effective_broker_url
+    if is_sentinel_url(broker):
+        broker = kombu_url(broker)  # kombu reads the database from the first address only
+        register_sentinel_transport()
+    app = Celery("checkbeat", broker=broker, set_as_current=True)
     app.conf.update(
         # JSON only: a pickle message from a compromised producer is code execution.
         task_serializer="json",
@@ -85,7 +91,8 @@ def create_app(settings: Settings | None = None) -> Celery:
         broker_connection_max_retries=None,
         # rediss:// brokers verify the server certificate (kombu alone would use CERT_NONE).
         broker_use_ssl=broker_use_ssl(settings),
-        broker_transport_options={"visibility_timeout": 3600},
+        # A sentinel:// broker adds master_name and the Sentinels' own options.
+        broker_transport_options={"visibility_timeout": 3600, **broker_transport_options(settings)},
         # Flower shows tasks only when workers send events.
         worker_send_task_events=True,
         task_send_sent_event=True,
@@ -148,8 +155,9 @@ def settings_from_conf(app: Celery) -> Settings:
 
     The app's own configuration decides what checkbeat must agree with: its ``broker_url`` is
     the broker (``checkbeat_broker_url`` is refused, ``CHECKBEAT_BROKER_URL`` is not used), a
-    ``redis://``/``rediss://`` broker also holds checkbeat's state unless a Redis URL is given,
-    and its ``timezone`` is the default timezone of cron tasks.
+    ``redis://``/``rediss://``/``sentinel://`` broker also holds checkbeat's state unless a
+    Redis URL is given (a Sentinel broker's ``master_name`` transport option is then the
+    Sentinel master too), and its ``timezone`` is the default timezone of cron tasks.
     """
     conf = app.conf
     given = conf_values(_checkbeat_entries(app))
@@ -163,6 +171,11 @@ def settings_from_conf(app: Celery) -> Settings:
     broker = conf.broker_url
     if "redis_url" not in values and broker and broker.split("://", 1)[0] in _REDIS_SCHEMES:
         values["redis_url"], names["redis_url"] = broker, "app.conf.broker_url"
+    master = (conf.broker_transport_options or {}).get("master_name")
+    if "redis_sentinel_master" not in values and is_sentinel_url(broker) and master:
+        # the Sentinels' master the app's broker already names
+        values["redis_sentinel_master"] = master
+        names["redis_sentinel_master"] = "app.conf.broker_transport_options['master_name']"
     timezone = conf.timezone
     if "timezone" not in values and timezone:
         values["timezone"], names["timezone"] = str(timezone), "app.conf.timezone"
@@ -215,6 +228,7 @@ def install(app: Celery) -> Celery:
     if getattr(app, _INSTALLED, False):
         return app
     setattr(app, _INSTALLED, True)
+    register_sentinel_transport()  # a sentinel:// broker then follows a failover
     install_worker_options(app)
     app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
     if app.configured:

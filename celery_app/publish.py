@@ -205,9 +205,16 @@ class RedisBatchPublisher:
     """
 
     def __init__(
-        self, broker_url: str, *, chunk: int = 5000, reply_to: str = "", **client_options: Any
+        self,
+        broker_url: str,
+        *,
+        chunk: int = 5000,
+        reply_to: str = "",
+        client: redis.Redis | None = None,
+        **client_options: Any,
     ) -> None:
-        self.client = redis.Redis.from_url(broker_url, **client_options)
+        # ``client``: an already connected one (the Sentinel-managed master of the broker).
+        self.client = client or redis.Redis.from_url(broker_url, **client_options)
         self.origin = _dumps(_origin())
         self.reply_to = reply_to
         self.chunk = chunk
@@ -323,7 +330,7 @@ def fast_path_supported(app: Celery) -> bool:
     url = app.conf.broker_url or ""
     options = app.conf.broker_transport_options or {}
     return (
-        url.split("://", 1)[0] in ("redis", "rediss")
+        url.split("://", 1)[0] in ("redis", "rediss", "sentinel")
         and not options.get("global_keyprefix")
         and not options.get("priority_steps")
         and options.get("queue_order_strategy") != "priority"
@@ -418,11 +425,20 @@ def make_publisher(app: Celery) -> BatchPublisher:
     fast = None
     if fast_path_supported(app):
         from celery_app.factory import settings_of
+        from celery_app.redis.sentinel import is_sentinel_url
         from celery_app.redis.tls import redis_tls_kwargs
 
         url = app.conf.broker_url
-        options = redis_tls_kwargs(url, settings_of(app))
-        fast = RedisBatchPublisher(url, reply_to=app.thread_oid, **options)
+        settings = settings_of(app)
+        if is_sentinel_url(url):
+            # The master the broker's Sentinels name, found again after a failover.
+            from celery_app.redis.client import sentinel_master
+
+            client = sentinel_master(url, settings)
+            fast = RedisBatchPublisher(url, reply_to=app.thread_oid, client=client)
+        else:
+            options = redis_tls_kwargs(url, settings)
+            fast = RedisBatchPublisher(url, reply_to=app.thread_oid, **options)
     return BatchPublisher(app, fast)
 
 

@@ -143,6 +143,8 @@ BOUNDS: dict[str, Bound] = {
     "tenant_transitions_history": Bound(1, 1_000_000),
     "transition_timeout": Bound(0, 3_600, " s", low_open=True, note="1 hour"),
     "transition_retries": Bound(0, 1_000),
+    "redis_wait_replicas": Bound(-1, 16, note="-1 = 1 under Sentinel, else 0"),
+    "redis_wait_timeout": Bound(0, 10, " s", low_open=True),
 }
 
 #: Settings read as durations: seconds (``10``, ``1.5``) or ISO 8601 (``PT10S``).
@@ -155,7 +157,7 @@ _TIMEDELTAS = (
     "beat_heartbeat_stale",
 )
 #: Durations kept as float seconds, the type their callers (dispatcher, beat) compute with.
-_FLOAT_SECONDS = ("dispatch_interval", "lease_margin", "transition_timeout")
+_FLOAT_SECONDS = ("dispatch_interval", "lease_margin", "transition_timeout", "redis_wait_timeout")
 _DURATION_FORMS = "seconds such as 10 or 1.5, or ISO 8601 such as PT10S"
 _ISO_DURATION = TypeAdapter(timedelta)
 
@@ -335,6 +337,43 @@ class Settings(BaseSettings):
     )
     redis_tls_keyfile: str | None = Field(
         None, description="Private key (PEM) of CHECKBEAT_REDIS_TLS_CERTFILE."
+    )
+    redis_sentinel_master: str = Field(
+        "mymaster",
+        description=(
+            "Master name the Sentinels monitor, for sentinel://h:p;sentinel://h:p[/db] URLs "
+            "(state and broker)."
+        ),
+    )
+    redis_sentinel_password: str | None = Field(
+        None,
+        description=(
+            "Password of the Sentinels themselves (their requirepass); the data nodes' password "
+            "goes in the URL (sentinel://:pw@h:p;...)."
+        ),
+    )
+    redis_sentinel_tls: bool = Field(
+        False,
+        description=(
+            "Talk TLS to the Sentinels and the data nodes of a sentinel:// URL, verified per "
+            "CHECKBEAT_REDIS_TLS_*."
+        ),
+    )
+    redis_wait_replicas: int = Field(
+        -1,
+        description=_described(
+            "Replicas that must acknowledge a cron window key, a cron run key or a check "
+            "completion before checkbeat acts on it (Redis WAIT); see "
+            "docs/high-availability.md.",
+            "redis_wait_replicas",
+        ),
+    )
+    redis_wait_timeout: float = Field(
+        0.25,
+        description=_described(
+            "How long one WAIT for replicas may block; on a shortfall checkbeat logs and goes on.",
+            "redis_wait_timeout",
+        ),
     )
     key_prefix: str = Field(
         "checkbeat",

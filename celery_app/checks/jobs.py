@@ -67,6 +67,7 @@ import redis
 from celery_app.checks.health import HealthUpdate
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
+from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.redis.scripts import run_script
 from scheduling_core import (
@@ -340,9 +341,12 @@ def complete_runs_each(
     pipe = client.pipeline(transaction=False)
     for run in runs:
         _complete(pipe, keys, run, results_maxlen)
+    # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
+    queued = queue_wait(pipe, client)
+    replies = took_wait(pipe.execute(raise_on_error=False), queued, client, "a check completion")
     return [
         x if isinstance(x, Exception) else (bool(x), x if isinstance(x, str) and x != "1" else None)
-        for x in pipe.execute(raise_on_error=False)
+        for x in replies
     ]
 
 

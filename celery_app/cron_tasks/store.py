@@ -24,6 +24,7 @@ from uuid import uuid4
 import redis
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask
+from celery_app.redis.replication import queue_wait, run_replicated, took_wait
 from celery_app.redis.schema import (
     CRON_CLAIM_LEASE_S,
     CronClaimCode,
@@ -260,7 +261,9 @@ class CronStore:
                     args.append(spec)
                 run_script(pipe, "cron_claim", call_keys, args)
                 calls.append(chunk)
-        results = pipe.execute()
+        # Replicated before anything is published: a window key lost in a failover fires again.
+        queued = queue_wait(pipe, self.client)
+        results = took_wait(pipe.execute(), queued, self.client, "cron window keys")
         if requests:
             results = results[2:]
         codes = [CronClaimCode.TAKEN] * len(entries)
@@ -448,7 +451,8 @@ class CronStore:
         delivery of the window can start later than the deadline (its message expires)."""
         deadline = window_deadline(parse_window_id(window), self.grace)
         ttl_ms = int(((deadline - now).total_seconds() + hard_time_limit + 60) * 1000)
-        answer = run_script(
+        # Replicated before the body runs: a lost run key lets a second delivery run it again.
+        answer = run_replicated(
             self.client,
             "cron_start",
             [
@@ -463,6 +467,7 @@ class CronStore:
                 now.timestamp(),
                 "1" if manual else "0",
             ],
+            "a cron run key",
         )
         if isinstance(answer, bytes):
             answer = answer.decode()

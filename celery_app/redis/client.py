@@ -12,9 +12,24 @@ import threading
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
 
+from celery_app.redis.sentinel import (
+    is_sentinel_url,
+    parse_sentinel_url,
+    sentinel_kwargs,
+    sentinel_tls_kwargs,
+)
 from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import Settings
+
+#: Under Sentinel a failover takes the Sentinels' down-after time plus an election: a call retries
+#: a dropped or read-only connection with a backoff capped at 1 s, about 4 s in all, each retry
+#: asking the Sentinels for the master again; past that the caller's own loop retries.
+FAILOVER_RETRIES = 7
+FAILOVER_ERRORS = [redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError]
 
 _clients: dict[tuple[str, tuple[tuple[str, Any], ...]], redis.Redis] = {}
 _lock = threading.Lock()
@@ -35,16 +50,55 @@ def get_redis(url: str, settings: Settings) -> redis.Redis:
         with _lock:
             client = _clients.get(key)
             if client is None:
-                client = redis.Redis.from_url(
-                    url,
-                    decode_responses=True,
-                    socket_keepalive=True,
-                    health_check_interval=30,
-                    retry_on_timeout=True,
-                    **tls,
-                )
+                client = _connect(url, settings, tls, decode_responses=True)
                 _clients[key] = client
     return client
+
+
+def _connect(url: str, settings: Settings, tls: dict[str, Any], **options: Any) -> redis.Redis:
+    if is_sentinel_url(url):
+        return sentinel_master(url, settings, **options)
+    from celery_app.redis.replication import mark_client
+
+    client = redis.Redis.from_url(
+        url,
+        socket_keepalive=True,
+        health_check_interval=30,
+        retry_on_timeout=True,
+        **tls,
+        **options,
+    )
+    return mark_client(client, settings, sentinel=False)
+
+
+def sentinel_master(url: str, settings: Settings, **options: Any) -> redis.Redis:
+    """A client of the master the Sentinels of ``url`` name (``CHECKBEAT_REDIS_SENTINEL_MASTER``).
+
+    Every new connection asks the Sentinels where the master is, and a connection to a node
+    that was demoted fails (redis-py turns its READONLY into a ConnectionError), so a retried
+    call lands on the promoted replica: beat and workers follow a failover without a restart.
+    The client is also marked with the replicas to WAIT for (celery_app.redis.replication).
+    """
+    parsed = parse_sentinel_url(url)
+    sentinel = Sentinel(
+        list(parsed.hosts),
+        sentinel_kwargs=sentinel_kwargs(settings),
+        socket_timeout=5.0,
+        socket_connect_timeout=1.0,
+        socket_keepalive=True,
+        **sentinel_tls_kwargs(settings),
+    )
+    client = sentinel.master_for(
+        settings.redis_sentinel_master,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES),
+        retry_on_error=FAILOVER_ERRORS,
+        health_check_interval=30,
+        **parsed.node_kwargs(),
+        **options,
+    )
+    from celery_app.redis.replication import mark_client
+
+    return mark_client(client, settings, sentinel=True)
 
 
 def reset_clients() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
+from celery_app.redis.sentinel import is_sentinel_url, sentinel_tls_kwargs
 from celery_app.settings import Settings
 
 CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
@@ -39,7 +40,14 @@ def redis_tls_kwargs(url: str, settings: Settings) -> dict[str, Any]:
 
 def broker_use_ssl(settings: Settings) -> dict[str, Any] | None:
     """Celery's ``broker_use_ssl`` for this broker URL (None for plain ``redis://``)."""
-    options = redis_tls_kwargs(settings.effective_broker_url, settings)
+    url = settings.effective_broker_url
+    if is_sentinel_url(url):
+        # kombu's Sentinel transport: TLS to the data nodes (the Sentinels' own is in
+        # broker_transport_options' sentinel_kwargs).
+        options = sentinel_tls_kwargs(settings)
+        options.pop("ssl", None)
+    else:
+        options = redis_tls_kwargs(url, settings)
     if not options:
         return None
     options["ssl_cert_reqs"] = CERT_REQS[options["ssl_cert_reqs"]]

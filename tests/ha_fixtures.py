@@ -1,0 +1,21 @@
+"""Fixtures of the high-availability tests (a pytest plugin listed in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support.sentinel import SentinelDeployment
+
+from celery_app.redis.client import reset_clients
+
+
+@pytest.fixture
+def sentinel_deployment(tmp_path) -> Iterator[SentinelDeployment]:
+    """One master, one replica and three Sentinels on loopback, stopped after the test."""
+    deployment = SentinelDeployment(tmp_path / "sentinel").start()
+    try:
+        yield deployment
+    finally:
+        reset_clients()
+        deployment.stop()
