@@ -41,7 +41,7 @@ from celery import Celery
 from bench.http_target import DelayServer
 from bench.overload_bench import REPO, Worker, base_env, percentile
 from celery_app.local.embedded_redis import RedisServer
-from scheduling_core import jitter_for
+from scheduling_core import next_aligned
 
 TARGET = "/delay/0"
 WARMUP_S = 1.0  # ticks in the first second are left out (processes settle)
@@ -63,8 +63,21 @@ class Load:
     def uids(self) -> list[str]:
         return [f"p-{i:05d}" for i in range(self.checks)]
 
-    def phase(self, uid: str) -> float:
-        return jitter_for(uid, timedelta(seconds=self.period_s)).total_seconds()
+    def created_at(self, index: int, t0: float) -> float:
+        """When check ``index`` is created: spread over the second after ``t0`` (golden-ratio
+        steps, whole ms), as checks created at different moments are. Created at one instant,
+        every tick would share its sub-second and all checks would start in bursts once a
+        second (``next_aligned`` carries the creation's sub-second part)."""
+        return t0 + round((index * 0.6180339887) % 1.0, 3)
+
+    def first_tick(self, uid: str, now: float) -> float:
+        """checkbeat's first tick of ``uid`` created at ``now`` (``next_aligned``: the phase
+        floored to whole seconds, now's sub-second part carried over)."""
+        period = timedelta(seconds=self.period_s)
+        start = datetime.fromtimestamp(now, UTC)
+        return next_aligned(
+            start, period, period, uid, "local", ["local"], timedelta(0)
+        ).timestamp()
 
 
 SPARE = Load("spare", checks=150, period_s=5, duration_s=15.0)  # 30 runs/s
@@ -123,20 +136,27 @@ def cpu_seconds(pid: int) -> float:
     return total / tick
 
 
-def judge(system: str, ticks: list[float], starts: dict[float, float], cpu_s: float, runs: int,
+Tick = tuple[str, float]  # (uid, tick rounded to the ms)
+
+
+def judge(system: str, ticks: list[Tick], starts: dict[Tick, float], cpu_s: float, runs: int,
           t0: float, end: float) -> Result:  # fmt: skip
-    """Lateness of every tick due in [t0 + warmup, end - tail]; ``starts`` maps tick -> start."""
+    """Lateness of every tick due in [t0 + warmup, end - tail]; ``starts`` maps a tick to its
+    start."""
     late, early, missed = [], 0, 0
-    for tick in ticks:
+    for key in set(ticks):
+        tick = key[1]
         if not (t0 + WARMUP_S <= tick < end - TAIL_S):
             continue
-        start = starts.get(round(tick, 3))
+        start = starts.get(key)
         if start is None:
             missed += 1
             continue
         if start < tick:
             early += 1
         late.append(max(0.0, start - tick) * 1000.0)
+        if os.environ.get("PRECISION_DEBUG") and start - tick > 0.05:
+            print(f"late {system}: tick {tick - t0:.3f} start {start - t0:.3f}")
     return Result(system, late, early, missed, runs, cpu_s)
 
 
@@ -232,7 +252,11 @@ def run_checkbeat(
         ]  # fmt: skip
         cpu0 = cpu_seconds(worker.process.pid)
         t0 = server_time(state)
-        store.create_many(definitions, now=datetime.fromtimestamp(t0, UTC))
+        batches: dict[float, list] = {}
+        for i, definition in enumerate(definitions):
+            batches.setdefault(load.created_at(i, t0), []).append(definition)
+        for at, batch in sorted(batches.items()):
+            store.create_many(batch, now=datetime.fromtimestamp(at, UTC))
         end = t0 + load.duration_s
         time.sleep(max(0.0, end + DRAIN_S - server_time(state)))
         cpu_s = cpu_seconds(worker.process.pid) - cpu0
@@ -240,26 +264,26 @@ def run_checkbeat(
         pipe = state.pipeline(transaction=False)
         for uid in load.uids():
             pipe.xrange(keys.results(uid))
-        ticks: list[float] = []
-        starts: dict[float, float] = {}
+        ticks: list[Tick] = []
+        starts: dict[Tick, float] = {}
         runs = 0
-        for entries in pipe.execute():
+        for uid, entries in zip(load.uids(), pipe.execute(), strict=True):
             for _id, fields in entries:
                 record = json.loads(fields["result"])
                 runs += 1
-                tick = datetime.fromisoformat(record["scheduled_at"]).timestamp()
-                ticks.append(tick)
+                key = (uid, round(datetime.fromisoformat(record["scheduled_at"]).timestamp(), 3))
+                ticks.append(key)
                 if record.get("started_at"):
                     started = datetime.fromisoformat(record["started_at"]).timestamp()
                     if started <= end:
-                        starts[round(tick, 3)] = started
+                        starts[key] = started
         # Jobs whose current tick is due in the window but has not started: missed ticks.
         pipe = state.pipeline(transaction=False)
         for uid in load.uids():
             pipe.hmget(keys.job(f"{uid}@local"), "sa", "lt")
-        for sa, lease in pipe.execute():
+        for uid, (sa, lease) in zip(load.uids(), pipe.execute(), strict=True):
             if sa and not lease:
-                ticks.append(float(sa))
+                ticks.append((uid, round(float(sa), 3)))
     finally:
         if beat is not None:
             beat.stop()
@@ -292,14 +316,15 @@ def run_plain(
         cpu0 = cpu_seconds(worker.process.pid)
         t0 = time.time()
         end = t0 + load.duration_s
+        # The instants checkbeat would run them at (its own phases), sent when due.
         ticks = sorted(
-            t0 + load.phase(uid) + k * load.period_s
-            for uid in load.uids()
+            (load.first_tick(uid, load.created_at(i, t0)) + k * load.period_s, uid)
+            for i, uid in enumerate(load.uids())
             for k in range(int(load.duration_s // load.period_s) + 1)
         )
-        ticks = [t for t in ticks if t < end]
+        ticks = [(at, uid) for at, uid in ticks if at < end]
         with producer.connection_for_write() as conn:
-            for i, at in enumerate(ticks):
+            for i, (at, _uid) in enumerate(ticks):
                 time.sleep(max(0.0, at - time.time()))
                 producer.send_task(
                     "bench.get", args=[f"t{i}", url, at], queue="checks", connection=conn
@@ -309,10 +334,9 @@ def run_plain(
         records = [json.loads(r) for r in state.lrange("bench:runs", 0, -1)]
     finally:
         worker.stop()
-    starts = {
-        round(r["scheduled_at"], 3): r["started_at"] for r in records if r["started_at"] <= end
-    }
-    return judge("plain Celery", ticks, starts, cpu_s, len(records), t0, end)
+    keys = [(uid, round(at, 3)) for at, uid in ticks]
+    starts = {keys[int(r["id"][1:])]: r["started_at"] for r in records if r["started_at"] <= end}
+    return judge("plain Celery", keys, starts, cpu_s, len(records), t0, end)
 
 
 # --- report -------------------------------------------------------------------------------------

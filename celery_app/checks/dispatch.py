@@ -16,6 +16,13 @@ re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Pe
 
 The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
 
+On the tick: promote takes what is due within ``CHECKBEAT_DISPATCH_LEAD`` (default 50 ms) of
+now, a claim's lease runs from the later of now and its tick, and the message's time limits
+include the lead; the worker waits in its slot until the tick on Redis's clock
+(``workers.tasks``). ``tick()`` reports the next due instant and :meth:`Dispatcher.next_wait`
+tells beat to run again when it enters the lead (``scheduling_core.on_tick``), not a fixed
+interval later: under spare capacity a check starts on its tick, never before.
+
 Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
 clock, so a beat or worker whose clock is off neither promotes work early nor reaps a live run
@@ -49,6 +56,7 @@ from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
+from scheduling_core.on_tick import dispatch_wait
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +88,7 @@ class TickReport:
     rate_limited: int = 0
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
+    next_due: float | None = None  # the earliest job still in the due index (Redis time)
 
 
 def _as_unix(now: float | datetime) -> float:
@@ -103,6 +112,7 @@ class Dispatcher:
         self.app = app
         self.settings = settings
         self.interval = settings.dispatch_interval
+        self.lead = settings.dispatch_lead
         self.keys = Keys(settings.key_prefix)
         self.redis = client or get_redis(settings.redis_url, settings)
         self.params = Params.from_settings(settings)
@@ -129,6 +139,7 @@ class Dispatcher:
         claimed = self.claim(now_s)
         published = self.publish(claimed.claims)
         return TickReport(
+            next_due=self.next_due(),
             now=now_s,
             reaped=reaped,
             promoted=promoted,
@@ -137,6 +148,17 @@ class Dispatcher:
             slots=claimed.slots,
             published=published,
         )
+
+    def next_wait(self, report: object) -> float:
+        """Seconds until beat should tick again: when the next due job enters the lead."""
+        if not isinstance(report, TickReport):
+            return self.interval
+        return dispatch_wait(report.now, report.next_due, self.lead, self.interval)
+
+    def next_due(self) -> float | None:
+        """The due instant of the earliest job not yet promoted (Redis time), None if none."""
+        first = self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
+        return float(first[0][1]) if first else None
 
     def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
         """Promote what is due and fill the free slots of ``region`` now; the claims published."""
@@ -149,7 +171,9 @@ class Dispatcher:
         return claims
 
     def promote(self, now_s: float) -> int:
-        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
+        """Move what is due within the lead into the ready indexes (claimed ahead, started on
+        the tick by the worker)."""
+        return promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
 
     def claim(
         self,
@@ -174,7 +198,7 @@ class Dispatcher:
         return ClaimResult(tuple(claims), slots, limited)
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
-        build = RunMessages(self.params).message
+        build = RunMessages(self.params, wait_s=self.lead).message
         return [
             build(
                 job_id=c.job_id,

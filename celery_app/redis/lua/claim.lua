@@ -17,7 +17,8 @@
 --       then per declared tenant t (1..T) three keys: its token bucket at TK+3t-2, its held
 --       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 8+W),
 --       then the job hashes (job j at JK+j, JK = TK+3T)
--- ARGV: 1 now, 2 lease expiry, 3 max claims in this call, 4 max rate-limited jobs to hold,
+-- ARGV: 1 now, 2 lease expiry (now + the lease; a job claimed ahead of its tick, within the
+--       dispatch lead, holds its lease from its tick: its worker waits until then), 3 max claims in this call, 4 max rate-limited jobs to hold,
 --       5 W, 6 T, then W worker hostnames (7 .. 6+W), then, packed (P = 6+W; tenants and job
 --       ids hold no whitespace; t and j below are their numbers):
 --       P+1 the declared tenants "name name ...", P+2 the job ids "id\nid\n...",
@@ -35,6 +36,7 @@
 -- k-th claim's lease token is "<sequence>.<k>".
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
+local lease_s = tonumber(expiry) - now
 local max_claims, skip_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local W, T = tonumber(ARGV[5]), tonumber(ARGV[6])
 local TK = 8 + W
@@ -239,10 +241,13 @@ while true do
         if b then b.tokens = b.tokens - 1 end
         if not seq then seq = redis.call('INCR', KEYS[6]) end
         claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0')
-        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, expiry)
+        local sa = tonumber(v[2])
+        local lx = expiry
+        if sa and sa > now then lx = string.format('%.6f', sa + lease_s) end
+        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, lx)
         local u, l = unready[lane], leased[lane]
         u[#u + 1] = id
-        l[#l + 1] = expiry
+        l[#l + 1] = lx
         l[#l + 1] = id
         free = free - 1
         if lane == 1 then free_slow = free_slow - 1 end
