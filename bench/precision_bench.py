@@ -184,6 +184,18 @@ class Beat:
         self._file.close()
 
 
+def profile(pid: int, out: Path | None, seconds: float) -> subprocess.Popen | None:
+    """``py-spy record`` of the worker's threads for ``seconds`` into ``out`` (raw, collapsed
+    stacks), when ``--profile`` asked for it: where a run's CPU goes."""
+    if out is None:
+        return None
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
+         "--nonblocking", "--duration", str(int(seconds)), "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -196,7 +208,12 @@ def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-unty
 
 
 def run_checkbeat(
-    load: Load, slots: int, server: DelayServer, redis_server: RedisServer, logs: Path
+    load: Load,
+    slots: int,
+    server: DelayServer,
+    redis_server: RedisServer,
+    logs: Path,
+    profile_dir: Path | None = None,
 ) -> Result:
     from celery_app.checks.definition import validate_definition
     from celery_app.checks.store import CheckStore
@@ -251,6 +268,11 @@ def run_checkbeat(
             for uid in load.uids()
         ]  # fmt: skip
         cpu0 = cpu_seconds(worker.process.pid)
+        spy = profile(
+            worker.process.pid,
+            profile_dir and profile_dir / f"checkbeat-{load.name}.txt",
+            load.duration_s,
+        )
         t0 = server_time(state)
         batches: dict[float, list] = {}
         for i, definition in enumerate(definitions):
@@ -260,6 +282,8 @@ def run_checkbeat(
         end = t0 + load.duration_s
         time.sleep(max(0.0, end + DRAIN_S - server_time(state)))
         cpu_s = cpu_seconds(worker.process.pid) - cpu0
+        if spy is not None:
+            spy.wait(30)
         beat.stop()
         pipe = state.pipeline(transaction=False)
         for uid in load.uids():
@@ -295,7 +319,12 @@ def run_checkbeat(
 
 
 def run_plain(
-    load: Load, slots: int, server: DelayServer, redis_server: RedisServer, logs: Path
+    load: Load,
+    slots: int,
+    server: DelayServer,
+    redis_server: RedisServer,
+    logs: Path,
+    profile_dir: Path | None = None,
 ) -> Result:
     broker_url, state_url = redis_server.url(0), redis_server.url(1)
     redis.Redis.from_url(broker_url).flushdb()
@@ -314,6 +343,11 @@ def run_plain(
     try:
         worker.wait_ready()
         cpu0 = cpu_seconds(worker.process.pid)
+        spy = profile(
+            worker.process.pid,
+            profile_dir and profile_dir / f"plain-{load.name}.txt",
+            load.duration_s,
+        )
         t0 = time.time()
         end = t0 + load.duration_s
         # The instants checkbeat would run them at (its own phases), sent when due.
@@ -331,6 +365,8 @@ def run_plain(
                 )
         time.sleep(max(0.0, end + DRAIN_S - time.time()))
         cpu_s = cpu_seconds(worker.process.pid) - cpu0
+        if spy is not None:
+            spy.wait(30)
         records = [json.loads(r) for r in state.lrange("bench:runs", 0, -1)]
     finally:
         worker.stop()
@@ -363,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:
     parser.add_argument("--only", choices=["spare", "near"], action="append")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of checks")
     parser.add_argument("--duration", type=float, help="seconds per system and load")
+    parser.add_argument("--profile", type=Path, help="py-spy the workers into this directory")
     parser.add_argument("--slots", type=int, default=8, help="worker threads (both systems)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -384,8 +421,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:
         try:
             with DelayServer() as server:
                 for load in loads:
-                    ours = run_checkbeat(load, args.slots, server, redis_server, logs)
-                    plain = run_plain(load, args.slots, server, redis_server, logs)
+                    ours = run_checkbeat(load, args.slots, server, redis_server, logs, args.profile)
+                    plain = run_plain(load, args.slots, server, redis_server, logs, args.profile)
                     out[load.name] = print_table(load, args.slots, ours, plain)
         finally:
             redis_server.stop()

@@ -48,11 +48,11 @@ from celery import Celery
 
 from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
 from celery_app.checks.jobs import CompletedRun, complete_runs, from_unix, read_jobs, to_unix
-from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
+from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecord, lease_seconds
 from celery_app.factory import settings_of
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
-from celery_app.redis.clock import server_time
+from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
@@ -161,14 +161,36 @@ class Dispatcher:
         return float(first[0][1]) if first else None
 
     def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
-        """Promote what is due and fill the free slots of ``region`` now; the claims published."""
-        now_s = self._now(now)
+        """Promote what is due and fill the free slots of ``region`` now; the claims published.
+
+        It runs after every finished run, and under spare capacity there is mostly nothing to
+        take: one round trip (the server's time, the first due job, whether the region has
+        ready or held work) settles that, and also gives the time the claim runs on."""
+        if now is None:
+            now_s, idle = self._nothing_to_refill(region)
+            if idle:
+                return ()
+        else:
+            now_s = _as_unix(now)
         self.promote(now_s)
         claims = self.claim(
             now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
         ).claims
         self.publish(claims)
         return claims
+
+    def _nothing_to_refill(self, region: str) -> tuple[float, bool]:
+        """(Redis time, True when no job is due within the lead and ``region`` has nothing
+        ready or held): one round trip."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(k.due(), 0, 0, withscores=True)
+        pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
+        reply, first, waiting = pipe.execute()
+        now_s = from_time_reply(reply)
+        due_soon = bool(first) and float(first[0][1]) <= now_s + self.lead
+        return now_s, not due_soon and not waiting
 
     def promote(self, now_s: float) -> int:
         """Move what is due within the lead into the ready indexes (claimed ahead, started on
@@ -286,6 +308,20 @@ _refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDicti
 _refill_lock = threading.Lock()
 
 
+def _refiller(app: Celery) -> Dispatcher:
+    with _refill_lock:
+        dispatcher = _refillers.get(app)
+        if dispatcher is None:
+            dispatcher = _refillers[app] = Dispatcher(app)
+    return dispatcher
+
+
+def warm_refill(app: Celery) -> None:
+    """Build the refill dispatcher and its publisher (the run task's route resolved) before
+    the first run needs them (``workers.warmup``)."""
+    _refiller(app).publisher.prepare([RUN_CHECK_TASK])
+
+
 def refill_after_run(app: Celery, region: str, now: float | datetime | None = None) -> int:
     """Claim and publish work for the slot a finished run just freed in ``region``.
 
@@ -294,8 +330,4 @@ def refill_after_run(app: Celery, region: str, now: float | datetime | None = No
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
     """
-    with _refill_lock:
-        dispatcher = _refillers.get(app)
-        if dispatcher is None:
-            dispatcher = _refillers[app] = Dispatcher(app)
-    return len(dispatcher.refill(region, now))
+    return len(_refiller(app).refill(region, now))
