@@ -70,3 +70,13 @@ def test_a_due_job_keeps_its_lease_from_the_claim(r, keys, app, broker):
     lease_s = lease_seconds(dispatcher.params, settings.lease_margin)
     assert read_job(r, keys, "late@eu").lease_expiry == pytest.approx(T0 + lease_s, abs=1e-5)
     assert dispatcher.next_wait(TickReport(now=T0)) == settings.dispatch_interval
+
+
+def test_no_slot_waits_for_a_tick_while_due_work_waits(r, keys, app, broker):
+    _check(r, keys, app, "overdue", T0 - 1.0)
+    _check(r, keys, app, "soon", T0 + 0.1)  # inside the lead
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
+    dispatcher = Dispatcher(app, client=r)
+    assert [c.job_id for c in dispatcher.tick(T0).claims] == ["overdue@eu"]
+    # the due job got the only slot, and the one not yet due was not even promoted
+    assert r.zscore(keys.due(), "soon@eu") is not None

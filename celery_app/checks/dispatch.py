@@ -16,12 +16,14 @@ re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Pe
 
 The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
 
-On the tick: promote takes what is due within ``CHECKBEAT_DISPATCH_LEAD`` (default 50 ms) of
-now, a claim's lease runs from the later of now and its tick, and the message's time limits
-include the lead; the worker waits in its slot until the tick on Redis's clock
-(``workers.tasks``). ``tick()`` reports the next due instant and :meth:`Dispatcher.next_wait`
-tells beat to run again when it enters the lead (``scheduling_core.on_tick``), not a fixed
-interval later: under spare capacity a check starts on its tick, never before.
+On the tick: when a claim leaves slots free (nothing due is waiting), what is due within
+``CHECKBEAT_DISPATCH_LEAD`` (default 50 ms) is promoted and claimed too, so a slot never waits
+for a tick while due work waits for a slot; a claim's lease runs from the later of now and its
+tick, and the message's time limits include the lead; the worker waits in its slot until the
+tick on Redis's clock (``workers.tasks``). ``tick()`` reports the next due instant and
+:meth:`Dispatcher.next_wait` tells beat to run again when it enters the lead
+(``scheduling_core.on_tick``), not a fixed interval later: under spare capacity a check
+starts on its tick, never before.
 
 Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
@@ -135,8 +137,7 @@ class Dispatcher:
     def tick(self, now: float | datetime | None = None) -> TickReport:
         now_s = self._now(now)
         reaped = self.reap(now_s)
-        promoted = self.promote(now_s)
-        claimed = self.claim(now_s)
+        promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN)
         published = self.publish(claimed.claims)
         return TickReport(
             next_due=self.next_due(),
@@ -172,12 +173,26 @@ class Dispatcher:
                 return ()
         else:
             now_s = _as_unix(now)
-        self.promote(now_s)
-        claims = self.claim(
-            now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
-        ).claims
+        claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
         self.publish(claims)
         return claims
+
+    def _fill(self, now_s: float, regions: Sequence[str], scan: int) -> tuple[int, ClaimResult]:
+        """Promote and claim what is due; then, if slots are still free, what is due within the
+        lead (its workers wait for the tick). (promoted, claimed)."""
+        promoted = self.promote(now_s)
+        claimed = self.claim(now_s, regions, rate_limited_scan=scan)
+        if self.lead <= 0 or not _slots_left(claimed):
+            return promoted, claimed
+        ahead = promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+        if not ahead:
+            return promoted, claimed
+        more = self.claim(now_s, regions, rate_limited_scan=scan)
+        return promoted + ahead, ClaimResult(
+            claimed.claims + more.claims,
+            claimed.slots,
+            claimed.rate_limited + more.rate_limited,
+        )
 
     def _nothing_to_refill(self, region: str) -> tuple[float, bool]:
         """(Redis time, True when no job is due within the lead and ``region`` has nothing
@@ -193,9 +208,7 @@ class Dispatcher:
         return now_s, not due_soon and not waiting
 
     def promote(self, now_s: float) -> int:
-        """Move what is due within the lead into the ready indexes (claimed ahead, started on
-        the tick by the worker)."""
-        return promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+        return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
 
     def claim(
         self,
@@ -302,6 +315,14 @@ class Dispatcher:
             self.redis, self.keys, runs, results_maxlen=self.settings.results_history
         )
         return sum(done)
+
+
+def _slots_left(claimed: ClaimResult) -> bool:
+    """Whether a claim left a region with free slots: nothing claimable was waiting there."""
+    taken: dict[str, int] = {}
+    for c in claimed.claims:
+        taken[c.region] = taken.get(c.region, 0) + 1
+    return any(slots.free > taken.get(region, 0) for region, slots in claimed.slots.items())
 
 
 _refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()
