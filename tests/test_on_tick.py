@@ -80,3 +80,16 @@ def test_no_slot_waits_for_a_tick_while_due_work_waits(r, keys, app, broker):
     assert [c.job_id for c in dispatcher.tick(T0).claims] == ["overdue@eu"]
     # the due job got the only slot, and the one not yet due was not even promoted
     assert r.zscore(keys.due(), "soon@eu") is not None
+
+
+def test_a_refill_takes_a_job_due_within_the_lead_and_nothing_else(r, keys, app, broker):
+    from celery_app.redis.clock import server_time
+
+    now = server_time(r)
+    _check(r, keys, app, "soon", now + 0.15)  # inside the 0.2 s lead
+    _check(r, keys, app, "later", now + 30.0)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
+    dispatcher = Dispatcher(app, client=r)
+    assert [c.job_id for c in dispatcher.refill("eu")] == ["soon@eu"]
+    assert dispatcher.refill("eu") == ()  # nothing due, ready or held: nothing claimed
+    assert r.zscore(keys.due(), "later@eu") is not None

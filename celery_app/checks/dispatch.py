@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 
 import redis
 from celery import Celery
@@ -91,6 +92,15 @@ class TickReport:
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
     next_due: float | None = None  # the earliest job still in the due index (Redis time)
+
+
+class _Waiting(Enum):
+    """What a refill may find: due (or ready, or held) work, only jobs due within the lead,
+    or nothing."""
+
+    DUE = "due"
+    AHEAD = "ahead"
+    NOTHING = "nothing"
 
 
 def _as_unix(now: float | datetime) -> float:
@@ -168,12 +178,16 @@ class Dispatcher:
         take: one round trip (the server's time, the first due job, whether the region has
         ready or held work) settles that, and also gives the time the claim runs on."""
         if now is None:
-            now_s, idle = self._nothing_to_refill(region)
-            if idle:
+            now_s, waiting = self._refill_needs(region)
+            if waiting is _Waiting.NOTHING:
                 return ()
         else:
-            now_s = _as_unix(now)
-        claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
+            now_s, waiting = _as_unix(now), _Waiting.DUE
+        if waiting is _Waiting.AHEAD:  # nothing due or ready: straight to the lead's jobs
+            promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+            claims = self.claim(now_s, (region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN).claims
+        else:
+            claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
         self.publish(claims)
         return claims
 
@@ -194,9 +208,8 @@ class Dispatcher:
             claimed.rate_limited + more.rate_limited,
         )
 
-    def _nothing_to_refill(self, region: str) -> tuple[float, bool]:
-        """(Redis time, True when no job is due within the lead and ``region`` has nothing
-        ready or held): one round trip."""
+    def _refill_needs(self, region: str) -> tuple[float, _Waiting]:
+        """(Redis time, what a refill of ``region`` may find): one round trip."""
         k = self.keys
         pipe = self.redis.pipeline(transaction=False)
         pipe.time()
@@ -204,8 +217,11 @@ class Dispatcher:
         pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
         reply, first, waiting = pipe.execute()
         now_s = from_time_reply(reply)
-        due_soon = bool(first) and float(first[0][1]) <= now_s + self.lead
-        return now_s, not due_soon and not waiting
+        if waiting or (first and float(first[0][1]) <= now_s):
+            return now_s, _Waiting.DUE
+        if first and float(first[0][1]) <= now_s + self.lead:
+            return now_s, _Waiting.AHEAD
+        return now_s, _Waiting.NOTHING
 
     def promote(self, now_s: float) -> int:
         return promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH)
