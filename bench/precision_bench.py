@@ -190,7 +190,7 @@ def profile(pid: int, out: Path | None, seconds: float) -> subprocess.Popen | No
     if out is None:
         return None
     return subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200",
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--gil",
          "--nonblocking", "--duration", str(int(seconds)), "-o", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
