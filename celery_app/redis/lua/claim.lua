@@ -32,7 +32,8 @@
 --          stop, lease sequence number (0 = no claim), claims}
 -- stop: 'full' (no free slot left), 'limit' (the hold limit was reached), 'more' (a candidate
 -- list ran out while its index may hold more, or a candidate was stale: read again), 'done'.
--- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms"; the
+-- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms lane"
+-- (lane: the one it runs in; a fast job never measured runs in the slow one, see below); the
 -- k-th claim's lease token is "<sequence>.<k>".
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
@@ -216,14 +217,21 @@ while true do
     stale = true  -- claimed by another dispatcher, held, or re-scored since it was read
   else
     local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
-      JOB.LEASE_TOKEN)
+      JOB.LEASE_TOKEN, JOB.RUNS)
     local t = v[1] and tenant_of(v[1])
+    -- A fast-lane job that never ran has no measured cost: it may be slow, so it runs in a
+    -- shared slot (slow queue and lease index), never one reserved for the fast lane; it keeps
+    -- its place in the fast index (FIFO by deadline) and waits there for a shared slot.
+    local unmeasured = lane == 0 and slowcap > 0 and (tonumber(v[5]) or 0) == 0
+    local claim_lane = unmeasured and 1 or lane
     if not v[1] then
       redis.call('ZREM', ready_key, id)  -- the job was deleted: nothing to run
     elseif v[4] then
       redis.call('ZREM', ready_key, id)  -- leased already (a stray entry): never a second lease
     elseif not t then
       stale = true  -- its tenant's bucket is not declared here: read again
+    elseif unmeasured and free_slow <= 0 then
+      -- no shared slot free: left in place for the next claim (not stale: nothing changed)
     else
       local b = t > 0 and bucket(t)
       if b and b.tokens < 1 then
@@ -240,17 +248,18 @@ while true do
       else
         if b then b.tokens = b.tokens - 1 end
         if not seq then seq = redis.call('INCR', KEYS[6]) end
-        claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0')
+        claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0') .. ' ' ..
+          claim_lane
         local sa = tonumber(v[2])
         local lx = expiry
         if sa and sa > now then lx = string.format('%.6f', sa + lease_s) end
         redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, lx)
-        local u, l = unready[lane], leased[lane]
+        local u, l = unready[lane], leased[claim_lane]
         u[#u + 1] = id
         l[#l + 1] = lx
         l[#l + 1] = id
         free = free - 1
-        if lane == 1 then free_slow = free_slow - 1 end
+        if claim_lane == 1 then free_slow = free_slow - 1 end
       end
     end
   end
