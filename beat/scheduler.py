@@ -55,7 +55,9 @@ MIN_SLEEP = 0.005
 
 @runtime_checkable
 class Driver(Protocol):
-    """Anything beat runs every ``interval`` seconds besides the cron engine.
+    """Anything beat runs every ``interval`` seconds besides the cron engine (sooner when it
+    has a ``next_wait(report)``: the seconds until it wants to run again after a tick that
+    returned ``report``; the check dispatcher wakes when its next due job enters its lead).
 
     A driver reads its own clock: the check dispatcher schedules on Redis's time, not beat's
     (which runs the cron engine and may be a test clock), so beats and workers agree.
@@ -221,13 +223,17 @@ class CronScheduler(Scheduler):
         mono = time.monotonic()
         for slot in self.drivers:
             if mono >= slot.due:
+                wait = slot.driver.interval
                 try:
-                    slot.driver.tick()
+                    report = slot.driver.tick()
+                    next_wait = getattr(slot.driver, "next_wait", None)
+                    if next_wait is not None:
+                        wait = next_wait(report)
                 except Exception:
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver
                     )
-                slot.due = time.monotonic() + slot.driver.interval
+                slot.due = time.monotonic() + wait
         return self._sleep_for(self.clock())
 
     def _take_over(self, now: datetime) -> None:

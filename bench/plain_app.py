@@ -55,3 +55,35 @@ def probe(tick_id: str, uid: str, kind: str, url: str, scheduled_at: float) -> N
         "ok": result.ok,
     }
     state().rpush(RUNS_KEY, json.dumps(record))
+
+
+_http = None
+
+
+def http() -> object:
+    """One httpx client shared by every thread of the worker: what a hand-written task uses."""
+    global _http
+    if _http is None:
+        import httpx
+
+        _http = httpx.Client(timeout=15.0)
+    return _http
+
+
+@app.task(name="bench.get")
+def get(tick_id: str, url: str, scheduled_at: float) -> None:
+    """The precision bench's anchor: one GET with a shared client, its start recorded."""
+    started = time.time()
+    response = http().get(url)  # type: ignore[attr-defined]
+    state().rpush(
+        RUNS_KEY,
+        json.dumps(
+            {
+                "id": tick_id,
+                "scheduled_at": scheduled_at,
+                "started_at": started,
+                "finished_at": time.time(),
+                "ok": response.status_code == 200,
+            }
+        ),
+    )

@@ -129,6 +129,7 @@ BOUNDS: dict[str, Bound] = {
     "lane_slow_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
     "lane_fast_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
     "dispatch_interval": Bound(0, 60, " s", low_open=True),
+    "dispatch_lead": Bound(0, 5, " s"),
     "lease_margin": Bound(0, 3_600, " s", note="1 hour"),
     "tier_credit_per_weight": Bound(0, 3_600, " s", note="1 hour"),
     "tier_credit_max": Bound(0, _DAY_S, " s", note="1 day"),
@@ -157,7 +158,13 @@ _TIMEDELTAS = (
     "beat_heartbeat_stale",
 )
 #: Durations kept as float seconds, the type their callers (dispatcher, beat) compute with.
-_FLOAT_SECONDS = ("dispatch_interval", "lease_margin", "transition_timeout", "redis_wait_timeout")
+_FLOAT_SECONDS = (
+    "dispatch_interval",
+    "dispatch_lead",
+    "lease_margin",
+    "transition_timeout",
+    "redis_wait_timeout",
+)
 _DURATION_FORMS = "seconds such as 10 or 1.5, or ISO 8601 such as PT10S"
 _ISO_DURATION = TypeAdapter(timedelta)
 
@@ -491,6 +498,14 @@ class Settings(BaseSettings):
         0.5,
         description=_described(
             "Time between dispatcher ticks in beat (claim, publish, reap).", "dispatch_interval"
+        ),
+    )
+    dispatch_lead: float = Field(
+        0.05,
+        description=_described(
+            "How far ahead of its tick a due check is claimed; its worker waits in the slot "
+            "until the tick (Redis time), so it starts on time. 0 = claim only when due.",
+            "dispatch_lead",
         ),
     )
     lease_margin: float = Field(

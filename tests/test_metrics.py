@@ -12,6 +12,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+from support.checks import learned
 
 from beat.cron_engine import Fired, Skipped, TickReport
 from beat.metrics import BeatHealth, checks_page
@@ -125,6 +126,8 @@ def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
 ):
     for i in range(3):
         store.create(uid=f"s{i}", tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
+        # measured fast checks (a never-measured one would take a shared slot, as slow)
+        learned(r, keys, store.params, job_id(f"s{i}", "eu"), scheduled_at=1_999_999_990.0 + i)
     register_worker(r, keys, "eu", 2)
     before = {
         name: value(name, region="eu", lane="fast")

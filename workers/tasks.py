@@ -30,10 +30,11 @@ from celery_app.checks.run_contract import (
 from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.clock import server_time
+from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.schema import JobField, Keys, QuarantineStep
 from celery_app.registry import registry_of
 from scheduling_core import Params
+from scheduling_core.on_tick import tick_wait
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
 from workers.outcome import RunOutcome
 from workers.probes.result import ProbeContext, ProbeResult
@@ -76,7 +77,9 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(request.job_id))
     pipe.hgetall(keys.check(request.uid))
-    job_hash, check_hash = pipe.execute()
+    pipe.time()  # the server's clock: the run starts on its tick on it, never before
+    job_hash, check_hash, server_now = pipe.execute()
+    read_at = time.perf_counter()
     if not job_hash:
         log.error(
             "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
@@ -100,6 +103,11 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         region=request.region,
         tls_ca_file=settings.probe_tls_ca_file,
     )
+    wait_s = tick_wait(
+        request.scheduled_at, from_time_reply(server_now), time.perf_counter() - read_at
+    )
+    if wait_s > 0:
+        time.sleep(wait_s)  # claimed within the dispatch lead: this slot is already ours
     started_at = time.time()
     try:
         probe = get_kind(registry_of(self.app), check.kind).probe

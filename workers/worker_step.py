@@ -19,6 +19,7 @@ from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from workers.roles import CapacityRegistration, RoleError, plan_role, role_from_queues
 from workers.runner import on_stuck_change, stuck_probes
+from workers.warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class CheckWorkerStep(bootsteps.StartStopStep):
 
     def create(self, w: Any) -> CapacityRegistration:
         assert self.plan is not None
+        warm_up(w.app)  # before the registration offers any slot
         return CapacityRegistration(
             get_redis(self._settings.redis_url, self._settings),
             Keys(self._settings.key_prefix),

@@ -430,13 +430,13 @@ class RegionClaimer:
         if not lines:
             return slots, stop, [], holds
         claims = []
-        n_fast = len(fast)
         for n, line in enumerate(lines.split("\n"), start=1):
-            j, scheduled, cost = line.split(" ")
+            j, scheduled, cost, claimed_lane = line.split(" ")
             i = int(j) - 1
             job, score = candidates[i]
-            lane = LANE_FAST if i < n_fast else LANE_SLOW
             try:
+                # a fast job never measured runs in the slow lane (claim.lua): its queue, lease
+                lane = int(claimed_lane)
                 claim = Claim(
                     job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost)
                 )

@@ -16,6 +16,15 @@ re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Pe
 
 The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
 
+On the tick: when a claim leaves slots free (nothing due is waiting), what is due within
+``CHECKBEAT_DISPATCH_LEAD`` (default 50 ms) is promoted and claimed too, so a slot never waits
+for a tick while due work waits for a slot; a claim's lease runs from the later of now and its
+tick, and the message's time limits include the lead; the worker waits in its slot until the
+tick on Redis's clock (``workers.tasks``). ``tick()`` reports the next due instant and
+:meth:`Dispatcher.next_wait` tells beat to run again when it enters the lead
+(``scheduling_core.on_tick``), not a fixed interval later: under spare capacity a check
+starts on its tick, never before.
+
 Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
 clock, so a beat or worker whose clock is off neither promotes work early nor reaps a live run
@@ -35,6 +44,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import redis
@@ -44,17 +54,18 @@ from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promot
 from celery_app.checks.health import plan_health
 from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
-from celery_app.checks.run_contract import RunMessages, RunRecord, lease_seconds
+from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecord, lease_seconds
 from celery_app.checks.transitions import sweep
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
-from celery_app.redis.clock import server_time
+from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.schema import Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 from scheduling_core.health import State
+from scheduling_core.on_tick import dispatch_wait
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +97,16 @@ class TickReport:
     rate_limited: int = 0
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
+    next_due: float | None = None  # the earliest job still in the due index (Redis time)
+
+
+class _Waiting(Enum):
+    """What a refill may find: due (or ready, or held) work, only jobs due within the lead,
+    or nothing."""
+
+    DUE = "due"
+    AHEAD = "ahead"
+    NOTHING = "nothing"
 
 
 def _as_unix(now: float | datetime) -> float:
@@ -109,6 +130,7 @@ class Dispatcher:
         self.app = app
         self.settings = settings
         self.interval = settings.dispatch_interval
+        self.lead = settings.dispatch_lead
         self.keys = Keys(settings.key_prefix)
         self.redis = client or get_redis(settings.redis_url, settings)
         self.params = Params.from_settings(settings)
@@ -131,11 +153,11 @@ class Dispatcher:
     def tick(self, now: float | datetime | None = None) -> TickReport:
         now_s = self._now(now)
         reaped = self.reap(now_s)
-        promoted = self.promote(now_s)
-        claimed = self.claim(now_s)
+        promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN)
         published = self.publish(claimed.claims)
         self.sweep_transitions(now_s)
         return TickReport(
+            next_due=self.next_due(),
             now=now_s,
             reaped=reaped,
             promoted=promoted,
@@ -145,13 +167,34 @@ class Dispatcher:
             published=published,
         )
 
+    def next_wait(self, report: object) -> float:
+        """Seconds until beat should tick again: when the next due job enters the lead."""
+        if not isinstance(report, TickReport):
+            return self.interval
+        return dispatch_wait(report.now, report.next_due, self.lead, self.interval)
+
+    def next_due(self) -> float | None:
+        """The due instant of the earliest job not yet promoted (Redis time), None if none."""
+        first = self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
+        return float(first[0][1]) if first else None
+
     def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
-        """Promote what is due and fill the free slots of ``region`` now; the claims published."""
-        now_s = self._now(now)
-        self.promote(now_s)
-        claims = self.claim(
-            now_s, regions=(region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN
-        ).claims
+        """Promote what is due and fill the free slots of ``region`` now; the claims published.
+
+        It runs after every finished run, and under spare capacity there is mostly nothing to
+        take: one round trip (the server's time, the first due job, whether the region has
+        ready or held work) settles that, and also gives the time the claim runs on."""
+        if now is None:
+            now_s, waiting = self._refill_needs(region)
+            if waiting is _Waiting.NOTHING:
+                return ()
+        else:
+            now_s, waiting = _as_unix(now), _Waiting.DUE
+        if waiting is _Waiting.AHEAD:  # nothing due or ready: straight to the lead's jobs
+            promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+            claims = self.claim(now_s, (region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN).claims
+        else:
+            claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
         self.publish(claims)
         return claims
 
@@ -162,6 +205,38 @@ class Dispatcher:
             sweep(self.app, self.redis, self.keys, self.settings, now_s)
         except Exception:
             log.exception("checkbeat: the transition sweep failed; retried next tick")
+
+    def _fill(self, now_s: float, regions: Sequence[str], scan: int) -> tuple[int, ClaimResult]:
+        """Promote and claim what is due; then, if slots are still free, what is due within the
+        lead (its workers wait for the tick). (promoted, claimed)."""
+        promoted = self.promote(now_s)
+        claimed = self.claim(now_s, regions, rate_limited_scan=scan)
+        if self.lead <= 0 or not _slots_left(claimed):
+            return promoted, claimed
+        ahead = promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+        if not ahead:
+            return promoted, claimed
+        more = self.claim(now_s, regions, rate_limited_scan=scan)
+        return promoted + ahead, ClaimResult(
+            claimed.claims + more.claims,
+            claimed.slots,
+            claimed.rate_limited + more.rate_limited,
+        )
+
+    def _refill_needs(self, region: str) -> tuple[float, _Waiting]:
+        """(Redis time, what a refill of ``region`` may find): one round trip."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(k.due(), 0, 0, withscores=True)
+        pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
+        reply, first, waiting = pipe.execute()
+        now_s = from_time_reply(reply)
+        if waiting or (first and float(first[0][1]) <= now_s):
+            return now_s, _Waiting.DUE
+        if first and float(first[0][1]) <= now_s + self.lead:
+            return now_s, _Waiting.AHEAD
+        return now_s, _Waiting.NOTHING
 
     def promote(self, now_s: float) -> int:
         return metrics.promoted(promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH))
@@ -197,13 +272,13 @@ class Dispatcher:
         return ClaimResult(tuple(claims), slots, limited)
 
     def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
-        build = RunMessages(self.params).message
+        build = RunMessages(self.params, wait_s=self.lead).message
         return [_message(build, c) for c in claims]
 
     def _sendable(self, claims: Sequence[Claim]) -> tuple[list[Claim], list[TaskMessage]]:
         """The claims and their messages; a claim whose message cannot be built from its job's
         numbers is quarantined (its lease goes with it) and the others are sent."""
-        build = RunMessages(self.params).message
+        build = RunMessages(self.params, wait_s=self.lead).message
         kept, messages = [], []
         for c in claims:
             try:
@@ -323,8 +398,30 @@ def _message(build: Any, c: Claim) -> TaskMessage:
     )
 
 
+def _slots_left(claimed: ClaimResult) -> bool:
+    """Whether a claim left a region with free slots: nothing claimable was waiting there."""
+    taken: dict[str, int] = {}
+    for c in claimed.claims:
+        taken[c.region] = taken.get(c.region, 0) + 1
+    return any(slots.free > taken.get(region, 0) for region, slots in claimed.slots.items())
+
+
 _refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()
 _refill_lock = threading.Lock()
+
+
+def _refiller(app: Celery) -> Dispatcher:
+    with _refill_lock:
+        dispatcher = _refillers.get(app)
+        if dispatcher is None:
+            dispatcher = _refillers[app] = Dispatcher(app)
+    return dispatcher
+
+
+def warm_refill(app: Celery) -> None:
+    """Build the refill dispatcher and its publisher (the run task's route resolved) before
+    the first run needs them (``workers.warmup``)."""
+    _refiller(app).publisher.prepare([RUN_CHECK_TASK])
 
 
 def refill_after_run(app: Celery, region: str, now: float | datetime | None = None) -> int:
@@ -335,8 +432,4 @@ def refill_after_run(app: Celery, region: str, now: float | datetime | None = No
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
     """
-    with _refill_lock:
-        dispatcher = _refillers.get(app)
-        if dispatcher is None:
-            dispatcher = _refillers[app] = Dispatcher(app)
-    return len(dispatcher.refill(region, now))
+    return len(_refiller(app).refill(region, now))

@@ -209,8 +209,9 @@ class RunMessages:
     """Builds the TaskMessage of each claimed job; one per batch (a tick publishes thousands:
     the time limits are computed once per distinct cost EWMA, the queue once per lane)."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, *, wait_s: float = 0.0) -> None:
         self.params = params
+        self.wait_s = wait_s  # the longest a run waits for its tick: in Celery's limits too
         self._limits: dict[float, tuple[float, float]] = {}
         self._queues: dict[tuple[str, int], str] = {}
 
@@ -236,8 +237,8 @@ class RunMessages:
             name=RUN_CHECK_TASK,
             queue=queue,
             kwargs=run_kwargs(job_id, lease_token, scheduled_at, effective_scheduled_at, soft),
-            time_limit=hard,
-            soft_time_limit=soft,
+            time_limit=hard + self.wait_s,
+            soft_time_limit=soft + self.wait_s,
         )
 
 

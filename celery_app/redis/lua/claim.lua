@@ -17,7 +17,8 @@
 --       then per declared tenant t (1..T) three keys: its token bucket at TK+3t-2, its held
 --       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 8+W),
 --       then the job hashes (job j at JK+j, JK = TK+3T)
--- ARGV: 1 now, 2 lease expiry, 3 max claims in this call, 4 max rate-limited jobs to hold,
+-- ARGV: 1 now, 2 lease expiry (now + the lease; a job claimed ahead of its tick, within the
+--       dispatch lead, holds its lease from its tick: its worker waits until then), 3 max claims in this call, 4 max rate-limited jobs to hold,
 --       5 W, 6 T, then W worker hostnames (7 .. 6+W), then, packed (P = 6+W; tenants and job
 --       ids hold no whitespace; t and j below are their numbers):
 --       P+1 the declared tenants "name name ...", P+2 the job ids "id\nid\n...",
@@ -31,10 +32,12 @@
 --          stop, lease sequence number (0 = no claim), claims}
 -- stop: 'full' (no free slot left), 'limit' (the hold limit was reached), 'more' (a candidate
 -- list ran out while its index may hold more, or a candidate was stale: read again), 'done'.
--- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms"; the
+-- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms lane"
+-- (lane: the one it runs in; a fast job never measured runs in the slow one, see below); the
 -- k-th claim's lease token is "<sequence>.<k>".
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
+local lease_s = tonumber(expiry) - now
 local max_claims, skip_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local W, T = tonumber(ARGV[5]), tonumber(ARGV[6])
 local TK = 8 + W
@@ -233,14 +236,21 @@ while true do
     stale = true  -- claimed by another dispatcher, held, or re-scored since it was read
   else
     local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
-      JOB.LEASE_TOKEN)
+      JOB.LEASE_TOKEN, JOB.RUNS)
     local t = v[1] and tenant_of(v[1])
+    -- A fast-lane job that never ran has no measured cost: it may be slow, so it runs in a
+    -- shared slot (slow queue and lease index), never one reserved for the fast lane; it keeps
+    -- its place in the fast index (FIFO by deadline) and waits there for a shared slot.
+    local unmeasured = lane == 0 and slowcap > 0 and (tonumber(v[5]) or 0) == 0
+    local claim_lane = unmeasured and 1 or lane
     if not v[1] then
       redis.call('ZREM', ready_key, id)  -- the job was deleted: nothing to run
     elseif v[4] then
       redis.call('ZREM', ready_key, id)  -- leased already (a stray entry): never a second lease
     elseif not t then
       stale = true  -- its tenant's bucket is not declared here: read again
+    elseif unmeasured and free_slow <= 0 then
+      -- no shared slot free: left in place for the next claim (not stale: nothing changed)
     else
       local b = t > 0 and bucket(t)
       if b and b.tokens < 1 then
@@ -257,14 +267,18 @@ while true do
       else
         if b then b.tokens = b.tokens - 1 end
         if not seq then seq = next_sequence() end
-        claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0')
-        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, expiry)
-        local u, l = unready[lane], leased[lane]
+        claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0') .. ' ' ..
+          claim_lane
+        local sa = tonumber(v[2])
+        local lx = expiry
+        if sa and sa > now then lx = string.format('%.6f', sa + lease_s) end
+        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, lx)
+        local u, l = unready[lane], leased[claim_lane]
         u[#u + 1] = id
-        l[#l + 1] = expiry
+        l[#l + 1] = lx
         l[#l + 1] = id
         free = free - 1
-        if lane == 1 then free_slow = free_slow - 1 end
+        if claim_lane == 1 then free_slow = free_slow - 1 end
       end
     end
   end

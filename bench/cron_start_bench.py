@@ -1,0 +1,96 @@
+"""Cron start bench: from a window's start to the task body's start, on an idle system.
+
+Reproduce (from the repository root; starts its own redis-server, beat and worker)::
+
+    python -m bench.cron_start_bench            # 5 entries every second for 20 s
+    python -m bench.cron_start_bench --quick    # smoke: a few seconds
+
+A real ``celery beat`` with checkbeat's scheduler and a real threads worker run
+``bench/cron_start_app.py``: ``beat_schedule`` entries every second, so every second is a window
+(epoch-anchored). Each run records its window (the ``cron_window`` header) and when its body
+started; the lateness is body start minus window start (one machine, one clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+
+from bench.cron_start_app import STARTS_KEY
+from bench.overload_bench import REPO, Worker, base_env, percentile
+from celery_app.cron_tasks.store import parse_window_id
+from celery_app.local.embedded_redis import RedisServer
+
+
+def run(entries: int, duration_s: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="checkbeat-cron-start-") as tmp:
+        logs = Path(tmp)
+        server = RedisServer(logs / "redis").start()
+        try:
+            env = base_env(
+                BENCH_BROKER_URL=server.url(0),
+                CHECKBEAT_REDIS_URL=server.url(1),
+                CHECKBEAT_KEY_PREFIX="cronstart",
+                CRON_START_ENTRIES=str(entries),
+            )
+            state = redis.Redis.from_url(server.url(1))
+            worker = Worker("bench.cron_start_app", ["-c", "4", "-E"], env, logs / "worker.log")
+            beat_log = (logs / "beat.log").open("wb")
+            beat = None
+            try:
+                worker.wait_ready()
+                beat = subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "bench.cron_start_app", "beat",
+                     "-l", "INFO"],
+                    cwd=REPO, env=env, stdout=beat_log, stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                time.sleep(duration_s)
+            finally:
+                if beat is not None:
+                    beat.terminate()
+                    beat.wait(10)
+                worker.stop()
+                beat_log.close()
+            records = [json.loads(r) for r in state.lrange(STARTS_KEY, 0, -1)]
+        finally:
+            server.stop()
+    late = [
+        (r["started_at"] - parse_window_id(r["window"]).timestamp()) * 1000.0
+        for r in records
+        if r["window"]
+    ]
+    late = late[entries:]  # the first window after beat's start is not a steady one
+    return {
+        "runs": len(late),
+        "early starts": sum(v < 0 for v in late),
+        "start late p50 ms": percentile(late, 50),
+        "start late p90 ms": percentile(late, 90),
+        "start late p99 ms": percentile(late, 99),
+        "start late max ms": max(late, default=float("nan")),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--entries", type=int, default=5)
+    parser.add_argument("--duration", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    duration = 5.0 if args.quick else args.duration
+    row = run(args.entries, duration)
+    print(f"\ncron window start -> task body start, {args.entries} entries every 1 s, idle:")
+    for name, value in row.items():
+        print(f"  {name:<20}{value:>10.2f}")
+    return row
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,433 @@
+"""Precision bench: how close to its tick a check starts, and what a run costs the worker.
+
+Reproduce (from the repository root; starts its own redis-server, HTTP target, beat, workers)::
+
+    python -m bench.precision_bench              # spare (~30 runs/s) and near capacity (~150/s)
+    python -m bench.precision_bench --quick      # smoke: a few seconds, one small load
+    python -m bench.precision_bench --scale 0.5  # a loaded machine: half the checks
+
+Two systems, one after the other, same instant HTTP target on 127.0.0.1 (``/delay/0``), same
+slots (one threads worker of ``--slots`` threads), task events on in both:
+
+- **checkbeat**: the checks created in the check store, a real ``celery beat`` (its dispatcher)
+  and one ``--role shared`` worker; starts and ticks come from the results stream.
+- **plain Celery**: a producer in this process sends ``bench.get`` (one GET with one httpx
+  client shared by the worker's threads, ``bench/plain_app.py``) at each tick, the same phases
+  (the uid jitter) and period.
+
+Start lateness = probe start minus the tick (both on this machine's clock); an early start is a
+start before its tick (must be 0); a tick due in the window that never started is "missed".
+Worker CPU per run = the worker process's user+system CPU (``/proc``) over the runs it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis
+from celery import Celery
+
+from bench.http_target import DelayServer
+from bench.overload_bench import REPO, Worker, base_env, percentile
+from celery_app.local.embedded_redis import RedisServer
+from scheduling_core import next_aligned
+
+TARGET = "/delay/0"
+WARMUP_S = 1.0  # ticks in the first second are left out (processes settle)
+TAIL_S = 0.5  # ticks in the last half second may not have started yet by the end
+DRAIN_S = 1.5
+
+
+@dataclass(frozen=True)
+class Load:
+    name: str
+    checks: int
+    period_s: int
+    duration_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.checks / self.period_s
+
+    def uids(self) -> list[str]:
+        return [f"p-{i:05d}" for i in range(self.checks)]
+
+    def created_at(self, index: int, t0: float) -> float:
+        """When check ``index`` is created: spread over the second after ``t0`` (golden-ratio
+        steps, whole ms), as checks created at different moments are. Created at one instant,
+        every tick would share its sub-second and all checks would start in bursts once a
+        second (``next_aligned`` carries the creation's sub-second part)."""
+        return t0 + round((index * 0.6180339887) % 1.0, 3)
+
+    def first_tick(self, uid: str, now: float) -> float:
+        """checkbeat's first tick of ``uid`` created at ``now`` (``next_aligned``: the phase
+        floored to whole seconds, now's sub-second part carried over)."""
+        period = timedelta(seconds=self.period_s)
+        start = datetime.fromtimestamp(now, UTC)
+        return next_aligned(
+            start, period, period, uid, "local", ["local"], timedelta(0)
+        ).timestamp()
+
+
+SPARE = Load("spare", checks=150, period_s=5, duration_s=15.0)  # 30 runs/s
+NEAR = Load("near", checks=750, period_s=5, duration_s=15.0)  # 150 runs/s
+QUICK = Load("quick", checks=20, period_s=2, duration_s=5.0)
+
+
+@dataclass
+class Result:
+    system: str
+    lateness_ms: list[float]
+    early: int
+    missed: int
+    runs: int
+    cpu_s: float
+
+    def row(self) -> dict[str, float]:
+        late = self.lateness_ms
+        return {
+            "start late p50 ms": percentile(late, 50),
+            "start late p90 ms": percentile(late, 90),
+            "start late p99 ms": percentile(late, 99),
+            "start late max ms": max(late, default=float("nan")),
+            "early starts": self.early,
+            "missed ticks": self.missed,
+            "runs": self.runs,
+            "worker CPU per run ms": 1000.0 * self.cpu_s / self.runs if self.runs else float("nan"),
+        }
+
+
+# --- measurement helpers ------------------------------------------------------------------------
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a prefork pool's children count as the worker's CPU)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo.extend(int(c) for c in task.read_text().split())
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its descendants, in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+Tick = tuple[str, float]  # (uid, tick rounded to the ms)
+
+
+def judge(system: str, ticks: list[Tick], starts: dict[Tick, float], cpu_s: float, runs: int,
+          t0: float, end: float) -> Result:  # fmt: skip
+    """Lateness of every tick due in [t0 + warmup, end - tail]; ``starts`` maps a tick to its
+    start."""
+    late, early, missed = [], 0, 0
+    for key in set(ticks):
+        tick = key[1]
+        if not (t0 + WARMUP_S <= tick < end - TAIL_S):
+            continue
+        start = starts.get(key)
+        if start is None:
+            missed += 1
+            continue
+        if start < tick:
+            early += 1
+        late.append(max(0.0, start - tick) * 1000.0)
+        if os.environ.get("PRECISION_DEBUG") and start - tick > 0.05:
+            print(f"late {system}: tick {tick - t0:.3f} start {start - t0:.3f}")
+    return Result(system, late, early, missed, runs, cpu_s)
+
+
+class Beat:
+    """``celery -A celery_app beat`` as a subprocess, logged to a file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self._file = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "celery_app", "beat", "-l", "INFO"],
+            cwd=REPO,
+            env=env,
+            stdout=self._file,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._file.close()
+
+
+def profile(pid: int, out: Path | None, seconds: float) -> subprocess.Popen | None:
+    """``py-spy record`` of the worker's threads for ``seconds`` into ``out`` (raw, collapsed
+    stacks), when ``--profile`` asked for it: where a run's CPU goes."""
+    if out is None:
+        return None
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--gil",
+         "--nonblocking", "--duration", str(int(seconds)), "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# --- checkbeat ----------------------------------------------------------------------------------
+
+
+def run_checkbeat(
+    load: Load,
+    slots: int,
+    server: DelayServer,
+    redis_server: RedisServer,
+    logs: Path,
+    profile_dir: Path | None = None,
+) -> Result:
+    from celery_app.checks.definition import validate_definition
+    from celery_app.checks.store import CheckStore
+    from celery_app.factory import create_app
+    from celery_app.redis.clock import server_time
+    from celery_app.redis.schema import Keys
+    from celery_app.settings import load_settings
+
+    broker_url, state_url = redis_server.url(0), redis_server.url(1)
+    redis.Redis.from_url(broker_url).flushdb()
+    state = redis.Redis.from_url(state_url, decode_responses=True)
+    state.flushdb()
+    knobs = {
+        "CHECKBEAT_REDIS_URL": state_url,
+        "CHECKBEAT_BROKER_URL": broker_url,
+        "CHECKBEAT_KEY_PREFIX": "precision",
+        "CHECKBEAT_REGIONS": "local",
+        "CHECKBEAT_POOL_SIZE": str(slots),
+        "CHECKBEAT_FAST_LANE_RESERVED": "0",
+        "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",
+        "CHECKBEAT_RESULTS_HISTORY": "1000",
+    }
+    settings = load_settings(
+        redis_url=state_url,
+        broker_url=broker_url,
+        key_prefix="precision",
+        regions=["local"],
+        pool_size=slots,
+        fast_lane_reserved=0,
+        allow_private_targets=True,
+        results_history=1000,
+    )
+    app = create_app(settings)
+    app.loader.import_default_modules()  # the built-in kinds
+    keys = Keys(settings.key_prefix)
+    env = base_env(**knobs)
+    worker = Worker(
+        "celery_app", ["--role", "shared", "-n", "shared@precision", "-E"], env,
+        logs / f"checkbeat-{load.name}.log",
+    )  # fmt: skip
+    beat: Beat | None = None
+    try:
+        worker.wait_ready()
+        beat = Beat(env, logs / f"beat-{load.name}.log")
+        _wait(lambda: state.hlen(keys.beat_heartbeat()) > 0, 60, "beat to start")
+        store = CheckStore(state, keys, settings)
+        definitions = [
+            validate_definition(
+                settings, uid=uid, tenant="bench", kind="http", target=server.url(TARGET),
+                period=load.period_s,
+            )
+            for uid in load.uids()
+        ]  # fmt: skip
+        cpu0 = cpu_seconds(worker.process.pid)
+        spy = profile(
+            worker.process.pid,
+            profile_dir and profile_dir / f"checkbeat-{load.name}.txt",
+            load.duration_s,
+        )
+        t0 = server_time(state)
+        batches: dict[float, list] = {}
+        for i, definition in enumerate(definitions):
+            batches.setdefault(load.created_at(i, t0), []).append(definition)
+        for at, batch in sorted(batches.items()):
+            store.create_many(batch, now=datetime.fromtimestamp(at, UTC))
+        end = t0 + load.duration_s
+        time.sleep(max(0.0, end + DRAIN_S - server_time(state)))
+        cpu_s = cpu_seconds(worker.process.pid) - cpu0
+        if spy is not None:
+            spy.wait(30)
+        beat.stop()
+        pipe = state.pipeline(transaction=False)
+        for uid in load.uids():
+            pipe.xrange(keys.results(uid))
+        ticks: list[Tick] = []
+        starts: dict[Tick, float] = {}
+        runs = 0
+        for uid, entries in zip(load.uids(), pipe.execute(), strict=True):
+            for _id, fields in entries:
+                record = json.loads(fields["result"])
+                runs += 1
+                key = (uid, round(datetime.fromisoformat(record["scheduled_at"]).timestamp(), 3))
+                ticks.append(key)
+                if record.get("started_at"):
+                    started = datetime.fromisoformat(record["started_at"]).timestamp()
+                    if started <= end:
+                        starts[key] = started
+        # Jobs whose current tick is due in the window but has not started: missed ticks.
+        pipe = state.pipeline(transaction=False)
+        for uid in load.uids():
+            pipe.hmget(keys.job(f"{uid}@local"), "sa", "lt")
+        for uid, (sa, lease) in zip(load.uids(), pipe.execute(), strict=True):
+            if sa and not lease:
+                ticks.append((uid, round(float(sa), 3)))
+    finally:
+        if beat is not None:
+            beat.stop()
+        worker.stop()
+    return judge("checkbeat", ticks, starts, cpu_s, runs, t0, end)
+
+
+# --- plain Celery -------------------------------------------------------------------------------
+
+
+def run_plain(
+    load: Load,
+    slots: int,
+    server: DelayServer,
+    redis_server: RedisServer,
+    logs: Path,
+    profile_dir: Path | None = None,
+) -> Result:
+    broker_url, state_url = redis_server.url(0), redis_server.url(1)
+    redis.Redis.from_url(broker_url).flushdb()
+    state = redis.Redis.from_url(state_url)
+    state.flushdb()
+    env = base_env(BENCH_BROKER_URL=broker_url, BENCH_STATE_URL=state_url)
+    worker = Worker(
+        "bench.plain_app", ["-Q", "checks", "-c", str(slots), "-n", "plain@precision", "-E"], env,
+        logs / f"plain-{load.name}.log",
+    )  # fmt: skip
+    producer = Celery("bench-producer", broker=broker_url)
+    producer.conf.update(
+        task_serializer="json", broker_connection_retry_on_startup=True, task_send_sent_event=True
+    )
+    url = server.url(TARGET)
+    try:
+        worker.wait_ready()
+        cpu0 = cpu_seconds(worker.process.pid)
+        spy = profile(
+            worker.process.pid,
+            profile_dir and profile_dir / f"plain-{load.name}.txt",
+            load.duration_s,
+        )
+        t0 = time.time()
+        end = t0 + load.duration_s
+        # The instants checkbeat would run them at (its own phases), sent when due.
+        ticks = sorted(
+            (load.first_tick(uid, load.created_at(i, t0)) + k * load.period_s, uid)
+            for i, uid in enumerate(load.uids())
+            for k in range(int(load.duration_s // load.period_s) + 1)
+        )
+        ticks = [(at, uid) for at, uid in ticks if at < end]
+        with producer.connection_for_write() as conn:
+            for i, (at, _uid) in enumerate(ticks):
+                time.sleep(max(0.0, at - time.time()))
+                producer.send_task(
+                    "bench.get", args=[f"t{i}", url, at], queue="checks", connection=conn
+                )
+        time.sleep(max(0.0, end + DRAIN_S - time.time()))
+        cpu_s = cpu_seconds(worker.process.pid) - cpu0
+        if spy is not None:
+            spy.wait(30)
+        records = [json.loads(r) for r in state.lrange("bench:runs", 0, -1)]
+    finally:
+        worker.stop()
+    keys = [(uid, round(at, 3)) for at, uid in ticks]
+    starts = {keys[int(r["id"][1:])]: r["started_at"] for r in records if r["started_at"] <= end}
+    return judge("plain Celery", keys, starts, cpu_s, len(records), t0, end)
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def print_table(load: Load, slots: int, ours: Result, plain: Result) -> dict[str, dict]:
+    a, b = ours.row(), plain.row()
+    print()
+    print(
+        f"load {load.name}: {load.checks} checks every {load.period_s} s = {load.rate:g} runs/s "
+        f"for {load.duration_s:g} s, {slots} slots, target {TARGET} on 127.0.0.1"
+    )
+    print(f"{'metric':<26}{'checkbeat':>12}{'plain Celery':>14}{'ratio':>9}")
+    for metric in a:
+        x, y = a[metric], b[metric]
+        ratio = x / y if y not in (0, 0.0) and y == y else float("nan")
+        print(f"{metric:<26}{x:>12.2f}{y:>14.2f}{ratio:>8.2f}x")
+    return {"checkbeat": a, "plain": b}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few seconds, for the smoke test")
+    parser.add_argument("--only", choices=["spare", "near"], action="append")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of checks")
+    parser.add_argument("--duration", type=float, help="seconds per system and load")
+    parser.add_argument("--profile", type=Path, help="py-spy the workers into this directory")
+    parser.add_argument("--slots", type=int, default=8, help="worker threads (both systems)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        loads = [QUICK]
+    else:
+        loads = [load for load in (SPARE, NEAR) if not args.only or load.name in args.only]
+    loads = [
+        replace(
+            load,
+            checks=max(1, round(load.checks * args.scale)),
+            duration_s=args.duration or load.duration_s,
+        )
+        for load in loads
+    ]
+    out: dict[str, dict[str, dict]] = {}
+    with tempfile.TemporaryDirectory(prefix="checkbeat-precision-") as tmp:
+        logs = Path(tmp)
+        redis_server = RedisServer(logs / "redis").start()
+        try:
+            with DelayServer() as server:
+                for load in loads:
+                    ours = run_checkbeat(load, args.slots, server, redis_server, logs, args.profile)
+                    plain = run_plain(load, args.slots, server, redis_server, logs, args.profile)
+                    out[load.name] = print_table(load, args.slots, ours, plain)
+        finally:
+            redis_server.stop()
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""A check whose cost was never measured may be slow: its first run takes a shared slot (slow
+queue and lease), never a slot reserved for the fast lane, and keeps its fast-index order."""
+
+from __future__ import annotations
+
+import pytest
+from support.checks import learned, register_fake_worker
+
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.store import CheckStore
+from celery_app.factory import settings_of
+from celery_app.redis.clock import server_time
+from celery_app.redis.schema import JobField
+from scheduling_core import LANE_FAST, LANE_SLOW
+
+
+@pytest.fixture
+def app(make_app, test_kind):
+    return make_app(regions=["eu"], pool_size=2, fast_lane_reserved=1)
+
+
+def _create(r, keys, app, uid: str, *, measured: bool, at: float) -> None:
+    store = CheckStore(r, keys, settings_of(app))
+    store.create(uid=uid, tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"])
+    if measured:
+        learned(r, keys, store.params, f"{uid}@eu", scheduled_at=at, cost_ms=10.0)
+    else:  # a new job, due at ``at`` (its WFQ order too), with no run behind it
+        r.zadd(keys.due(), {f"{uid}@eu": at})
+        r.hset(
+            keys.job(f"{uid}@eu"),
+            mapping={JobField.SCHEDULED_AT: repr(at), JobField.EFFECTIVE_AT: repr(at)},
+        )
+
+
+def test_unmeasured_jobs_take_only_shared_slots_and_measured_fast_ones_the_reserved(
+    r, keys, app, broker
+):
+    now = server_time(r) + 100.0
+    _create(r, keys, app, "new1", measured=False, at=now - 3)
+    _create(r, keys, app, "new2", measured=False, at=now - 2)
+    _create(r, keys, app, "known", measured=True, at=now - 1)
+    register_fake_worker(r, keys, "f", region="eu", role="fast", concurrency=1)
+    register_fake_worker(r, keys, "s", region="eu", role="shared", concurrency=1)
+    claims = Dispatcher(app, client=r).tick(now).claims
+    # FIFO among the new ones: new1 gets the shared slot, new2 waits; the reserved slot goes to
+    # the measured fast check behind them, not to new2
+    assert [(c.job_id, c.lane) for c in claims] == [("new1@eu", LANE_SLOW), ("known@eu", LANE_FAST)]
+    assert r.zscore(keys.leases("eu", LANE_SLOW), "new1@eu") is not None
+    assert r.zscore(keys.ready("eu", LANE_FAST), "new2@eu") is not None
+    assert broker.llen("checks.eu.slow") == 1 and broker.llen("checks.eu.fast") == 1
