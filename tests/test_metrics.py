@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -77,7 +78,9 @@ def test_exporter_pages_are_capped_sorted_and_say_how_many_there_are(r, keys, st
             period=60,
             regions=["eu", "us"],
         )
-    write_result(r, keys, "c00", "eu", RunStatus.UP, cert_not_after=1_800_000_000)
+    # as the http probe records it (workers/probes/http_judgement.py): ISO 8601
+    expires = datetime.fromtimestamp(1_800_000_000, UTC).isoformat()
+    write_result(r, keys, "c00", "eu", RunStatus.UP, cert_not_after=expires)
     write_result(r, keys, "c00", "us", RunStatus.DOWN)
     exporter = CheckExporter(r, keys, page_size=10)
 

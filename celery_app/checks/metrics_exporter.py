@@ -16,7 +16,7 @@ Series per (check, region): ``checkbeat_probe_success`` (1 when the last result 
 ``checkbeat_probe_duration_seconds`` (its latency), ``checkbeat_probe_cost_ewma_seconds``,
 ``checkbeat_probe_lane`` (1, the lane in a label), ``checkbeat_probe_last_run_timestamp_seconds``
 and ``checkbeat_probe_ssl_earliest_cert_expiry`` when the probe recorded a certificate's end
-(``detail.cert_not_after``, Unix seconds).
+(``detail.cert_not_after``: ISO 8601 as the http probe records it, or Unix seconds).
 """
 
 from __future__ import annotations
@@ -235,6 +235,7 @@ class CheckExporter:
             if ended is not None:
                 finished.add_metric(labels, ended)
             expiry = (result.get("detail") or {}).get(CERT_FIELD)
-            if isinstance(expiry, int | float):
-                cert.add_metric(labels, float(expiry))
+            stamp = float(expiry) if isinstance(expiry, int | float) else _timestamp(expiry)
+            if stamp is not None:
+                cert.add_metric(labels, stamp)
         return [success, duration, cost, lane, finished, cert]
