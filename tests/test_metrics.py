@@ -42,6 +42,9 @@ def samples(families) -> dict[tuple[str, tuple], float]:
     return out
 
 
+PROMOTED = "checkbeat_dispatch_promoted_total"
+
+
 def value(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
@@ -136,12 +139,13 @@ def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
         name: value(name, region="eu", lane="fast")
         for name in ("checkbeat_dispatch_claimed_total", "checkbeat_dispatch_published_total")
     }
-    promoted_before = value("checkbeat_dispatch_promoted_total")
+    promoted_before = value(PROMOTED, region="eu", lane="fast")
     dispatcher = Dispatcher(dispatcher_app, client=r)
     report = dispatcher.tick(now=2_000_000_000.0)
     assert len(report.claims) == 2 and report.published == 2
 
-    assert value("checkbeat_dispatch_promoted_total") - promoted_before == 3
+    promoted = value(PROMOTED, region="eu", lane="fast") - promoted_before
+    assert promoted == 3
     for name in before:
         assert value(name, region="eu", lane="fast") - before[name] == 2
     collector = CheckStateCollector(r, broker, keys, settings.regions)

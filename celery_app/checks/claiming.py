@@ -19,6 +19,7 @@ their buckets; past :data:`MAX_DECLARED_TENANTS` it first reads the candidates' 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -105,9 +106,17 @@ class RegionClaim:
 # --- promote ----------------------------------------------------------------------------------
 
 
-def promote_due(client: redis.Redis, keys: Keys, now_s: float, batch: int) -> int:
-    """Move every due job (scheduled_at <= now) into its ready index; the number moved."""
+def promote_due(
+    client: redis.Redis,
+    keys: Keys,
+    now_s: float,
+    batch: int,
+    into: Counter[tuple[str, int]] | None = None,
+) -> int:
+    """Move every due job (scheduled_at <= now) into its ready index; the number moved. ``into``
+    counts the jobs put in each (region, lane) ready index (the dispatch metrics)."""
     total = 0
+    into = Counter() if into is None else into
     while True:
         packed = run_script(client, "due", keys=[keys.due()], args=[repr(now_s), batch])
         if not packed:
@@ -126,23 +135,28 @@ def promote_due(client: redis.Redis, keys: Keys, now_s: float, batch: int) -> in
             if number is None:
                 number = regions[region] = len(regions) + 1
             numbers.append(str(number))
-        ready = [keys.ready(r, lane) for r in regions for lane in LANES]
+        cells = [(r, lane) for r in regions for lane in LANES]
         try:
-            total += run_script(
+            moved, *placed = run_script(
                 client,
                 "promote",
-                keys=[keys.due(), *ready, *map(keys.job, ids)],
+                keys=[keys.due(), *(keys.ready(r, lane) for r, lane in cells), *map(keys.job, ids)],
                 args=[repr(now_s), len(regions), "\n".join(ids), " ".join(numbers)],
             )
         except redis.ResponseError:
             # One job's data broke the batch (nothing was written: the writes come last):
             # promote them one by one and quarantine those that fail alone.
-            total += _promote_each(client, keys, now_s, ids)
+            total += _promote_each(client, keys, now_s, ids, into)
+        else:
+            total += moved
+            into.update(dict(zip(cells, placed, strict=True)))
         if len(ids) < batch:
             return total
 
 
-def _promote_each(client: redis.Redis, keys: Keys, now_s: float, ids: list[str]) -> int:
+def _promote_each(
+    client: redis.Redis, keys: Keys, now_s: float, ids: list[str], into: Counter[tuple[str, int]]
+) -> int:
     """``promote.lua`` per job (one pipeline); a job whose call fails is quarantined."""
     pipe = client.pipeline(transaction=False)
     for job in ids:
@@ -167,7 +181,9 @@ def _promote_each(client: redis.Redis, keys: Keys, now_s: float, ids: list[str])
         if isinstance(reply, Exception):
             quarantine(client, keys, job, QuarantineStep.PROMOTE, reply, now_s)
         else:
-            moved += int(reply)
+            moved += int(reply[0])
+            region = job[job.rindex("@") + 1 :]
+            into.update({(region, lane): int(n) for lane, n in zip(LANES, reply[1:], strict=True)})
     return moved
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,7 +192,7 @@ class Dispatcher:
         else:
             now_s, waiting = _as_unix(now), _Waiting.DUE
         if waiting is _Waiting.AHEAD:  # nothing due or ready: straight to the lead's jobs
-            promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+            self.promote(now_s + self.lead)
             claims = self.claim(now_s, (region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN).claims
         else:
             claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
@@ -213,7 +214,7 @@ class Dispatcher:
         claimed = self.claim(now_s, regions, rate_limited_scan=scan)
         if self.lead <= 0 or not _slots_left(claimed):
             return promoted, claimed
-        ahead = promote_due(self.redis, self.keys, now_s + self.lead, PROMOTE_BATCH)
+        ahead = self.promote(now_s + self.lead)
         if not ahead:
             return promoted, claimed
         more = self.claim(now_s, regions, rate_limited_scan=scan)
@@ -239,7 +240,11 @@ class Dispatcher:
         return now_s, _Waiting.NOTHING
 
     def promote(self, now_s: float) -> int:
-        return metrics.promoted(promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH))
+        """Move the jobs due at ``now_s`` into their ready indexes; how many moved."""
+        placed: Counter[tuple[str, int]] = Counter()
+        moved = promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH, placed)
+        metrics.promoted(placed)
+        return moved
 
     def claim(
         self,

@@ -80,7 +80,8 @@ CRON_SUPPRESSED = Counter(
 # --- dispatch: beat's ticks and the workers' refills --------------------------------------
 DISPATCH_PROMOTED = Counter(
     "checkbeat_dispatch_promoted_total",
-    "Due jobs moved into a ready index (all regions: one script moves them).",
+    "Due jobs moved into the ready index of their region and lane.",
+    REGION_LANE,
 )
 DISPATCH_CLAIMED = Counter(
     "checkbeat_dispatch_claimed_total", "Jobs claimed (leased) for a free slot.", REGION_LANE

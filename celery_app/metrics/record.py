@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -69,9 +69,11 @@ def cron_takeover(taken: Any) -> None:
 
 
 # --- dispatch ---------------------------------------------------------------------------------
-def promoted(count: int) -> int:
-    m.DISPATCH_PROMOTED.inc(count)
-    return count
+def promoted(placed: Mapping[tuple[str, int], int]) -> None:
+    """Count the jobs a promote put in each (region, lane) ready index."""
+    for (region, lane), count in placed.items():
+        if count:
+            m.DISPATCH_PROMOTED.labels(region, _lane(lane)).inc(count)
 
 
 def _per_lane(counter: Any, claims: Iterable[Any]) -> None:
@@ -169,6 +171,7 @@ def _initialise_dispatch(regions: Iterable[str]) -> None:
         m.DISPATCH_RATE_LIMITED.labels(region)
         for lane in LANE_NAMES:
             for counter in (
+                m.DISPATCH_PROMOTED,
                 m.DISPATCH_CLAIMED,
                 m.DISPATCH_PUBLISHED,
                 m.DISPATCH_RELEASED,

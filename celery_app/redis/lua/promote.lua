@@ -8,7 +8,8 @@
 --       then one job hash per job, in ARGV's order (job i at 1+2R+i)
 -- ARGV: 1 now, 2 R, 3 the job ids packed "id\nid\n..." (job ids hold no whitespace),
 --       4 each job's region number r, packed "r r ..."
--- Returns the number of jobs this call moved out of the due index.
+-- Returns {the number of jobs this call moved out of the due index, then the number it put in
+--   each ready index, in KEYS' order (2 .. 1+2R)} (the dispatch metrics count per region, lane).
 local now = tonumber(ARGV[1])
 local R = tonumber(ARGV[2])
 local regions = {}
@@ -50,4 +51,8 @@ end
 for s = 1, #moved, CHUNK do
   redis.call('ZREM', KEYS[1], unpack(moved, s, math.min(s + CHUNK - 1, #moved)))
 end
-return #moved
+local out = {#moved}
+for k = 2, 1 + 2 * R do
+  out[#out + 1] = by_index[k] and (#by_index[k] / 2) or 0
+end
+return out
