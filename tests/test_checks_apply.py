@@ -271,6 +271,11 @@ def test_a_scope_with_a_maintenance_key_is_made_to_match_the_others_only_under_p
     assert "gamma" not in out
     cli("apply", "-f", path, "--prune")
     assert {w[0] for w in windows(r, keys)} == {"tenant:acme", "tenant:gamma"}
+    # the same window stored twice (by hand) in a scope the file lists: one is kept
+    cli("maintenance", "add", "--tenant", "acme", "--cron", "0 2 * * SUN", "--duration", "7200")
+    assert len(MaintenanceStore(r, keys).list("tenant:acme")) == 2
+    assert "0 window(s) added, 1 removed" in cli("apply", "-f", path)
+    assert len(MaintenanceStore(r, keys).list("tenant:acme")) == 1
     # a pruned check loses its windows with it
     cli("maintenance", "add", "--check", "web2", "--cron", "0 5 * * *", "--duration", "60")
     out = cli("apply", "-f", write(tmp_path, {**changed, "checks": [check(1)]}), "--prune")
