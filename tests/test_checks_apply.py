@@ -186,7 +186,7 @@ checks:
     assert "f.yaml:8: tenants.acme.maintenance[1].cron: minute field: bad token '61'" in shown
     assert (
         "f.yaml:9: tenants.acme.maintenance[2].duration: must be whole seconds >= 60 and "
-        "<= 604,800 (7 days) or a text such as '90m'" in shown
+        "<= 604,800 (7 days) or a text such as '90m', '2h', '1h30m', '1d', got '40d'" in shown
     )
     assert "f.yaml:10: tenants.acme.maintenance[3].timezone: unknown timezone" in shown
     assert "f.yaml:11: tenants.bad tenant!: 'bad tenant!' is not a tenant name" in shown

@@ -289,8 +289,10 @@ def _windows(
             )
         except CheckFieldError as exc:
             reason = exc.reason
-            if exc.field == "duration":
-                reason = reason.replace(", got", f" {DURATION_TEXT}, got", 1)
+            if exc.field == "duration":  # the file's own text, not the seconds it became
+                reason = (
+                    f"{reason.rsplit(', got', 1)[0]} {DURATION_TEXT}, got {item.get('duration')!r}"
+                )
             problems.append(Problem((*here, exc.field), reason))
             continue
         if unknown:
