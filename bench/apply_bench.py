@@ -5,6 +5,7 @@ Reproduce (from the repository root, ~1-2 minutes, needs nothing but the venv):
 
     .venv/bin/python -m bench.apply_bench            # 100,000 http checks x 2 regions
     .venv/bin/python -m bench.apply_bench --quick    # smoke: 500 checks
+    .venv/bin/python -m bench.apply_bench --checks 20000 --windows   # + a window per check, tenant
 
 What it does, on a private redis-server:
 
@@ -50,11 +51,16 @@ TENANTS = 100
 BUDGET_S = 60.0
 
 
-def checks_file(n: int, changed_every: int = 0) -> str:
-    """The YAML of ``n`` checks; with ``changed_every`` k, every k-th check has another period."""
+WINDOW = "[{cron: '0 3 * * SUN', duration: 2h, timezone: Europe/Paris}]"
+
+
+def checks_file(n: int, changed_every: int = 0, windows: bool = False) -> str:
+    """The YAML of ``n`` checks; with ``changed_every`` k, every k-th check has another period;
+    with ``windows``, every check and every tenant has a maintenance window."""
     lines = ["version: 1", "tenants:"]
+    extra = f", maintenance: {WINDOW}" if windows else ""
     for t in range(TENANTS):
-        lines.append(f"  tenant-{t:03d}: {{rate_limit: {{per_minute: 600, burst: 100}}}}")
+        lines.append(f"  tenant-{t:03d}: {{rate_limit: {{per_minute: 600, burst: 100}}{extra}}}")
     lines.append("checks:")
     for i in range(n):
         period = 30 if changed_every and i % changed_every == 0 else 60
@@ -67,10 +73,12 @@ def checks_file(n: int, changed_every: int = 0) -> str:
             "    regions: [eu, us]",
             "    config: {max_latency_ms: 800, tls_min_days: 14}",
         ]
+        if windows:
+            lines.append(f"    maintenance: {WINDOW}")
     return "\n".join(lines) + "\n"
 
 
-def run(n: int, sample: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
+def run(n: int, sample: int, out=sys.stdout, windows: bool = False) -> dict:  # type: ignore[no-untyped-def]
     import workers.probes  # noqa: F401 - registers the http kind
 
     def p(*a: object) -> None:
@@ -84,8 +92,9 @@ def run(n: int, sample: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped
         )
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
         store = CheckStore(client, Keys(settings.key_prefix), settings)
-        text = checks_file(n)
-        p(f"checks file: {n:,} checks x {len(REGIONS)} regions, {len(text) / 1e6:.1f} MB")
+        text = checks_file(n, windows=windows)
+        shown = f", {n + TENANTS:,} maintenance windows" if windows else ""
+        p(f"checks file: {n:,} checks x {len(REGIONS)} regions{shown}, {len(text) / 1e6:.1f} MB")
 
         def apply(body: str) -> dict:
             cpu0 = time.process_time()
@@ -104,6 +113,7 @@ def run(n: int, sample: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped
                 "cpu_s": time.process_time() - cpu0,
                 "created": len(plan.creates),
                 "updated": len(plan.updates),
+                "windows": len(plan.window_adds) + len(plan.window_removes),
             }
 
         p(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())} (2 cores)")
@@ -113,7 +123,8 @@ def run(n: int, sample: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped
             f"apply, empty store : {first['total_s']:6.1f} s total, {first['cpu_s']:.1f} s CPU "
             f"of this process  "
             f"(read+validate {first['validate_s']:.1f} s, diff {first['diff_s']:.1f} s, "
-            f"write {first['write_s']:.1f} s); {first['created']:,} created, {jobs:,} jobs due"
+            f"write {first['write_s']:.1f} s); {first['created']:,} created, {jobs:,} jobs due, "
+            f"{first['windows']:,} windows added"
         )
         p(
             f"  vs the {BUDGET_S:.0f} s budget: {first['total_s'] / BUDGET_S:.2f} of it "
@@ -122,11 +133,11 @@ def run(n: int, sample: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped
         again = apply(text)
         p(
             f"apply, same file   : {again['total_s']:6.1f} s total, "
-            f"{again['created'] + again['updated']} written"
+            f"{again['created'] + again['updated'] + again['windows']} written"
         )
-        changed = apply(checks_file(n, changed_every=100))
+        changed = apply(checks_file(n, changed_every=100, windows=windows))
         p(f"apply, 1% changed  : {changed['total_s']:6.1f} s total, {changed['updated']:,} updated")
-        as_json = json.dumps(yaml.safe_load(checks_file(n, changed_every=100)))
+        as_json = json.dumps(yaml.safe_load(checks_file(n, changed_every=100, windows=windows)))
         client.flushdb(asynchronous=True)
         json_run = apply(as_json)
         p(
@@ -175,10 +186,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--checks", type=int, default=100_000)
     parser.add_argument("--sample", type=int, default=2000, help="one-at-a-time creates")
     parser.add_argument("--quick", action="store_true", help="smoke run: 500 checks")
+    parser.add_argument("--windows", action="store_true", help="a window per check and tenant")
     args = parser.parse_args(argv)
     if args.quick:
-        return run(500, 100)
-    return run(args.checks, args.sample)
+        return run(500, 100, windows=args.windows)
+    return run(args.checks, args.sample, windows=args.windows)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import yaml
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
+from celery_app.checks.maintenance import MaintenanceStore, validate_window
 from celery_app.checks.manifest import ManifestError, load_manifest
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
 from celery_app.cli.checks import checks
@@ -83,7 +84,10 @@ def test_apply_then_the_same_file_again_changes_nothing(cli, r, keys, store, tmp
     assert len(before) == 3 + 6 + 1  # checks, jobs, the bucket
     assert "no changes (3 check(s) already match)" in cli("apply", "-f", path)
     out = cli("apply", "-f", path, "--dry-run", "--prune")
-    assert "0 to create, 0 to update, 0 to delete, 0 rate limit change(s), 3 unchanged" in out
+    assert (
+        "0 to create, 0 to update, 0 to delete, 0 rate limit change(s), 0 window(s) to add, "
+        "0 to remove, 3 unchanged" in out
+    )
     assert state(r, keys) == before  # not even a version bump
 
 
@@ -163,7 +167,8 @@ tenants:
     maintenance:
       - {cron: "0 3 * * SUN", duration: 2h, timezone: Europe/Paris}
       - {cron: "61 * * * *", duration: 1h}
-      - {cron: "0 3 * * *", duration: 40d, timezone: Mars/Olympus}
+      - {cron: "0 3 * * *", duration: 40d}
+      - {cron: "0 4 * * *", duration: 1h, timezone: Mars/Olympus}
   "bad tenant!": {}
 checks:
   - {uid: a, tenant: acme, kind: http, target: "https://a.example/", period: 60}
@@ -180,29 +185,121 @@ checks:
     assert "f.yaml:5: tenants.acme.rate_limit.per_minute: must be a number > 0" in shown
     assert "f.yaml:8: tenants.acme.maintenance[1].cron: minute field: bad token '61'" in shown
     assert (
-        "f.yaml:9: tenants.acme.maintenance[2].duration: must be between 1 s and 31 days" in shown
+        "f.yaml:9: tenants.acme.maintenance[2].duration: must be whole seconds >= 60 and "
+        "<= 604,800 (7 days) or a text such as '90m', '2h', '1h30m', '1d', got '40d'" in shown
     )
-    assert "f.yaml:9: tenants.acme.maintenance[2].timezone: must be an IANA name" in shown
-    assert "f.yaml:10: tenants.bad tenant!: 'bad tenant!' is not a tenant name" in shown
-    assert "f.yaml:13: checks[1].uid (uid 'a'): duplicate uid (also checks[0])" in shown
-    assert "f.yaml:14: checks[2].kind (uid 'c'): unknown kind 'nope'" in shown
-    assert "f.yaml:15: checks[3]: must be a mapping" in shown
+    assert "f.yaml:10: tenants.acme.maintenance[3].timezone: unknown timezone" in shown
+    assert "f.yaml:11: tenants.bad tenant!: 'bad tenant!' is not a tenant name" in shown
+    assert "f.yaml:14: checks[1].uid (uid 'a'): duplicate uid (also checks[0])" in shown
+    assert "f.yaml:15: checks[2].kind (uid 'c'): unknown kind 'nope'" in shown
+    assert "f.yaml:16: checks[3]: must be a mapping" in shown
     assert len(caught.value.problems) == 9
 
 
-def test_maintenance_windows_are_validated_but_not_stored(cli, r, keys, tmp_path):
-    document = {
-        "version": 1,
-        "tenants": {"acme": {"maintenance": [{"cron": "0 2 * * SUN", "duration": "1h30m"}]}},
-        "checks": [
-            check(1, maintenance=[{"cron": "@daily", "duration": 600, "timezone": "Asia/Tokyo"}])
-        ],
+def windows(r, keys) -> set[tuple[str, str, int, str]]:
+    """The stored windows by identity (scope, cron, seconds, timezone)."""
+    return {(w.scope, w.cron, w.duration_s, w.timezone) for w in MaintenanceStore(r, keys).list()}
+
+
+WINDOWS = {
+    "version": 1,
+    "tenants": {"acme": {"maintenance": [{"cron": "0 2 * * SUN", "duration": "1h30m"}]}},
+    "checks": [
+        check(1, maintenance=[{"cron": "@daily", "duration": 600, "timezone": "Asia/Tokyo"}]),
+        check(2),
+    ],
+}
+
+
+def test_maintenance_windows_are_stored_and_a_second_apply_changes_nothing(
+    cli, r, keys, settings, tmp_path
+):
+    path = write(tmp_path, WINDOWS)
+    out = cli("apply", "-f", path, "--dry-run")
+    assert f"+ window tenant:acme: '0 2 * * SUN' for 5400s in {settings.timezone}" in out
+    assert "+ window check:web1: '@daily' for 600s in Asia/Tokyo" in out
+    assert "2 window(s) to add, 0 to remove" in out
+    assert r.dbsize() == 0
+    assert "applied: 2 created, 0 updated, 0 deleted, 0 rate limit(s) changed, 2 window(s) " in (
+        cli("apply", "-f", path)
+    )
+    assert windows(r, keys) == {
+        ("tenant:acme", "0 2 * * SUN", 5400, settings.timezone),
+        ("check:web1", "@daily", 600, "Asia/Tokyo"),
     }
-    path = write(tmp_path, document)
-    out = cli("apply", "-f", path)
-    assert "applied: 1 created" in out
-    assert "2 maintenance window(s) validated; not stored" in out
+    before, version = state(r, keys), r.get(keys.maintenance_version())
+    assert "no changes (2 check(s) already match)" in cli("apply", "-f", path)
+    assert "0 window(s) to add, 0 to remove" in cli("apply", "-f", path, "--prune", "--dry-run")
+    assert state(r, keys) == before and r.get(keys.maintenance_version()) == version
+    # the worker's view: the check's window and its tenant's
+    assert len(MaintenanceStore(r, keys).for_check("web1", "acme")) == 2
+
+
+def test_a_scope_with_a_maintenance_key_is_made_to_match_the_others_only_under_prune(
+    cli, r, keys, store, settings, tmp_path
+):
+    cli("apply", "-f", write(tmp_path, WINDOWS))
+    # windows added by hand: one on a check the file lists without a maintenance key, one on
+    # a tenant the file does not name
+    store.create(uid="other1", tenant="gamma", kind="http", target="https://g.example/", period=60)
+    cli("maintenance", "add", "--check", "web2", "--cron", "0 5 * * *", "--duration", "60",
+        "--timezone", "UTC", "--id", "byhand")  # fmt: skip
+    cli("maintenance", "add", "--tenant", "gamma", "--cron", "0 6 * * *", "--duration", "60",
+        "--timezone", "UTC", "--id", "gamma1")  # fmt: skip
+    changed = {
+        **WINDOWS,
+        "tenants": {"acme": {"maintenance": [{"cron": "0 2 * * SUN", "duration": "2h"}]}},
+        "checks": [check(1, maintenance=[]), check(2)],
+    }
+    path = write(tmp_path, changed)
+    out = cli("apply", "-f", path, "--dry-run")
+    assert f"- window tenant:acme: '0 2 * * SUN' for 5400s in {settings.timezone} (id " in out
+    assert f"+ window tenant:acme: '0 2 * * SUN' for 7200s in {settings.timezone}" in out
+    assert "- window check:web1: '@daily' for 600s in Asia/Tokyo" in out
+    assert "byhand" not in out and "gamma" not in out  # no maintenance key for web2 / gamma
+    assert "1 window(s) added, 2 removed" in cli("apply", "-f", path)
+    assert windows(r, keys) == {
+        ("tenant:acme", "0 2 * * SUN", 7200, settings.timezone),
+        ("check:web2", "0 5 * * *", 60, "UTC"),
+        ("tenant:gamma", "0 6 * * *", 60, "UTC"),
+    }
+    assert not r.sismember(keys.maintenance_scopes(), "check:web1")  # emptied scope forgotten
     assert "no changes" in cli("apply", "-f", path)
+    # --prune: web2 is a check of the file, so its hand-made window goes; gamma is not named
+    out = cli("apply", "-f", path, "--prune", "--dry-run")
+    assert "- window check:web2: '0 5 * * *' for 60s in UTC (id byhand)" in out
+    assert "gamma" not in out
+    cli("apply", "-f", path, "--prune")
+    assert {w[0] for w in windows(r, keys)} == {"tenant:acme", "tenant:gamma"}
+    # the same window stored twice (by hand) in a scope the file lists: one is kept
+    cli("maintenance", "add", "--tenant", "acme", "--cron", "0 2 * * SUN", "--duration", "7200")
+    assert len(MaintenanceStore(r, keys).list("tenant:acme")) == 2
+    assert "0 window(s) added, 1 removed" in cli("apply", "-f", path)
+    assert len(MaintenanceStore(r, keys).list("tenant:acme")) == 1
+    # a pruned check loses its windows with it
+    cli("maintenance", "add", "--check", "web2", "--cron", "0 5 * * *", "--duration", "60")
+    out = cli("apply", "-f", write(tmp_path, {**changed, "checks": [check(1)]}), "--prune")
+    assert "1 deleted" in out and "1 removed" in out
+    assert {w[0] for w in windows(r, keys)} == {"tenant:acme", "tenant:gamma"}
+
+
+def test_a_bad_window_among_good_ones_is_refused_with_line_and_field(cli, r, tmp_path):
+    good = {"cron": "0 3 * * *", "duration": "1h", "timezone": "Europe/Paris"}
+    items = [check(i, maintenance=[good]) for i in range(30)]
+    items[17] = check(17, maintenance=[good, {"cron": "0 4 * * *", "duration": 10}])
+    items[23] = check(23, maintenance=[good, dict(good)])
+    document = {"version": 1, "tenants": {"acme": {"maintenance": [good]}}, "checks": items}
+    path = write(tmp_path, document)
+    text = Path(path).read_text().splitlines()
+    bad_line = next(n for n, line in enumerate(text, 1) if "duration: 10" in line)
+    out = cli("apply", "-f", path, ok=False)
+    assert "checks.yaml: 2 problem(s), nothing written" in out
+    assert (
+        f"checks.yaml:{bad_line}: checks[17].maintenance[1].duration: must be whole seconds "
+        ">= 60 and <= 604,800 (7 days)" in out
+    )
+    assert "checks[23].maintenance[1]: duplicate window (also checks[23].maintenance[0])" in out
+    assert r.dbsize() == 0  # neither the 28 good checks nor any window
 
 
 def test_a_yaml_syntax_error_names_its_line(cli, r, tmp_path):
@@ -230,6 +327,11 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
     store.create(uid="p1", tenant="beta", kind="testprobe", target="x", period=30)
     store.set_enabled("t1", False)
     set_rate_limit(r, keys, "beta", per_minute=0.5, burst=1)
+    m = MaintenanceStore(r, keys)
+    m.add(validate_window(uid="h1", cron="0 3 * * sun", duration=7200, timezone="Europe/Berlin"))
+    m.add(validate_window(uid="h1", cron="@daily", duration="60", timezone="UTC"))
+    m.add(validate_window(tenant="beta", cron="30 1 1 * *", duration=600, timezone="UTC"))
+    m.add(validate_window(tenant="delta", cron="0 0 * * *", duration=60, timezone="Asia/Tokyo"))
     exported = cli("export")
     document = yaml.safe_load(exported)
     h1 = next(c for c in document["checks"] if c["uid"] == "h1")
@@ -238,22 +340,34 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
         "json_path": "ok",
         "json_expected": True,
     }  # the defaults are left out
-    assert document["tenants"] == {"beta": {"rate_limit": {"per_minute": 0.5, "burst": 1.0}}}
-    before = state(r, keys)
-    assert len(before) == 3 + 5 + 1
+    assert h1["maintenance"] == [
+        {"cron": "0 3 * * sun", "duration": 7200, "timezone": "Europe/Berlin"},
+        {"cron": "@daily", "duration": 60, "timezone": "UTC"},
+    ]
+    assert document["tenants"] == {
+        "beta": {
+            "rate_limit": {"per_minute": 0.5, "burst": 1.0},
+            "maintenance": [{"cron": "30 1 1 * *", "duration": 600, "timezone": "UTC"}],
+        },
+        "delta": {"maintenance": [{"cron": "0 0 * * *", "duration": 60, "timezone": "Asia/Tokyo"}]},
+    }
+    before, stored_windows = state(r, keys), windows(r, keys)
+    assert len(before) == 3 + 5 + 1 + 3  # checks, jobs, the bucket, 3 window scopes
     path = tmp_path / "exported.yaml"
     path.write_text(exported)
     assert "no changes (3 check(s) already match)" in cli("apply", "-f", str(path), "--prune")
     assert state(r, keys) == before
     # to a fresh store and back out: the same text
     r.flushdb()
-    assert "applied: 3 created, 0 updated, 0 deleted, 1 rate limit(s) changed" in cli(
-        "apply", "-f", str(path)
+    assert "applied: 3 created, 0 updated, 0 deleted, 1 rate limit(s) changed, 4 window(s)" in (
+        cli("apply", "-f", str(path))
     )
+    assert windows(r, keys) == stored_windows
     assert cli("export") == exported
     assert not store.get("t1").definition.enabled
     one = yaml.safe_load(cli("export", "--tenant", "acme"))
     assert [c["uid"] for c in one["checks"]] == ["h1"] and "tenants" not in one
+    assert len(one["checks"][0]["maintenance"]) == 2
 
 
 def test_a_check_changed_between_diff_and_write_ends_as_the_file_says(store, settings, r):

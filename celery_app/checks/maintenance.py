@@ -191,6 +191,29 @@ class MaintenanceStore:
     def scopes(self) -> list[str]:
         return sorted(self.redis.smembers(self.keys.maintenance_scopes()))
 
+    def replace_many(self, removes: Iterable[Window], adds: Iterable[Window]) -> None:
+        """Remove and add many windows in one transaction with one version bump (``checks
+        apply``). Unlike :meth:`add`, a check scope is not looked up: the caller wrote the
+        check first."""
+        removes, adds = list(removes), list(adds)
+        if not (removes or adds):
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        for window in removes:
+            pipe.hdel(self.keys.maintenance(window.scope), window.id)
+        for window in adds:
+            pipe.hset(self.keys.maintenance(window.scope), window.id, window.to_json())
+            pipe.sadd(self.keys.maintenance_scopes(), window.scope)
+        emptied = sorted({w.scope for w in removes} - {w.scope for w in adds})
+        for scope in emptied:
+            pipe.exists(self.keys.maintenance(scope))
+        pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
+        replies = pipe.execute()
+        left = replies[len(replies) - 1 - len(emptied) : -1]
+        gone = [scope for scope, exists in zip(emptied, left, strict=True) if not exists]
+        if gone:
+            self.redis.srem(self.keys.maintenance_scopes(), *gone)
+
     def list(self, scope: str | None = None) -> list[Window]:
         scopes = [scope] if scope else self.scopes()
         pipe = self.redis.pipeline(transaction=False)

@@ -20,26 +20,24 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 from celery_app.checks.definition import CheckDefinition, validate_definition
+from celery_app.checks.maintenance import Window, validate_window
 from celery_app.checks.ratelimit import default_burst, validate_rate_limit
 from celery_app.errors import CheckFieldError
 from celery_app.names import TENANT_RULE, is_tenant
+from celery_app.redis.schema import maintenance_scope
 from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
-from scheduling_core import CronError
-from scheduling_core import parse as parse_cron
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "tenants", "checks")
 TENANT_KEYS = ("rate_limit", "maintenance")
 RATE_LIMIT_KEYS = ("per_minute", "burst")
 WINDOW_KEYS = ("cron", "duration", "timezone")
-#: A maintenance window lasts 1 s to 31 days.
-MAX_WINDOW_S = 31 * 24 * 3600
+DURATION_TEXT = "or a text such as '90m', '2h', '1h30m', '1d'"
 #: Problems listed in one refusal (the count of the rest is given).
 MAX_PROBLEMS_SHOWN = 50
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -80,20 +78,6 @@ class ManifestError(ValueError):
 
 
 @dataclass(frozen=True)
-class MaintenanceWindow:
-    """A validated window spec: every ``cron`` start, for ``duration_s``, in ``timezone``.
-
-    ``scope`` is ``("tenant", name)`` or ``("check", uid)``. Validated only: this build has no
-    store for windows (see docs/checks-as-code.md).
-    """
-
-    scope: tuple[str, str]
-    cron: str
-    duration_s: int
-    timezone: str
-
-
-@dataclass(frozen=True)
 class TenantSpec:
     """A tenant named in the ``tenants`` section: its bucket (None = no rate limit)."""
 
@@ -107,11 +91,24 @@ class Manifest:
 
     checks: tuple[CheckDefinition, ...]
     tenants: Mapping[str, TenantSpec] = field(default_factory=dict)
-    windows: tuple[MaintenanceWindow, ...] = ()
+    #: Every window of the file (validated by the store's own ``validate_window``).
+    windows: tuple[Window, ...] = ()
+    #: The maintenance scopes (``check:<uid>``, ``tenant:<t>``) the file gives a ``maintenance``
+    #: key, even an empty list: their stored windows are made to match it.
+    window_scopes: frozenset[str] = frozenset()
 
     def scope(self) -> set[str]:
         """The tenants ``--prune`` may delete checks of: every tenant the file names."""
         return set(self.tenants) | {c.tenant for c in self.checks}
+
+    def pruned_window_scopes(self) -> set[str]:
+        """The maintenance scopes ``--prune`` empties of windows the file omits: those with a
+        ``maintenance`` key, every listed check's and every tenant of :meth:`scope`."""
+        return (
+            set(self.window_scopes)
+            | {maintenance_scope(uid=c.uid) for c in self.checks}
+            | {maintenance_scope(tenant=t) for t in self.scope()}
+        )
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -182,14 +179,19 @@ def _validate(
     version = data.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION or isinstance(version, bool):
         problems.append(Problem(("version",), f"must be {FORMAT_VERSION}, got {version!r}"))
-    windows: list[MaintenanceWindow] = []
-    tenants = _tenants(data.get("tenants"), settings, problems, windows)
-    checks = _checks(data.get("checks"), settings, registry, problems, windows)
-    return Manifest(tuple(checks), tenants, tuple(windows))
+    windows: list[Window] = []
+    scopes: set[str] = set()
+    tenants = _tenants(data.get("tenants"), settings, problems, windows, scopes)
+    checks = _checks(data.get("checks"), settings, registry, problems, windows, scopes)
+    return Manifest(tuple(checks), tenants, tuple(windows), frozenset(scopes))
 
 
 def _tenants(
-    raw: Any, settings: Settings, problems: list[Problem], windows: list[MaintenanceWindow]
+    raw: Any,
+    settings: Settings,
+    problems: list[Problem],
+    windows: list[Window],
+    scopes: set[str],
 ) -> dict[str, TenantSpec]:
     if raw is None:
         return {}
@@ -211,14 +213,10 @@ def _tenants(
                 allowed = ", ".join(TENANT_KEYS)
                 problems.append(Problem((*at, str(key)), f"unknown key (allowed: {allowed})"))
         bucket = _rate_limit(name, spec.get("rate_limit"), (*at, "rate_limit"), problems)
-        _windows(
-            spec.get("maintenance"),
-            ("tenant", name),
-            (*at, "maintenance"),
-            settings,
-            problems,
-            windows,
-        )
+        if "maintenance" in spec:
+            scopes.add(maintenance_scope(tenant=name))
+            owner = {"tenant": name}
+            _windows(spec["maintenance"], owner, (*at, "maintenance"), settings, problems, windows)
         out[name] = TenantSpec(name, bucket)
     return out
 
@@ -246,74 +244,66 @@ def _rate_limit(
         return None
 
 
-def _duration(value: Any) -> int:
-    """Seconds from ``5400`` or ``"1h30m"`` (d, h, m, s), within 1 s to 31 days."""
-    allowed = "seconds (an integer) or a text such as '90m', '2h', '1h30m', '1d'"
-    seconds: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        seconds = value
-    elif isinstance(value, str):
+def _seconds(value: Any) -> Any:
+    """A text such as ``"1h30m"`` (d, h, m, s) as seconds; anything else as given (the range
+    and the type are :func:`~celery_app.checks.maintenance.validate_window`'s to check)."""
+    if isinstance(value, str):
         match = _DURATION.match(value.strip())
         if match and any(match.groups()):
             d, h, m, s = (int(x or 0) for x in match.groups())
-            seconds = ((d * 24 + h) * 60 + m) * 60 + s
-    if seconds is None:
-        raise ValueError(f"must be {allowed}, got {value!r}")
-    if not 1 <= seconds <= MAX_WINDOW_S:
-        raise ValueError(f"must be between 1 s and 31 days, got {seconds} s")
-    return seconds
+            return ((d * 24 + h) * 60 + m) * 60 + s
+    return value
 
 
 def _windows(
     raw: Any,
-    scope: tuple[str, str],
+    owner: Mapping[str, str],
     at: Path,
     settings: Settings,
     problems: list[Problem],
-    out: list[MaintenanceWindow],
+    out: list[Window],
 ) -> None:
+    """Validate a ``maintenance`` list with the window store's own validator; ``owner`` is
+    ``{"uid": ...}`` or ``{"tenant": ...}``. A window listed twice in one scope is refused."""
     if raw is None:
         return
     if not isinstance(raw, list):
         problems.append(Problem(at, "must be a list of {cron, duration, timezone}"))
         return
+    seen: dict[tuple[str, int, str], int] = {}
     for index, item in enumerate(raw):
         here = (*at, index)
         if not isinstance(item, Mapping):
             problems.append(Problem(here, "must be a mapping {cron, duration, timezone}"))
             continue
-        found = len(problems)
-        for key in item:
-            if key not in WINDOW_KEYS:
-                allowed = ", ".join(WINDOW_KEYS)
-                problems.append(Problem((*here, str(key)), f"unknown key (allowed: {allowed})"))
-        cron = item.get("cron")
-        if not isinstance(cron, str):
-            problems.append(Problem((*here, "cron"), "must be a cron spec, e.g. '0 3 * * SUN'"))
-        else:
-            try:
-                parse_cron(cron)
-            except CronError as exc:
-                problems.append(Problem((*here, "cron"), str(exc)))
-        duration = 0
+        unknown = [str(key) for key in item if key not in WINDOW_KEYS]
+        for key in unknown:
+            allowed = ", ".join(WINDOW_KEYS)
+            problems.append(Problem((*here, key), f"unknown key (allowed: {allowed})"))
         try:
-            duration = _duration(item.get("duration"))
-        except ValueError as exc:
-            problems.append(Problem((*here, "duration"), str(exc)))
-        timezone = item.get("timezone", settings.timezone)
-        try:
-            if not isinstance(timezone, str):
-                raise ValueError
-            ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            problems.append(
-                Problem(
-                    (*here, "timezone"),
-                    f"must be an IANA name such as 'Europe/Paris', got {timezone!r}",
-                )
+            window = validate_window(
+                **owner,
+                cron=item.get("cron"),
+                duration=_seconds(item.get("duration")),
+                timezone=item.get("timezone", settings.timezone),
             )
-        if len(problems) == found:
-            out.append(MaintenanceWindow(scope, str(cron), duration, str(timezone)))
+        except CheckFieldError as exc:
+            reason = exc.reason
+            if exc.field == "duration":  # the file's own text, not the seconds it became
+                reason = (
+                    f"{reason.rsplit(', got', 1)[0]} {DURATION_TEXT}, got {item.get('duration')!r}"
+                )
+            problems.append(Problem((*here, exc.field), reason))
+            continue
+        if unknown:
+            continue
+        identity = (window.cron, window.duration_s, window.timezone)
+        if identity in seen:
+            first = f"{_path_text(at)}[{seen[identity]}]"
+            problems.append(Problem(here, f"duplicate window (also {first})"))
+            continue
+        seen[identity] = index
+        out.append(window)
 
 
 def _checks(
@@ -321,7 +311,8 @@ def _checks(
     settings: Settings,
     registry: Registry,
     problems: list[Problem],
-    windows: list[MaintenanceWindow],
+    windows: list[Window],
+    scopes: set[str],
 ) -> list[CheckDefinition]:
     if raw is None:
         return []
@@ -337,6 +328,7 @@ def _checks(
             continue
         fields = {str(k): v for k, v in item.items()}
         uid = fields.get("uid") if isinstance(fields.get("uid"), str) else None
+        has_windows = "maintenance" in fields
         check_windows = fields.pop("maintenance", None)
         try:
             defn = validate_definition(settings, registry=registry, **fields)
@@ -351,9 +343,11 @@ def _checks(
             )
             continue
         seen[defn.uid] = index
-        _windows(
-            check_windows, ("check", defn.uid), (*at, "maintenance"), settings, problems, windows
-        )
+        if has_windows:
+            scopes.add(maintenance_scope(uid=defn.uid))
+            _windows(
+                check_windows, {"uid": defn.uid}, (*at, "maintenance"), settings, problems, windows
+            )
         out.append(defn)
     return out
 

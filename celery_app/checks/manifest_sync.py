@@ -9,7 +9,8 @@ by the check's absence): a batch refused because a check changed meanwhile write
 is applied again check by check through the store (the file wins).
 
 A second apply of the same file changes nothing: a check is compared by its normalised
-definition (the kind's validator normalised both), a rate limit by its rate and burst.
+definition (the kind's validator normalised both), a rate limit by its rate and burst, a
+maintenance window by its identity (scope, cron, duration, timezone; its id is the store's).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from celery_app.checks.changes import StoreStatus, encode_changes
 from celery_app.checks.definition import CheckDefinition, StoredCheck, decode_check
 from celery_app.checks.jobs import from_unix, read_jobs
 from celery_app.checks.kinds import get_kind
+from celery_app.checks.maintenance import MaintenanceStore, Window
 from celery_app.checks.manifest import FORMAT_VERSION, Manifest, gc_paused
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.redaction import redact_config, redact_target
 from celery_app.checks.store import CheckStore, plan_change
 from celery_app.errors import CheckFieldError
+from celery_app.redis.schema import maintenance_scope
 from celery_app.redis.scripts import run_script
 
 #: Checks per Lua call, and Lua calls per round trip, of updates and deletes (as create_many).
@@ -63,12 +66,20 @@ class Plan:
     updates: list[tuple[StoredCheck, CheckDefinition]] = field(default_factory=list)
     deletes: list[StoredCheck] = field(default_factory=list)
     rate_changes: list[RateChange] = field(default_factory=list)
+    window_adds: list[Window] = field(default_factory=list)
+    window_removes: list[Window] = field(default_factory=list)
     unchanged: int = 0
-    windows: int = 0
 
     @property
     def empty(self) -> bool:
-        return not (self.creates or self.updates or self.deletes or self.rate_changes)
+        return not (
+            self.creates
+            or self.updates
+            or self.deletes
+            or self.rate_changes
+            or self.window_adds
+            or self.window_removes
+        )
 
     def lines(self) -> Iterator[str]:
         """The diff, one line a change (targets and credential headers redacted)."""
@@ -84,13 +95,27 @@ class Plan:
             yield f"- delete {d.uid} ({d.tenant}: {d.kind} {redact_target(d.target)})"
         for change in self.rate_changes:
             yield change.line()
+        for w in self.window_removes:
+            yield f"- window {w.scope}: {_window_text(w)} (id {w.id})"
+        for w in self.window_adds:
+            yield f"+ window {w.scope}: {_window_text(w)}"
 
     def summary(self) -> str:
         return (
             f"{len(self.creates)} to create, {len(self.updates)} to update, "
             f"{len(self.deletes)} to delete, {len(self.rate_changes)} rate limit change(s), "
+            f"{len(self.window_adds)} window(s) to add, {len(self.window_removes)} to remove, "
             f"{self.unchanged} unchanged"
         )
+
+
+def _window_text(w: Window) -> str:
+    return f"{w.cron!r} for {w.duration_s}s in {w.timezone}"
+
+
+def window_identity(w: Window) -> tuple[str, str, int, str]:
+    """What makes two windows the same for apply: the id is left out (the file has none)."""
+    return (w.scope, w.cron, w.duration_s, w.timezone)
 
 
 def _bucket(bucket: Bucket | None) -> str:
@@ -142,14 +167,15 @@ def read_stored(store: CheckStore, tenant: str | None = None) -> dict[str, Store
 def plan_manifest(store: CheckStore, manifest: Manifest, *, prune: bool = False) -> Plan:
     """The diff between the store and ``manifest``. With ``prune``, stored checks of the file's
     tenants (:meth:`Manifest.scope`) that the file does not list are deleted, and so are the
-    rate limits of tenants in its ``tenants`` section that name none."""
+    rate limits of tenants in its ``tenants`` section that name none. Windows: see
+    :func:`_plan_windows`."""
     with gc_paused():
         return _plan(store, manifest, prune)
 
 
 def _plan(store: CheckStore, manifest: Manifest, prune: bool) -> Plan:
     stored = read_stored(store)
-    plan = Plan(windows=len(manifest.windows))
+    plan = Plan()
     listed = set()
     for defn in manifest.checks:
         listed.add(defn.uid)
@@ -174,7 +200,32 @@ def _plan(store: CheckStore, manifest: Manifest, prune: bool) -> Plan:
             plan.rate_changes.append(RateChange(name, now, spec.rate_limit))
         elif spec.rate_limit is None and now is not None and prune:
             plan.rate_changes.append(RateChange(name, now, None))
+    _plan_windows(store, manifest, prune, plan)
     return plan
+
+
+def _plan_windows(store: CheckStore, manifest: Manifest, prune: bool, plan: Plan) -> None:
+    """Windows the file lists and the store lacks are added. A scope the file gives a
+    ``maintenance`` key (even ``[]``) is made to match it, so stored windows it omits are
+    removed, as a listed check's omitted fields are reset. With ``prune`` also every other
+    scope of the file (its checks', its tenants', the pruned checks') loses what it omits."""
+    stored: dict[tuple[str, str, int, str], list[Window]] = {}
+    for w in sorted(MaintenanceStore(store.redis, store.keys).list(), key=lambda w: w.id):
+        stored.setdefault(window_identity(w), []).append(w)
+    for w in manifest.windows:
+        same = stored.get(window_identity(w))
+        if same:
+            same.pop(0)  # already stored: kept as it is (its id too)
+        else:
+            plan.window_adds.append(w)
+    scopes = set(manifest.window_scopes)
+    if prune:
+        scopes |= manifest.pruned_window_scopes()
+        scopes |= {maintenance_scope(uid=old.definition.uid) for old in plan.deletes}
+    plan.window_removes = sorted(
+        (w for left in stored.values() for w in left if w.scope in scopes),
+        key=lambda w: (window_identity(w), w.id),
+    )
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -186,6 +237,8 @@ class Applied:
     updated: int
     deleted: int
     rate_limits: int
+    windows_added: int
+    windows_removed: int
     seconds: float
 
 
@@ -288,11 +341,15 @@ def _apply(store: CheckStore, plan: Plan, now: datetime | None) -> Applied:
             set_rate_limit(
                 store.redis, store.keys, change.tenant, per_minute=per_minute, burst=burst
             )
+    # after the checks, so a check's window never names a check not (yet) stored
+    MaintenanceStore(store.redis, store.keys).replace_many(plan.window_removes, plan.window_adds)
     return Applied(
         len(plan.creates),
         len(plan.updates),
         len(plan.deletes),
         len(plan.rate_changes),
+        len(plan.window_adds),
+        len(plan.window_removes),
         time.perf_counter() - started,
     )
 
@@ -338,9 +395,18 @@ def export_manifest(store: CheckStore, tenant: str | None = None) -> dict[str, A
         return _export(store, tenant)
 
 
+def _window_entries(windows: list[Window]) -> list[dict[str, Any]]:
+    """A scope's windows as the file writes them, in a stable order (ids are not written)."""
+    ordered = sorted(windows, key=window_identity)
+    return [{"cron": w.cron, "duration": w.duration_s, "timezone": w.timezone} for w in ordered]
+
+
 def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
     stored = read_stored(store, tenant)
     defaults = _Defaults(store)
+    windows: dict[str, list[Window]] = {}
+    for w in MaintenanceStore(store.redis, store.keys).list():
+        windows.setdefault(w.scope, []).append(w)
     checks = []
     for _uid, item in sorted(stored.items()):
         d = item.definition
@@ -361,16 +427,24 @@ def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
         config = defaults.minimal(d)
         if config:
             entry["config"] = config
+        if own := windows.get(maintenance_scope(uid=d.uid)):
+            entry["maintenance"] = _window_entries(own)
         checks.append(entry)
     if tenant is not None:
         names = {tenant}
     else:
         names = set(store.redis.smembers(store.keys.rate_limited_tenants()))
+        names |= {s.split(":", 1)[1] for s in windows if s.startswith("tenant:")}
     tenants: dict[str, Any] = {}
     for name in sorted(names):
+        spec: dict[str, Any] = {}
         bucket = get_rate_limit(store.redis, store.keys, name)
         if bucket is not None:
-            tenants[name] = {"rate_limit": {"per_minute": bucket.per_minute, "burst": bucket.burst}}
+            spec["rate_limit"] = {"per_minute": bucket.per_minute, "burst": bucket.burst}
+        if own := windows.get(maintenance_scope(tenant=name)):
+            spec["maintenance"] = _window_entries(own)
+        if spec:
+            tenants[name] = spec
     document: dict[str, Any] = {"version": FORMAT_VERSION}
     if tenants:
         document["tenants"] = tenants

@@ -24,10 +24,6 @@ from celery_app.cli.common import load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists
 
-WINDOWS_NOT_STORED = (
-    "maintenance window(s) validated; not stored: this build has no maintenance-window store"
-)
-
 
 def _read(path: str) -> tuple[str, str]:
     if path == "-":
@@ -43,7 +39,9 @@ def _read(path: str) -> tuple[str, str]:
 
 @click.command("apply")
 @click.option("-f", "--file", "path", required=True, help="The checks file (YAML); - = stdin.")
-@click.option("--prune", is_flag=True, help="Delete checks of the file's tenants it omits.")
+@click.option(
+    "--prune", is_flag=True, help="Delete checks (and windows) of the file's tenants it omits."
+)
 @click.option("--dry-run", is_flag=True, help="Print the diff; write nothing.")
 @click.pass_context
 def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
@@ -72,20 +70,20 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
             raise click.ClickException(f"{exc} (created meanwhile; apply again)") from None
         click.echo(
             f"applied: {done.created} created, {done.updated} updated, {done.deleted} deleted, "
-            f"{done.rate_limits} rate limit(s) changed, {plan.unchanged} unchanged "
+            f"{done.rate_limits} rate limit(s) changed, {done.windows_added} window(s) added, "
+            f"{done.windows_removed} removed, {plan.unchanged} unchanged "
             f"(read+validate {validated - started:.1f} s, diff {planned - validated:.1f} s, "
             f"write {done.seconds:.1f} s)"
         )
-    if plan.windows:
-        click.echo(f"{plan.windows} {WINDOWS_NOT_STORED}")
 
 
 @click.command("export")
 @click.option("-f", "--file", "path", default="-", show_default=True, help="Where; - = stdout.")
-@click.option("--tenant", help="Only this tenant's checks and rate limit.")
+@click.option("--tenant", help="Only this tenant's checks, rate limit and windows.")
 @click.pass_context
 def export(ctx: click.Context, path: str, tenant: str | None) -> None:
-    """Write the store's checks and rate limits in the checks-file format (apply-able)."""
+    """Write the store's checks, rate limits and maintenance windows in the checks-file format
+    (apply-able)."""
     store = CheckStore.for_app(load_app(ctx))
     text = dump_manifest(export_manifest(store, tenant))
     if path == "-":
