@@ -86,6 +86,23 @@ def test_maintenance_add_list_show_rm(cli, r, keys):
     assert [w["id"] for w in json.loads(cli("maintenance", "list", "--json"))] == ["monthly"]
 
 
+def test_a_deleted_checks_windows_go_with_it_and_its_tenants_stay(cli, r, keys):
+    add_check(cli)
+    cli("maintenance", "add", "--check", "web", "--cron", "0 3 * * *", "--duration", "600",
+        "--id", "own")  # fmt: skip
+    cli("maintenance", "add", "--tenant", "acme", "--cron", "0 4 * * *", "--duration", "600",
+        "--id", "shared")  # fmt: skip
+    version = r.get(keys.maintenance_version())
+    cli("rm", "web")
+    assert [w["id"] for w in json.loads(cli("maintenance", "list", "--json"))] == ["shared"]
+    assert not r.exists(keys.maintenance("check:web"))
+    assert not r.sismember(keys.maintenance_scopes(), "check:web")
+    assert r.get(keys.maintenance_version()) != version  # workers' cached windows are re-read
+    add_check(cli)  # the same uid again: it inherits nothing
+    windows = json.loads(cli("show", "web", "--json"))["maintenance"]["windows"]
+    assert [w["id"] for w in windows] == ["shared"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

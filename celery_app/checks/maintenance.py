@@ -191,6 +191,18 @@ class MaintenanceStore:
     def scopes(self) -> list[str]:
         return sorted(self.redis.smembers(self.keys.maintenance_scopes()))
 
+    def drop_scope(self, scope: str) -> int:
+        """Remove every window of ``scope`` (a deleted check's: a check created again under its
+        uid must not inherit them); how many there were."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hlen(self.keys.maintenance(scope))
+        pipe.delete(self.keys.maintenance(scope))
+        pipe.srem(self.keys.maintenance_scopes(), scope)
+        count = pipe.execute()[0]
+        if count:
+            self.redis.set(self.keys.maintenance_version(), secrets.token_hex(8))
+        return count
+
     def replace_many(self, removes: Iterable[Window], adds: Iterable[Window]) -> None:
         """Remove and add many windows in one transaction with one version bump (``checks
         apply``). Unlike :meth:`add`, a check scope is not looked up: the caller wrote the

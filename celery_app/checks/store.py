@@ -37,9 +37,10 @@ from celery_app.checks.definition import (
     validate_definition,
 )
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
+from celery_app.checks.maintenance import MaintenanceStore
 from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
-from celery_app.redis.schema import JobField, Keys
+from celery_app.redis.schema import JobField, Keys, maintenance_scope
 from celery_app.redis.scripts import run_script
 from celery_app.registry import SHARED, Registry, registry_of
 from celery_app.settings import Settings
@@ -319,9 +320,11 @@ class CheckStore:
         return result
 
     def delete(self, uid: str) -> bool:
-        """Delete the check, its jobs, leases, ready entries and results; False if absent."""
+        """Delete the check, its jobs, leases, ready entries, results and maintenance windows;
+        False if absent."""
         try:
             self._write(uid, lambda old: None, None)
         except CheckNotFound:
             return False
+        MaintenanceStore(self.redis, self.keys).drop_scope(maintenance_scope(uid=uid))
         return True
