@@ -16,7 +16,8 @@ import pytest
 from support.cron import T0, end_runs, make_engine, store_of
 
 from celery_app.clock import Clock
-from celery_app.cron_tasks.registration import cron
+from celery_app.cron_tasks.registration import cron, window_id
+from celery_app.cron_tasks.service import CronService
 from celery_app.redis.schema import CronGapField
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
 
@@ -139,3 +140,19 @@ def test_test_clock_steady_runs_at_the_clock_rate():
     assert steady1 > steady0
     lead = (wall1 - wall0).total_seconds() - (steady1 - steady0)
     assert abs(lead) < 0.5
+
+
+def test_a_window_skipped_behind_a_run_in_flight_is_named_by_diagnose(cron_app, r):
+    """A window the overlap policy skipped is not fired either: diagnose names it (after a
+    stall, the late run of one window may still wait for its worker when the next is due)."""
+    cron("* * * * *", app=cron_app, id="minutely", name="stall.inflight")(_noop)
+    engine = make_engine(cron_app)
+    assert engine.tick(T0 + timedelta(seconds=1)).fired  # 00:00; its run never ends
+    report = engine.tick(T0 + MIN + timedelta(seconds=1))
+    assert [s.reason for s in report.skipped] == ["in-flight"]
+    findings = CronService(cron_app, clock=lambda: T0 + 2 * MIN).diagnose()
+    skips = [f for f in findings if "was skipped, not fired" in f]
+    assert skips == [
+        f"task 'minutely': window {window_id(T0 + MIN)} was skipped, not fired: the previous run "
+        "was still in flight (1 skipped in all)"
+    ]
