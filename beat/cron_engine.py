@@ -15,7 +15,10 @@ notices the wall clock jumping ahead of it by more than the grace and keeps firi
 steady clock for up to ``step_hold`` (a clock stepped +1 h and back fires nothing early); a step
 that persists that long is accepted and the windows it skipped are recorded as gaps. After a
 step back, windows already handled are not fired again: the heap has moved past them, and the
-claim refuses a window older than the last one its (task, tenant) handled.
+claim refuses a window older than the last one its (task, tenant) handled. A stall (a blocked
+call, a long GC, SIGSTOP) moves the steady clock as much as the wall clock, so it is no step: its
+windows are handled as above. That needs each wall time paired with a steady time read at the
+same moment (:mod:`scheduling_core.clock_step`), which ``tick()`` without ``at`` does.
 
 Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
 window a killed beat never claimed is fired late instead of lost; a window another engine already
@@ -38,6 +41,7 @@ from celery_app.cron_tasks.store import CronStore, FireRequest, Gap
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
+from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
 
 log = logging.getLogger(__name__)
 
@@ -177,31 +181,44 @@ class CronEngine:
         """Start of the next window in which some task fires."""
         return _utc(self._heap[0][0]) if self._heap else None
 
-    def trusted(self, at: datetime) -> datetime:
-        """``at``, or while a forward clock step is held, the steady clock's idea of now."""
-        return self._trust(at)[0]
+    def trusted(self, at: datetime, steady: float | None = None) -> datetime:
+        """``at``, or while a forward clock step is held, the steady clock's idea of now
+        (``steady``: the steady time read with ``at``; read now when not given)."""
+        return self._trust(at, self._steady_at(steady))[0]
 
-    def _trust(self, at: datetime) -> tuple[datetime, float | None, bool]:
-        """(time to fire by, steady now, whether a forward step is being held)."""
+    def _steady_at(self, steady: float | None) -> float | None:
+        return steady if steady is not None or self.steady is None else self.steady()
+
+    def _read_clocks(self) -> tuple[datetime, float | None]:
+        """(wall, steady) read at one moment: a wall time read before a stall (a blocked call,
+        SIGSTOP) paired with a steady time read after it would look like a forward clock step
+        of the stall's length, so the pair is read again until nothing came between."""
         if self.steady is None:
-            return at, None, False
-        steady = self.steady()
-        if self._anchor is None:
+            return require_aware(self.clock(), "clock()"), None
+        for _ in range(3):
+            before = self.steady()
+            wall = require_aware(self.clock(), "clock()")
+            after = self.steady()
+            if pairs(before, after):
+                break
+        return wall, before
+
+    def _trust(self, at: datetime, steady: float | None) -> tuple[datetime, float | None, bool]:
+        """(time to fire by, steady now, whether a forward step is being held)."""
+        if steady is None or self._anchor is None:
             return at, steady, False
-        wall0, steady0 = self._anchor
-        expected = wall0 + (steady - steady0)
-        ahead = at.timestamp() - expected
-        if ahead <= self.grace.total_seconds():
-            return at, steady, False
-        since = steady if self._step_since is None else self._step_since
-        if steady - since < self.step_hold.total_seconds():
-            return _utc(expected), steady, True
+        anchor = Reading(*self._anchor)
+        lead = wall_lead(anchor, Reading(at.timestamp(), steady))
+        held_for = None if self._step_since is None else steady - self._step_since
+        verdict = judge(lead, self.grace.total_seconds(), held_for, self.step_hold.total_seconds())
+        if verdict is StepVerdict.HOLD:
+            return _utc(anchor.wall + (steady - anchor.steady)), steady, True
         return at, steady, False
 
-    def _follow_clock(self, at: datetime) -> datetime:
+    def _follow_clock(self, at: datetime, steady: float | None) -> datetime:
         """Detect and hold forward clock steps (see the module docstring); return the time
-        this tick fires by."""
-        trusted, steady, held = self._trust(at)
+        this tick fires by. A stall moves both clocks alike: it is no step."""
+        trusted, steady, held = self._trust(at, steady)
         if steady is None:
             return at
         if held:
@@ -215,8 +232,7 @@ class CronEngine:
                 )
             return trusted
         if self._step_since is not None and self._anchor is not None:
-            wall0, steady0 = self._anchor
-            ahead = at.timestamp() - (wall0 + steady - steady0)
+            ahead = wall_lead(Reading(*self._anchor), Reading(at.timestamp(), steady))
             if ahead > self.grace.total_seconds():
                 self._step_note = f"clock stepped forward {ahead:.0f}s; "
                 log.warning("cron: the clock step persisted %s: following it", self.step_hold)
@@ -226,14 +242,20 @@ class CronEngine:
         self._anchor = (at.timestamp(), steady)
         return at
 
-    def tick(self, at: datetime | None = None) -> TickReport:
+    def tick(self, at: datetime | None = None, steady: float | None = None) -> TickReport:
         """Fire everything due up to the window of ``at``; report what was fired and skipped.
+
+        Without ``at`` the engine reads its wall and steady clocks together (what beat does);
+        a caller giving ``at`` gives the ``steady`` time read with it, or it is read now.
 
         On an exception (Redis unreachable before anything was claimed) the engine is left as
         before the call, so the next tick retries the same windows while their grace lasts.
         """
-        at = require_aware(at, "at") if at is not None else self.clock()
-        at = self._follow_clock(at)
+        if at is None:
+            at, steady = self._read_clocks()
+        else:
+            at, steady = require_aware(at, "at"), self._steady_at(steady)
+        at = self._follow_clock(at, steady)
         now_ts = at.timestamp()
         # Heap entries are window starts, so "started by now" is "due".
         current_ts = now_ts

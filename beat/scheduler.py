@@ -120,9 +120,7 @@ class CronScheduler(Scheduler):
         self.clock = clock or env_clock.now
         self._rate = 1.0 if clock else env_clock.rate
         # Steps are detected against the monotonic clock, unless a test drives the clock.
-        self._steady: Callable[[], float] | None = (
-            None if clock else (lambda: time.monotonic() * self._rate)
-        )
+        self._steady: Callable[[], float] | None = None if clock else env_clock.steady
         self.engine: CronEngine | None = None
         self.drivers: list[_DriverSlot] = []
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -202,7 +200,8 @@ class CronScheduler(Scheduler):
         now = self.clock()
         try:
             self._reload_if_changed(now)
-            report = self.engine.tick(now)
+            # The engine reads its clocks itself: ``now`` may be older than a blocked call.
+            report = self.engine.tick()
             metrics.cron_tick(report)
             mono = time.monotonic()
             if mono - self._last_heartbeat >= HEARTBEAT_MIN_GAP:

@@ -29,6 +29,11 @@ class Clock:
             return datetime.now(UTC)
         return self.start + timedelta(seconds=(time.time() - self.epoch) * self.rate)
 
+    def steady(self) -> float:
+        """Monotonic seconds at the clock's rate: what a clock-step check compares ``now()``
+        with (a stall advances both alike)."""
+        return time.monotonic() * self.rate
+
     def real_seconds(self, simulated: float) -> float:
         return simulated / self.rate
 

@@ -244,6 +244,41 @@ class CronService:
         findings += self._failing_findings()
         findings += self._pending_findings(now)
         findings += self._gap_findings(now)
+        findings += self._skip_findings(now)
+        return findings
+
+    def _skip_findings(self, now: datetime) -> list[str]:
+        """Windows the overlap policy skipped (the previous run still in flight): not fired
+        either, so named here; the state keeps the last one per (task, tenant) and a count."""
+        pairs: list[tuple[str, str]] = []
+        tenants: list[str] | None = None
+        for task in self.tasks.values():
+            if not task.per_tenant:
+                pairs.append((task.id, GLOBAL_TENANT))
+                continue
+            if self.tenants is None:
+                continue
+            if tenants is None:
+                try:
+                    tenants = list(read_tenants(self.tenants))
+                except Exception:
+                    tenants = []  # _provider_findings names the failure
+            pairs += [(task.id, tenant) for tenant in tenants]
+        findings = []
+        for (task_id, tenant), state in sorted(self.store.states(pairs).items()):
+            skipped_at = state.get(CronStateField.LAST_SKIP_WINDOW)
+            if state.get(CronStateField.LAST_SKIP_REASON) != CronSkipReason.IN_FLIGHT:
+                continue
+            if not skipped_at or now.timestamp() - float(skipped_at) > GAP_REPORT_WINDOW_S:
+                continue
+            window = datetime.fromtimestamp(float(skipped_at), UTC)
+            where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+            total = state.get(CronStateField.SKIPPED, "1")
+            findings.append(
+                f"task {task_id!r}{where}: window {self.tasks[task_id].window_id_of(window)} "
+                "was skipped, not fired: "
+                f"the previous run was still in flight ({total} skipped in all)"
+            )
         return findings
 
     def _beat_findings(self, now: datetime) -> list[str]:
