@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from support.checks import learned, register_fake_worker
 
+from celery_app.checks.claiming import MIN_READ
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
@@ -48,3 +49,23 @@ def test_unmeasured_jobs_take_only_shared_slots_and_measured_fast_ones_the_reser
     assert r.zscore(keys.leases("eu", LANE_SLOW), "new1@eu") is not None
     assert r.zscore(keys.ready("eu", LANE_FAST), "new2@eu") is not None
     assert broker.llen("checks.eu.slow") == 1 and broker.llen("checks.eu.fast") == 1
+
+
+def test_measured_fast_job_behind_more_new_jobs_than_a_read_still_gets_the_reserved_slot(
+    r, keys, app, broker
+):
+    # more new jobs at the head of the fast index than one claim round reads (MIN_READ), all
+    # waiting for the one shared slot: the measured fast job behind them is still found
+    now = server_time(r) + 100.0
+    news = [f"new{i:02d}" for i in range(MIN_READ + 8)]
+    for i, uid in enumerate(news):
+        _create(r, keys, app, uid, measured=False, at=now - 100 + i * 0.01)
+    _create(r, keys, app, "known", measured=True, at=now - 1)
+    register_fake_worker(r, keys, "f", region="eu", role="fast", concurrency=1)
+    register_fake_worker(r, keys, "s", region="eu", role="shared", concurrency=1)
+    claims = Dispatcher(app, client=r).tick(now).claims
+    assert [(c.job_id, c.lane) for c in claims] == [
+        ("new00@eu", LANE_SLOW),
+        ("known@eu", LANE_FAST),
+    ]
+    assert r.zcard(keys.ready("eu", LANE_FAST)) == len(news) - 1

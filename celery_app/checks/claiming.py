@@ -267,7 +267,10 @@ class RegionClaimer:
             result.rate_limited += holds
             idle = 0 if got or holds else idle + 1
             if stop == ClaimStop.MORE:
-                depth = min(depth * 2, 64) if holds else 1
+                # Read deeper while a round's candidates ran out without filling the slots:
+                # held (rate-limited), or new jobs at the head of the fast index waiting for a
+                # shared slot, in front of measured fast jobs the reserved slots could run.
+                depth = min(depth * 2, 64) if holds or len(got) < free else 1
             elif not (stop == ClaimStop.FULL and len(got) == free and slots.free > free):
                 break
         assert result is not None
