@@ -42,7 +42,6 @@ from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
 from scheduling_core import Params
-from workers import run_handoff
 from workers.outcome import RunOutcome
 
 log = logging.getLogger(__name__)
@@ -65,9 +64,6 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         health_of = HealthPlanner(
             client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
         )
-        read = run_handoff.take(outcome.job_id, outcome.lease_token)
-        if read is not None:  # what run_check read: no second read of the job and time
-            health_of.prefetched([read.maintenance_version])
         written, transition = finish_run_with_health(
             client,
             keys,
@@ -83,8 +79,6 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
             scheduled_at=outcome.scheduled_at,
             results_maxlen=settings.results_history,
             health_of=health_of,
-            known=None if read is None else read.job,
-            now=None if read is None else datetime.fromtimestamp(read.server_now(), UTC),
         )
     except DATA_ERRORS as exc:
         # The job's own numbers cannot be folded or placed: set it aside; the slot is free.

@@ -38,7 +38,6 @@ from scheduling_core.on_tick import tick_wait
 from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
 from workers.outcome import RunOutcome
 from workers.probes.result import ProbeContext, ProbeResult
-from workers.run_handoff import RunRead, hand_over
 from workers.runner import run_probe
 from workers.target_guard import AddressPolicy
 
@@ -79,8 +78,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     pipe.hgetall(keys.job(request.job_id))
     pipe.hgetall(keys.check(request.uid))
     pipe.time()  # the server's clock: the run starts on its tick on it, never before
-    pipe.get(keys.maintenance_version())  # for the post-exec write (workers.run_handoff)
-    job_hash, check_hash, server_now, maintenance_version = pipe.execute()
+    job_hash, check_hash, server_now = pipe.execute()
     read_at = time.perf_counter()
     if not job_hash:
         log.error(
@@ -99,7 +97,6 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"discarded": str(why)}
 
     check = decode_check(request.uid, check_hash).definition
-    hand_over(RunRead(job, from_time_reply(server_now), read_at, maintenance_version))
     context = ProbeContext(
         timeout_s=request.timeout_s,
         policy=AddressPolicy.from_settings(settings),

@@ -422,31 +422,12 @@ def finish_run_with_health(
     scheduled_at: float | None = None,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
     health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
-    known: JobState | None = None,
 ) -> tuple[bool, str | None]:
     """:func:`finish_run` that also moves the check's state in the same Lua call:
     ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
     whether a maintenance window holds transitions back (the record is then marked); a
     ``health_of`` with ``prefetch(pipe)`` / ``prefetched(replies)`` adds its reads to the job's
-    round trip. ``known`` (with ``now``, and ``health_of`` already given its prefetched
-    replies): the job as the run read it under this lease; nothing is read then, the script's
-    lease check still guards the write. Returns (written, the transition's id or None)."""
-    if known is not None and now is not None and known.job_id == job_id:
-        return _finish(
-            client,
-            keys,
-            params,
-            known,
-            lease_token,
-            now,
-            duration_ms,
-            timed_out,
-            exec_start,
-            record,
-            scheduled_at,
-            results_maxlen,
-            health_of,
-        )
+    round trip. Returns (written, the id of the transition the run made or None)."""
     # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(job_id))
@@ -462,44 +443,8 @@ def finish_run_with_health(
     if prefetch is not None:
         health_of.prefetched(rest)  # type: ignore[union-attr]
     job = JobState.from_hash(job_id, h) if h else None
-    if job is None:
+    if job is None or job.lease_token != lease_token:
         return False, None
-    return _finish(
-        client,
-        keys,
-        params,
-        job,
-        lease_token,
-        now,
-        duration_ms,
-        timed_out,
-        exec_start,
-        record,
-        scheduled_at,
-        results_maxlen,
-        health_of,
-    )
-
-
-def _finish(
-    client: redis.Redis,
-    keys: Keys,
-    params: Params,
-    job: JobState,
-    lease_token: str,
-    now: datetime,
-    duration_ms: float,
-    timed_out: bool,
-    exec_start: datetime | None,
-    record: RunRecord | None,
-    scheduled_at: float | None,
-    results_maxlen: int,
-    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None,
-) -> tuple[bool, str | None]:
-    """Fold the run into ``job`` and write it (one Lua call, lease-checked)."""
-    if job.lease_token != lease_token:
-        return False, None
-    job_id = job.job_id
     next_at = job.next_scheduled_at(now, scheduled_at)
     state = params.post_exec(
         job.post_exec_input(
