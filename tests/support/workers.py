@@ -64,16 +64,24 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     """Take a job's lease as the dispatcher's claim does (test data for single-run tests):
     returns the run_check kwargs for it."""
     from celery_app.checks.jobs import read_job
+    from celery_app.redis.clock import server_time
     from celery_app.redis.schema import JobField, split_job_id
 
     job = read_job(client, keys, job_id)
     assert job is not None, job_id
     _uid, region = split_job_id(job_id)
     expiry = time.time() + lease_s
+    # The dispatcher claims a job only once it is due (at most the dispatch lead ahead, and the
+    # worker waits for the tick): a job whose first tick is still to come is made due now.
+    scheduled_at = min(job.scheduled_at, server_time(client))
     pipe = client.pipeline(transaction=True)
     pipe.hset(
         keys.job(job_id),
-        mapping={JobField.LEASE_TOKEN: token, JobField.LEASE_EXPIRY: f"{expiry:.3f}"},
+        mapping={
+            JobField.LEASE_TOKEN: token,
+            JobField.LEASE_EXPIRY: f"{expiry:.3f}",
+            JobField.SCHEDULED_AT: repr(scheduled_at),
+        },
     )
     pipe.zadd(keys.leases(region, job.lane), {job_id: expiry})
     pipe.zrem(keys.due(), job_id)
@@ -82,7 +90,7 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     return {
         "job_id": job_id,
         "lease_token": token,
-        "scheduled_at": job.scheduled_at,
+        "scheduled_at": scheduled_at,
         "effective_scheduled_at": job.effective_scheduled_at,
         "timeout_s": 5.0,
     }
