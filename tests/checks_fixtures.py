@@ -71,3 +71,23 @@ def broker(broker_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def checks_cli(dispatcher_app, store):
+    """``celery -A <app> checks <args>`` in-process (click's runner): returns its output, and
+    asserts it exited 0 (``ok=True``) or not (``ok=False``)."""
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_app.cli.checks import checks
+
+    runner = CliRunner()
+    obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
+
+    def invoke(*args: str, ok: bool = True) -> str:
+        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
+        assert (result.exit_code == 0) is ok, result.output
+        return result.output
+
+    return invoke

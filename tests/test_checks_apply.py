@@ -6,26 +6,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from celery.bin.base import CLIContext
-from click.testing import CliRunner
 
 from celery_app.checks.maintenance import MaintenanceStore, validate_window
 from celery_app.checks.manifest import ManifestError, load_manifest
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
-from celery_app.cli.checks import checks
 
 
 @pytest.fixture
-def cli(dispatcher_app, store):
-    runner = CliRunner()
-    obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
-
-    def invoke(*args: str, ok: bool = True) -> str:
-        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
-        assert (result.exit_code == 0) is ok, result.output
-        return result.output
-
-    return invoke
+def cli(checks_cli):
+    return checks_cli
 
 
 def check(i: int, tenant: str = "acme", **extra) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from celery.bin.base import CLIContext
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from support.checks import at, learned
@@ -14,16 +13,8 @@ from celery_app.cli.checks import checks
 
 
 @pytest.fixture
-def cli(dispatcher_app, store):
-    runner = CliRunner()
-    obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
-
-    def invoke(*args: str, ok: bool = True):
-        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
-        assert (result.exit_code == 0) is ok, result.output
-        return result.output
-
-    return invoke
+def cli(checks_cli):
+    return checks_cli
 
 
 def test_add_list_show_update_rm(cli, r, keys, store):

@@ -8,24 +8,12 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from celery.bin.base import CLIContext
-from click.testing import CliRunner
 from support.health import run_once
-
-from celery_app.cli.checks import checks
 
 
 @pytest.fixture
-def cli(dispatcher_app, store):
-    runner = CliRunner()
-    obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
-
-    def invoke(*args: str, ok: bool = True):
-        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
-        assert (result.exit_code == 0) is ok, result.output
-        return result.output
-
-    return invoke
+def cli(checks_cli):
+    return checks_cli
 
 
 def add_check(cli, uid="web", *extra, ok=True):
