@@ -38,6 +38,7 @@ from celery_app.redis.schema import (
 )
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW
+from scheduling_core._instant import EARLIEST  # where saturated date sums stop
 
 LANES = (LANE_FAST, LANE_SLOW)
 #: Fewest candidates read per lane and round (a refill after one run has one free slot, but a
@@ -52,6 +53,8 @@ MAX_DECLARED_TENANTS = 128
 WORKER_FIELDS = (WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)
 #: Largest stored time (Unix s) or cost (ms) a claim carries: the run contract's latest time.
 MAX_STORED = 253_402_300_799.0
+#: The earliest effective deadline a saturated sum gives (scheduling_core's EARLIEST), Unix s.
+MIN_EFFECTIVE = EARLIEST.timestamp()
 
 
 class ClaimStop(StrEnum):
@@ -522,14 +525,16 @@ class RegionClaimer:
 
 
 def _check_claim(claim: Claim) -> None:
-    """A claim the run contract can carry: finite times and cost (ValueError otherwise)."""
-    for name, value in (
-        ("scheduled_at", claim.scheduled_at),
-        ("effective_scheduled_at", claim.effective_scheduled_at),
-        ("cost_ewma_ms", claim.cost_ewma_ms),
+    """A claim the run contract can carry: finite times and cost (ValueError otherwise). The
+    effective deadline may be saturated anywhere in [EARLIEST, LATEST] (date arithmetic
+    saturates); the message carries it clamped to the contract's range."""
+    for name, value, low in (
+        ("scheduled_at", claim.scheduled_at, 0.0),
+        ("effective_scheduled_at", claim.effective_scheduled_at, MIN_EFFECTIVE),
+        ("cost_ewma_ms", claim.cost_ewma_ms, 0.0),
     ):
-        if not (math.isfinite(value) and 0 <= value <= MAX_STORED):
-            raise ValueError(f"{name} {value!r} is outside [0, {MAX_STORED:g}]")
+        if not (math.isfinite(value) and low <= value <= MAX_STORED):
+            raise ValueError(f"{name} {value!r} is outside [{low:g}, {MAX_STORED:g}]")
 
 
 def _top(client: redis.Redis | redis.client.Pipeline, keys: list[str], counts: list[int]) -> Any:

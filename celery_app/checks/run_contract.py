@@ -236,7 +236,15 @@ class RunMessages:
         return TaskMessage(
             name=RUN_CHECK_TASK,
             queue=queue,
-            kwargs=run_kwargs(job_id, lease_token, scheduled_at, effective_scheduled_at, soft),
+            # A saturated effective deadline (a huge plan weight sorts first, at year 1) is
+            # carried at the contract's bound: the worker only parses it.
+            kwargs=run_kwargs(
+                job_id,
+                lease_token,
+                scheduled_at,
+                min(max(effective_scheduled_at, 0.0), MAX_UNIX_S),
+                soft,
+            ),
             time_limit=hard + self.wait_s,
             soft_time_limit=soft + self.wait_s,
         )
