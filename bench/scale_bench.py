@@ -166,15 +166,22 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
         s_calls, s_net, s_cpu = state_meter.delta()
         s_cpu = max(1e-9, s_cpu - idle_cpu_per_s * wall_s)  # the server's own idle ticks
         b_calls, b_net, _ = broker_meter.delta()
-        queued = sum(broker.llen(q) for q in broker.keys("checks.*"))
-        # the broker side of a delivery, with kombu's own consumer
+        depths = {q: broker.llen(q) for q in sorted(broker.keys("checks.*"))}
+        queued = sum(depths.values())
+        # the broker side of a delivery, with kombu's own consumer, from every lane's queue
+        # (a check's first run is in the slow lane: it was never measured)
         sample = min(queued, 300)
         consume_meter = ServerMeter(broker)
+        left = sample
         with app.connection_for_read() as conn:
-            queue = conn.SimpleQueue(f"checks.{REGION}.fast", no_ack=False)
-            for _ in range(sample):
-                queue.get(timeout=5).ack()
-            queue.close()
+            for name, depth in depths.items():
+                queue = conn.SimpleQueue(
+                    name if isinstance(name, str) else name.decode(), no_ack=False
+                )
+                for _ in range(min(depth, left)):
+                    queue.get(timeout=5).ack()
+                    left -= 1
+                queue.close()
         k_calls, k_net, _ = consume_meter.delta()
         result = {
             "runs": runs,
