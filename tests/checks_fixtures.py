@@ -90,4 +90,5 @@ def checks_cli(dispatcher_app, store):
         assert (result.exit_code == 0) is ok, result.output
         return result.output
 
+    invoke.obj = obj  # type: ignore[attr-defined]  # for a test that needs stdout alone
     return invoke

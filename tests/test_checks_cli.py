@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from support.checks import at, learned
 
 from celery_app.cli.checks import checks
+from celery_app.redis.schema import JobField
 
 
 @pytest.fixture
@@ -140,3 +141,32 @@ def test_reachable_as_a_celery_subcommand(r, test_kind, settings, monkeypatch):
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == []
+
+
+def test_show_costs_and_status_report_a_torn_job_instead_of_failing(
+    cli, r, keys, store, dispatcher_app
+):
+    from celery_app.local.status import collect_status
+
+    for uid in ("torn", "fine"):
+        store.create(
+            now=at(1_780_000_000), uid=uid, tenant="acme", kind="testprobe", target="x", period=60
+        )
+    r.hset(keys.job("torn@eu"), JobField.RUNS, "lots")  # not a number: JobState cannot decode it
+
+    shown = json.loads(cli("show", "torn", "--json"))
+    assert shown["jobs"] == [
+        {"job": "torn@eu", "region": "eu", "unreadable": shown["jobs"][0]["unreadable"]}
+    ]
+    assert "ValueError" in shown["jobs"][0]["unreadable"]
+    assert "unreadable job" in cli("show", "torn")
+    assert json.loads(cli("show", "fine", "--json"))["jobs"][0]["runs"] == 0
+
+    costs = CliRunner().invoke(checks, ["costs", "--json"], obj=cli.obj)
+    assert costs.exit_code == 0, costs.output
+    report = {lane["lane"]: lane for lane in json.loads(costs.stdout)}  # stderr kept apart
+    assert report["fast"]["cost"]["count"] + report["slow"]["cost"]["count"] == 1  # "fine"
+    assert "left out, unreadable: torn@eu" in costs.stderr
+
+    rows = collect_status(dispatcher_app)["checks"]
+    assert [row["uid"] for row in rows] == ["fine"]

@@ -246,6 +246,39 @@ def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[J
     ]
 
 
+#: What decoding a job hash raises on a torn field (a bad number, a bad state name).
+DECODE_ERRORS: tuple[type[BaseException], ...] = (ValueError, ArithmeticError, TypeError)
+
+
+@dataclass(frozen=True)
+class UnreadableJob:
+    """A job hash that does not parse (a field torn by hand, a bad restore, a bug). Reports
+    show it with the reason instead of failing on it; the dispatch steps quarantine it."""
+
+    job_id: str
+    reason: str
+
+
+def read_jobs_for_report(
+    client: redis.Redis, keys: Keys, job_ids: Sequence[str]
+) -> list[JobState | UnreadableJob | None]:
+    """:func:`read_jobs` for read-only views: a job that cannot be decoded is an
+    :class:`UnreadableJob`, so one torn hash never hides every other job from an operator."""
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(keys.job(job_id))
+    out: list[JobState | UnreadableJob | None] = []
+    for j, h in zip(job_ids, pipe.execute(), strict=True):
+        if not h:
+            out.append(None)
+            continue
+        try:
+            out.append(JobState.from_hash(j, h))
+        except DECODE_ERRORS as exc:
+            out.append(UnreadableJob(j, f"{type(exc).__name__}: {exc}"))
+    return out
+
+
 def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: str) -> bool:
     """Whether ``lease_token`` still holds the job: a worker checks it before running a message
     that may have been reaped or deleted while it waited in the queue."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import redis
 
+from celery_app.checks.jobs import DECODE_ERRORS
 from celery_app.redis.schema import (
     JobField,
     Keys,
@@ -40,12 +41,7 @@ log = logging.getLogger(__name__)
 
 #: What a job's own data can make a step raise (a bad number, an overflow, a Lua error); a lost
 #: connection or a timeout is no job's fault and is never a reason to quarantine.
-DATA_ERRORS: tuple[type[BaseException], ...] = (
-    ValueError,
-    ArithmeticError,
-    TypeError,
-    redis.ResponseError,
-)
+DATA_ERRORS: tuple[type[BaseException], ...] = (*DECODE_ERRORS, redis.ResponseError)
 
 #: Redis error codes that say the server cannot run the call now (memory, a replica, loading,
 #: a busy script, auth): no job's fault, never a reason to quarantine.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_app.checks.jobs import JobState, read_jobs
+from celery_app.checks.jobs import JobState, UnreadableJob, read_jobs_for_report
 from celery_app.redis.schema import LANE_NAMES, CheckField, Keys, job_id
 
 COST_BUCKETS_MS = (100.0, 500.0, 1000.0, 5000.0, 15000.0)
@@ -86,10 +86,10 @@ def summarize(jobs: Sequence[JobState]) -> list[LaneReport]:
 
 def read_all_jobs(
     client: redis.Redis, keys: Keys, tenant: str | None = None, batch: int = 5000
-) -> list[JobState]:
-    """Every job (of one tenant), read in pipelined batches."""
+) -> list[JobState | UnreadableJob]:
+    """Every job (of one tenant), read in pipelined batches; a torn one is an UnreadableJob."""
     uids = sorted(client.smembers(keys.tenant_checks(tenant) if tenant else keys.checks()))
-    jobs: list[JobState] = []
+    jobs: list[JobState | UnreadableJob] = []
     for start in range(0, len(uids), batch):
         chunk = uids[start : start + batch]
         pipe = client.pipeline(transaction=False)
@@ -101,5 +101,5 @@ def read_all_jobs(
             if regions
             for region in regions.split(",")
         ]
-        jobs.extend(j for j in read_jobs(client, keys, ids) if j is not None)
+        jobs.extend(j for j in read_jobs_for_report(client, keys, ids) if j is not None)
     return jobs

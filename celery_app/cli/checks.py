@@ -15,6 +15,7 @@ import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
 from celery_app.checks.health import read_transitions
+from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.quarantine import read_quarantine
 from celery_app.checks.ratelimit import (
     clear_rate_limit,
@@ -36,7 +37,7 @@ from celery_app.cli.maintenance import (
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
-from celery_app.redis.schema import LANE_NAMES, Keys, ResultField
+from celery_app.redis.schema import LANE_NAMES, Keys, ResultField, split_job_id
 
 
 def _store(ctx: click.Context) -> CheckStore:
@@ -226,8 +227,14 @@ def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
 def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
     stored = store.require(uid)
     keys = store.keys
-    jobs = []
-    for job in store.jobs(uid):
+    jobs: list[dict[str, Any]] = []
+    for job in read_jobs_for_report(store.redis, keys, stored.definition.job_ids()):
+        if job is None:
+            continue
+        if isinstance(job, UnreadableJob):
+            region = split_job_id(job.job_id)[1]
+            jobs.append({"job": job.job_id, "region": region, "unreadable": job.reason})
+            continue
         last = store.redis.hget(keys.last_result(uid), job.region)
         jobs.append(
             {
@@ -282,6 +289,10 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
         click.echo(f"{name:14} {escape(value)}")
     echo_state(data)
     for job in data["jobs"]:
+        if "unreadable" in job:
+            click.echo(f"\n[{escape(job['region'])}] unreadable job: {escape(job['unreadable'])}")
+            click.echo("  (`checks diagnose` lists it; `checks reconcile` rebuilds it)")
+            continue
         click.echo(
             f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
             f"skipped={job['skipped_by_rate_limit']}"
@@ -306,7 +317,11 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
 def costs(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """Cost EWMA distribution per lane, and delay EWMA percentiles."""
     store = _store(ctx)
-    reports = summarize(read_all_jobs(store.redis, store.keys, tenant))
+    jobs = read_all_jobs(store.redis, store.keys, tenant)
+    unreadable = [j for j in jobs if isinstance(j, UnreadableJob)]
+    for job in unreadable:  # stderr: --json stays the same list of lanes
+        click.echo(f"left out, unreadable: {escape(job.job_id)} ({escape(job.reason)})", err=True)
+    reports = summarize([j for j in jobs if not isinstance(j, UnreadableJob)])
     if as_json:
         click.echo(json.dumps([asdict(r) for r in reports], indent=2))
         return

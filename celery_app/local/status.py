@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 
 from celery_app.checks.health import read_transitions
-from celery_app.checks.jobs import read_jobs
+from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.service import CronService, row_dict
 from celery_app.factory import settings_of
@@ -87,14 +87,14 @@ def _checks(app: Celery, keys: Keys) -> list[dict[str, Any]]:
     client = get_redis(settings.redis_url, settings)
     definitions = CheckStore.from_settings(settings).list()
     job_ids = [job for d in definitions for job in d.job_ids()]
-    jobs = read_jobs(client, keys, job_ids)
+    jobs = read_jobs_for_report(client, keys, job_ids)
     pipe = client.pipeline(transaction=False)
     for d in definitions:
         pipe.hgetall(keys.last_result(d.uid))
     last = dict(zip((d.uid for d in definitions), pipe.execute(), strict=True))
     rows = []
     for job in jobs:
-        if job is None:
+        if job is None or isinstance(job, UnreadableJob):  # `checks diagnose` lists those
             continue
         result = json.loads(last.get(job.uid, {}).get(job.region) or "null") or {}
         rows.append(
