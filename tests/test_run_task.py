@@ -243,3 +243,35 @@ def test_run_request_ignores_fields_a_newer_dispatcher_may_add():
     assert (request.uid, request.region, request.timeout_s) == ("c", "local", 15.0)
     assert RunRequest.parse(request.kwargs(), max_timeout_s=CEILING_S) == request
     assert RunRequest.parse({**GOOD, "timeout_s": CEILING_S}, max_timeout_s=CEILING_S)
+
+
+def test_a_duplicated_delivery_of_one_lease_probes_the_target_once(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    """A publish retried after its reply was lost leaves two copies of one run message: both
+    hold the current lease token, so only the started marker keeps the probe to one."""
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(uid="dup", tenant="t", kind="http", target=target.url("/delay/700"), period=60)
+    kwargs = claim(r, KEYS, job_id("dup", "local"), "tok-dup")
+    returned: list[dict] = []
+
+    def on_postrun(task=None, retval=None, **_):
+        if getattr(task, "name", "") == "checkbeat.run_check":
+            returned.append(retval)
+
+    task_postrun.connect(on_postrun, weak=False)
+    try:
+        run_worker(app, QUEUES, concurrency=2)  # a free slot for each copy, side by side
+        send(app, kwargs)
+        send(app, kwargs)
+        wait_for(lambda: len(returned) == 2, 20, what="both copies to return")
+    finally:
+        task_postrun.disconnect(on_postrun)
+    assert target.hits("/delay/700") == 1
+    assert r.xlen(KEYS.results("dup")) == 1
+    assert [x for x in returned if "discarded" in x] == [
+        {"discarded": "a run of the same lease already started (a duplicated delivery)"}
+    ]
+    marker = KEYS.run_started(job_id("dup", "local"), "tok-dup")
+    assert r.ttl(marker) > 0  # it expires: no marker is kept forever

@@ -10,6 +10,7 @@ failure, soft limit, hard limit) the same one Lua call, idempotent per lease tok
 from __future__ import annotations
 
 import logging
+import math
 import time
 from enum import StrEnum
 from typing import Any
@@ -49,6 +50,12 @@ class Discarded(StrEnum):
 
     CHECK_DELETED = "its check was deleted"
     LEASE_GONE = "its lease was reaped or replaced"
+    DUPLICATE = "a run of the same lease already started (a duplicated delivery)"
+
+
+#: How long a run's started marker outlives the run's deadline: longer than any post-exec write,
+#: shorter than memory should hold it. A copy delivered later finds the lease gone anyway.
+STARTED_MARKER_MARGIN_S = 60
 
 
 @shared_task(
@@ -78,8 +85,17 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     pipe.hgetall(keys.job(request.job_id))
     pipe.hgetall(keys.check(request.uid))
     pipe.time()  # the server's clock: the run starts on its tick on it, never before
-    job_hash, check_hash, server_now = pipe.execute()
+    marker = keys.run_started(request.job_id, request.lease_token)
+    pipe.set(  # first delivery of this lease? (checked below, once the lease is known current)
+        marker,
+        self.request.id or "1",
+        nx=True,
+        ex=math.ceil(request.timeout_s + settings.dispatch_lead) + STARTED_MARKER_MARGIN_S,
+    )
+    job_hash, check_hash, server_now, first_delivery = pipe.execute()
     read_at = time.perf_counter()
+    if first_delivery and job_hash.get(JobField.LEASE_TOKEN) != request.lease_token:
+        client.delete(marker)  # not a run of a live lease: a bad or stale message writes nothing
     if not job_hash:
         log.error(
             "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
@@ -91,8 +107,13 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if job_hash.get(JobField.LEASE_TOKEN) == request.lease_token:
             quarantine(client, keys, request.job_id, QuarantineStep.RUN, exc, server_time(client))
         return {"discarded": f"its job cannot be read ({exc})"}
-    if job.lease_token != request.lease_token or not check_hash:
-        why = Discarded.CHECK_DELETED if not check_hash else Discarded.LEASE_GONE
+    if job.lease_token != request.lease_token or not check_hash or not first_delivery:
+        if not check_hash:
+            why = Discarded.CHECK_DELETED
+        elif job.lease_token != request.lease_token:
+            why = Discarded.LEASE_GONE
+        else:
+            why = Discarded.DUPLICATE
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
         return {"discarded": str(why)}
 

@@ -284,6 +284,12 @@ class Keys:
         every token a job holds, so a counter lost by a restore never reissues a live token."""
         return f"{self.prefix}:leaseseq"
 
+    def run_started(self, job: str, lease_token: str) -> str:
+        """Marker (``SET NX`` with a TTL past the run's deadline) that a run of this lease has
+        started: a second delivery of the same message (a publish retried after its reply was
+        lost, a duplicated queue entry) is dropped instead of probing the target twice."""
+        return f"{self.prefix}:started:{job}:{lease_token}"
+
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
         return f"{self.prefix}:results:{uid}"
