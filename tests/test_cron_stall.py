@@ -16,9 +16,9 @@ import pytest
 from support.cron import T0, end_runs, make_engine, store_of
 
 from celery_app.clock import Clock
-from celery_app.cron_tasks.registration import cron, window_id
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
-from celery_app.redis.schema import CronGapField
+from celery_app.redis.schema import CronGapField, CronOutcome
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
 
 MIN = timedelta(minutes=1)
@@ -156,3 +156,52 @@ def test_a_window_skipped_behind_a_run_in_flight_is_named_by_diagnose(cron_app, 
         f"task 'minutely': window {window_id(T0 + MIN)} was skipped, not fired: the previous run "
         "was still in flight (1 skipped in all)"
     ]
+
+
+def _unstarted(app, now: datetime) -> list[str]:
+    findings = CronService(app, clock=lambda: now).diagnose()
+    return [f for f in findings if "was fired but never started" in f]
+
+
+def test_a_fired_window_no_worker_started_is_named_once_its_deadline_passed(cron_app, r):
+    """A window whose message was lost after it fired (a broker failover before replication)
+    is never sent again (its window key says fired): diagnose names it instead."""
+    cron("* * * * *", app=cron_app, id="lost", name="stall.lost")(_noop)
+    engine = make_engine(cron_app)
+    assert engine.tick(T0 + timedelta(seconds=1)).fired  # 00:00 fired ...
+    r.delete("celery")  # ... and its message lost with the broker (the default queue)
+    deadline = T0 + MIN + engine.grace
+    assert _unstarted(cron_app, deadline) == []  # a worker may still take it until then
+    assert _unstarted(cron_app, deadline + timedelta(seconds=1)) == [
+        f"task 'lost': window {window_id(T0)} was fired but never started by its deadline "
+        f"{deadline.isoformat(timespec='seconds')}: no worker ever received its message "
+        "(lost with the broker?)"
+    ]
+
+
+def test_a_lost_minutely_run_is_named_although_later_windows_moved_on(cron_app, r):
+    """A singleton's lost run keeps its in-flight key: the next windows are skipped behind it
+    before its deadline passes, and diagnose still names the window that was lost."""
+    cron("* * * * *", app=cron_app, id="minutely-lost", name="stall.minutely_lost")(_noop)
+    engine = make_engine(cron_app)
+    assert engine.tick(T0 + timedelta(seconds=1)).fired
+    r.delete("celery")
+    assert [s.reason for s in engine.tick(T0 + MIN + timedelta(seconds=1)).skipped] == ["in-flight"]
+    (finding,) = _unstarted(cron_app, T0 + MIN + engine.grace + timedelta(seconds=1))
+    assert f"window {window_id(T0)} was fired but never started" in finding
+
+
+def test_a_started_or_expired_window_is_reported_as_what_it_was(cron_app, r):
+    cron("* * * * *", app=cron_app, id="ran", name="stall.ran")(_noop)
+    cron("* * * * *", app=cron_app, id="expired", name="stall.expired")(_noop)
+    engine = make_engine(cron_app)
+    assert len(engine.tick(T0 + timedelta(seconds=1)).fired) == 2
+    store = store_of(cron_app)
+    wid = window_id(T0)
+    assert store.run_started("ran", GLOBAL_TENANT, wid, False, T0 + timedelta(seconds=2)) is None
+    expired = f"message expired before it ran (window {wid})"  # as task_revoked records it
+    store.run_finished("expired", GLOBAL_TENANT, wid, CronOutcome.EXPIRED, expired, T0 + 2 * MIN)
+    (finding,) = _unstarted(cron_app, T0 + 3 * MIN)
+    assert finding.startswith("task 'expired'") and finding.endswith(
+        "its message expired before a worker took it"
+    )

@@ -29,6 +29,7 @@ from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     WINDOW,
     CronTask,
+    parse_window_id,
     window_id,
 )
 from celery_app.cron_tasks.runtime import runtime_store
@@ -244,12 +245,59 @@ class CronService:
         findings += self._failing_findings()
         findings += self._pending_findings(now)
         findings += self._gap_findings(now)
-        findings += self._skip_findings(now)
+        states = self._states()
+        findings += self._skip_findings(now, states)
+        findings += self._unstarted_findings(now, states)
         return findings
 
-    def _skip_findings(self, now: datetime) -> list[str]:
-        """Windows the overlap policy skipped (the previous run still in flight): not fired
-        either, so named here; the state keeps the last one per (task, tenant) and a count."""
+    def _unstarted_findings(
+        self, now: datetime, states: dict[tuple[str, str], dict[str, str]]
+    ) -> list[str]:
+        """Windows fired for a (task, tenant) that no worker started by their deadline: the
+        message was lost (a broker failover before replication, a flushed queue) or expired
+        unconsumed. The window key says it fired, so it is not sent again (that could run it
+        twice). Looked at: the window a singleton's in-flight key still holds (a lost run never
+        releases it, so later windows are skipped behind it) and the last window fired."""
+        held = self.store.inflight_windows(list(states))
+        findings = []
+        for pair, state in states.items():
+            task_id, tenant = pair
+            task = self.tasks[task_id]
+            fired: dict[str, datetime] = {}
+            last = state.get(CronStateField.LAST_WINDOW)
+            if (
+                last
+                and state.get(CronStateField.LAST_SENT_AT)
+                and state.get(CronStateField.LAST_SKIP_WINDOW) != last
+            ):
+                window = datetime.fromtimestamp(float(last), UTC)
+                fired[task.window_id_of(window)] = window
+            held_window = parse_window_id(held.get(pair, ""))
+            if held_window is not None:
+                fired[held[pair]] = held_window
+            for wid, window in sorted(fired.items()):
+                if state.get(CronStateField.LAST_RUN_WINDOW) == wid:
+                    continue
+                deadline = task_deadline(task, window, self.settings.cron_grace)
+                late = (now - deadline).total_seconds()
+                if late <= 0 or late > GAP_REPORT_WINDOW_S:
+                    continue
+                why = (
+                    "its message expired before a worker took it"
+                    if state.get(CronStateField.OUTCOME) == CronOutcome.EXPIRED
+                    and f"(window {wid})" in state.get(CronStateField.LAST_ERROR, "")
+                    else "no worker ever received its message (lost with the broker?)"
+                )
+                where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+                findings.append(
+                    f"task {task_id!r}{where}: window {wid} was fired but never started by its "
+                    f"deadline {deadline.isoformat(timespec='seconds')}: {why}"
+                )
+        return findings
+
+    def _states(self) -> dict[tuple[str, str], dict[str, str]]:
+        """The state hash of every (task, tenant) that fires: the global tenant of a task, or
+        each active tenant of a per-tenant one (none when the provider fails: it is named)."""
         pairs: list[tuple[str, str]] = []
         tenants: list[str] | None = None
         for task in self.tasks.values():
@@ -264,8 +312,15 @@ class CronService:
                 except Exception:
                     tenants = []  # _provider_findings names the failure
             pairs += [(task.id, tenant) for tenant in tenants]
+        return dict(sorted(self.store.states(pairs).items()))
+
+    def _skip_findings(
+        self, now: datetime, states: dict[tuple[str, str], dict[str, str]]
+    ) -> list[str]:
+        """Windows the overlap policy skipped (the previous run still in flight): not fired
+        either, so named here; the state keeps the last one per (task, tenant) and a count."""
         findings = []
-        for (task_id, tenant), state in sorted(self.store.states(pairs).items()):
+        for (task_id, tenant), state in states.items():
             skipped_at = state.get(CronStateField.LAST_SKIP_WINDOW)
             if state.get(CronStateField.LAST_SKIP_REASON) != CronSkipReason.IN_FLIGHT:
                 continue

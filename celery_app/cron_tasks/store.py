@@ -508,6 +508,14 @@ class CronStore:
             pipe.hgetall(self.keys.cron_state(task_id, tenant))
         return dict(zip(pairs, pipe.execute(), strict=True))
 
+    def inflight_windows(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The window id each (task, tenant) holds its in-flight key for (a singleton run that
+        was fired and has not finished), for those that hold one."""
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, tenant in pairs:
+            pipe.get(self.keys.cron_inflight(task_id, tenant))
+        return {p: wid for p, wid in zip(pairs, pipe.execute(), strict=True) if wid}
+
     def window_owner(self, task_id: str, tenant: str, wid: str) -> str | None:
         return self.client.get(self.keys.cron_window(task_id, tenant, wid))
 
