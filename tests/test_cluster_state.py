@@ -27,7 +27,7 @@ from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, JobField
+from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CheckStateField, JobField
 from celery_app.settings import load_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -93,6 +93,13 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
             period=2,
         )
 
+    # one check that fails: its first result takes it down, a transition goes through the
+    # outbox to the worker that delivers it (transition_claim / _start / _finish on the cluster)
+    store.create(
+        uid="down", tenant="t0", kind="http", target=target.url("/status/500"), period=2,
+        failure_threshold=1,
+    )  # fmt: skip
+
     def runs(uid: str) -> int:
         return int(client.hget(keys.job(f"{uid}@local"), JobField.RUNS) or 0)
 
@@ -109,6 +116,14 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
             90,
             what=f"{WINDOWS} cron windows",
         )
+        wait_for(
+            lambda: (
+                client.xlen(keys.check_transitions("down")) >= 1
+                and client.zcard(keys.transition_outbox()) == 0
+            ),
+            60,
+            what="the down check's transition recorded and delivered",
+        )
         for proc in procs.started:
             assert proc.alive(), proc.output()[-3000:]
     finally:
@@ -119,6 +134,7 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
         assert client.xlen(keys.results(uid)) >= 2, uid
         assert client.hget(keys.last_result(uid), "local"), uid
         assert target.hits(f"/named/{uid}") >= 2, uid
+    assert client.hget(keys.check_state("down"), CheckStateField.STATE) == "down"
     # cron: once per window from two beats
     per_window = Counter(r["window"] for r in cron_runs(witness))
     assert len(per_window) >= WINDOWS
