@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.exceptions import NoScriptError
 
 from celery_app.cluster_url import parse_cluster_url
 from celery_app.redis.schema import Keys
+from celery_app.redis.scripts import forget_loaded
 from celery_app.settings import Settings
 
 
@@ -31,6 +33,19 @@ class _Pipeline(ClusterPipeline):
 
     def time(self, **kwargs: Any) -> Any:
         return self.execute_command("TIME", **kwargs)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        """As the parent's; a NOSCRIPT makes the next pipelined script call reload the script
+        on every primary (the failed call is the caller's to retry, as after any error: the
+        other commands of the batch may have run, so it is not replayed here)."""
+        try:
+            results = super().execute(raise_on_error=raise_on_error)
+        except NoScriptError:
+            forget_loaded()
+            raise
+        if any(isinstance(result, NoScriptError) for result in results):
+            forget_loaded()
+        return results
 
 
 class Cluster(RedisCluster):
@@ -66,8 +81,3 @@ def time_from_check_half(client: RedisCluster, keys: Keys) -> None:
     """Make the node that owns the check half the client's default node (keyless commands,
     ``TIME`` above all, go there)."""
     client.set_default_node(client.get_node_from_key(keys.due()))
-
-
-def is_cluster_client(client: Any) -> bool:
-    """Whether ``client`` is a cluster client or a cluster pipeline."""
-    return isinstance(client, RedisCluster)

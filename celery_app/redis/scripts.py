@@ -22,6 +22,8 @@ from redis.commands.core import Script
 
 from celery_app.redis.schema import LUA_FIELD_TABLES
 
+_loaded: set[tuple[str, str]] = set()
+
 
 def load_on_primaries(pipe: ClusterPipeline, script: Script) -> None:
     """Load ``script`` on each primary of the cluster this process has not loaded it on yet
@@ -34,7 +36,10 @@ def load_on_primaries(pipe: ClusterPipeline, script: Script) -> None:
             _loaded.add(mark)
 
 
-_loaded: set[tuple[str, str]] = set()
+def forget_loaded() -> None:
+    """After a NOSCRIPT in a cluster pipeline (a node restarted at the same address lost its
+    script cache): the next pipelined call loads every script again."""
+    _loaded.clear()
 
 
 class KeyTable:
