@@ -5,13 +5,19 @@ today's key names."""
 
 from __future__ import annotations
 
-import pytest
+import socket
+from pathlib import Path
 
+import pytest
+from support.projects import run_module
+
+from celery_app.cli.common import EXIT_CANNOT_RUN
 from celery_app.cluster_url import ClusterUrl, parse_cluster_url
 from celery_app.redis.keyspace import state_keys
 from celery_app.settings import SettingsError, load_settings
 
 BROKER = "redis://127.0.0.1:6379/0"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -90,3 +96,21 @@ def test_plain_and_sentinel_urls_keep_todays_key_names(url):
     assert not keys.cluster
     assert keys.job("u@eu") == "checkbeat:job:u@eu"
     assert keys.cron_window("t", "x", "w") == "checkbeat:cron:win:t:x:w"
+
+
+def test_an_unreachable_cluster_is_one_line_naming_the_url_and_exits_2(tmp_path):
+    with socket.socket() as one, socket.socket() as two:  # bound, then released: nothing listens
+        one.bind(("127.0.0.1", 0))
+        two.bind(("127.0.0.1", 0))
+        ports = one.getsockname()[1], two.getsockname()[1]
+    url = f"redis+cluster://:s3cret@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    done = run_module(
+        "celery", "-A", "celery_app", "checks", "list", cwd=tmp_path, pythonpath=[REPO],
+        CHECKBEAT_REDIS_URL=url, CHECKBEAT_BROKER_URL=BROKER,
+    )  # fmt: skip
+    assert done.returncode == EXIT_CANNOT_RUN, done.stderr
+    masked = f"redis+cluster://:***@127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    assert done.stderr.splitlines() == [
+        f"Error: cannot reach Redis at {masked} (Connection refused); is it running? "
+        "(CHECKBEAT_REDIS_URL)"
+    ], done.stderr

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException
 
 from celery_app.cluster_url import parse_cluster_url
 from celery_app.redis.schema import Keys
@@ -64,15 +65,18 @@ def cluster_client(url: str, settings: Settings, **options: Any) -> RedisCluster
     from celery_app.redis.tls import tls_options
 
     parsed = parse_cluster_url(url)
-    client = Cluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in parsed.nodes],
-        username=parsed.username,
-        password=parsed.password,
-        socket_keepalive=True,
-        health_check_interval=30,
-        **(tls_options(settings) if parsed.tls else {}),
-        **options,
-    )
+    try:  # RedisCluster connects here, a plain client at its first command
+        client = Cluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in parsed.nodes],
+            username=parsed.username,
+            password=parsed.password,
+            socket_keepalive=True,
+            health_check_interval=30,
+            **(tls_options(settings) if parsed.tls else {}),
+            **options,
+        )
+    except RedisClusterException as exc:  # as a plain Redis that is down: a ConnectionError
+        raise redis.ConnectionError(str(exc)) from exc
     time_from_check_half(client, Keys(settings.key_prefix, cluster=True))
     return mark_client(client, settings, sentinel=False)
 
