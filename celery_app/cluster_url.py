@@ -7,7 +7,7 @@ and the comma list gives more than one startup node (any one that answers is eno
 has only database 0, so a ``/db`` other than 0 is refused rather than silently ignored.
 
 Pure parsing (no redis import): :mod:`celery_app.settings` validates the URL with it, and
-:mod:`celery_app.redis.keyspace` builds the client from the parsed form.
+:mod:`celery_app.redis.cluster` builds the client from the parsed form.
 """
 
 from __future__ import annotations
