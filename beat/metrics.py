@@ -35,7 +35,7 @@ from celery_app.metrics.server import (
     start_or_log,
 )
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 
 MIN_INTERVAL_S = 1.0
 
@@ -101,7 +101,7 @@ class BeatObserver:
             return
         client = get_redis(settings.redis_url, settings)
         broker = get_redis(settings.effective_broker_url, settings)
-        keys = Keys(settings.key_prefix)
+        keys = state_keys(settings)
         state = CheckStateCollector(client, broker, keys, settings.regions)
         exporter = CheckExporter(client, keys, settings.metrics_checks_page_size)
         self.exporter = exporter.start_refresh()

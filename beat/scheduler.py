@@ -42,7 +42,7 @@ from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class CronScheduler(Scheduler):
         app.loader.import_default_modules()
         settings = settings_of(app)
         client = get_redis(settings.redis_url, settings)
-        keys = Keys(settings.key_prefix)
+        keys = state_keys(settings)
         self.runtime = RuntimeStore(client, keys)
         self._runtime_version = self.runtime.version()
         # A duplicate id, a solar or unknown beat_schedule entry: refuse to start, naming it.

@@ -49,6 +49,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from celery_app.cluster_url import ClusterUrlError, is_cluster_url, parse_cluster_url
+
 ENV_PREFIX = "CHECKBEAT_"
 #: The namespace of checkbeat's keys in a Celery app's configuration (``app.conf.checkbeat_x``).
 CONF_PREFIX = "checkbeat_"
@@ -316,15 +318,18 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description=(
-            "Redis holding checkbeat's state (checks, jobs, cron state, leases). In your own "
-            "app it defaults to the app's broker_url when that is a redis:// or rediss:// URL."
+            "Redis holding checkbeat's state (checks, jobs, cron state, leases): redis://, "
+            "rediss://, sentinel://... or a Redis Cluster, redis+cluster://h:p[,h:p...] "
+            "(docs/high-availability.md). In your own app it defaults to the app's broker_url "
+            "when that is a redis:// or rediss:// URL."
         ),
     )
     broker_url: str | None = Field(
         None,
         description=(
             "Celery broker URL of the ready-made app (celery -A celery_app); defaults to "
-            "CHECKBEAT_REDIS_URL. Your own app keeps its own broker_url."
+            "CHECKBEAT_REDIS_URL (required when that is a Redis Cluster: kombu has no Cluster "
+            "transport). Your own app keeps its own broker_url."
         ),
     )
     redis_tls_cert_reqs: str = Field(
@@ -642,6 +647,24 @@ class Settings(BaseSettings):
             listen_address(value)
         return value
 
+    @field_validator("redis_url", "broker_url")
+    @classmethod
+    def _cluster_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A cluster URL must parse; the broker may not be one (kombu has no Cluster
+        transport, celery/celery#2852): docs/high-availability.md, "Redis Cluster"."""
+        if not is_cluster_url(value):
+            return value
+        if info.field_name == "broker_url":
+            raise ValueError(
+                "the broker cannot be a Redis Cluster (kombu has no Cluster transport, "
+                "celery/celery#2852): use a redis:// or sentinel:// broker"
+            )
+        try:
+            parse_cluster_url(value)  # type: ignore[arg-type]
+        except ClusterUrlError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("redis_tls_cert_reqs")
     @classmethod
     def _cert_reqs(cls, value: str) -> str:
@@ -729,6 +752,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Settings:
+        if is_cluster_url(self.redis_url) and not self.broker_url:
+            raise ValueError(
+                f"{_name('broker_url')} must be set when {_name('redis_url')} is a Redis Cluster: "
+                "the broker stays a plain or Sentinel Redis (kombu has no Cluster transport, "
+                "celery/celery#2852)"
+            )
+        if is_cluster_url(self.redis_url) and self.redis_wait_replicas > 0:
+            raise ValueError(
+                f"{_name('redis_wait_replicas')} ({self.redis_wait_replicas}) must be 0 or -1 with "
+                "a Redis Cluster state store: WAIT covers one connection's writes, and a cluster "
+                "client spreads them over nodes"
+            )
         if self.fast_lane_reserved >= self.pool_size:
             raise ValueError(
                 f"{_name('fast_lane_reserved')} ({self.fast_lane_reserved}) must be smaller than "

@@ -34,7 +34,7 @@ pytest_plugins = [
     "checks_fixtures",  # settings, keys, store, test_kind, dispatcher_app, broker
     "worker_fixtures",  # make_app, run_worker, start_worker_process, target, claim, ...
     "faults.fault_report",  # fault_report, and the fault suite's table
-    "ha_fixtures",  # sentinel_deployment
+    "ha_fixtures",  # sentinel_deployment, redis_cluster
 ]
 
 BROKER_DB = 0

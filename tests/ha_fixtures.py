@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from support.cluster import LocalCluster
 from support.sentinel import SentinelDeployment
 
 from celery_app.redis.client import reset_clients
@@ -19,3 +20,14 @@ def sentinel_deployment(tmp_path) -> Iterator[SentinelDeployment]:
     finally:
         reset_clients()
         deployment.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path) -> Iterator[LocalCluster]:
+    """Three Redis Cluster masters on loopback (slots assigned by the test), stopped after."""
+    cluster = LocalCluster(tmp_path / "cluster").start()
+    try:
+        yield cluster
+    finally:
+        reset_clients()
+        cluster.stop()

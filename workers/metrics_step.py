@@ -32,7 +32,8 @@ from celery_app.metrics.server import (
     start_or_log,
 )
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import CronOutcome, Keys
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import CronOutcome
 from celery_app.registry import registry_of
 from workers.roles import WorkerRole, parse_check_queue
 from workers.worker_step import CheckWorkerStep
@@ -54,7 +55,7 @@ class WorkerHealth:
         settings = settings_of(w.app)
         self.client = get_redis(settings.redis_url, settings)
         self.broker = get_redis(settings.effective_broker_url, settings)
-        self.keys = Keys(settings.key_prefix)
+        self.keys = state_keys(settings)
 
     @property
     def role(self) -> WorkerRole | None:

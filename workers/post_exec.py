@@ -40,7 +40,8 @@ from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import QuarantineStep, split_job_id
 from scheduling_core import Params
 from workers.outcome import RunOutcome
 
@@ -59,7 +60,7 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     """
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
-    keys = Keys(settings.key_prefix)
+    keys = state_keys(settings)
     try:
         health_of = HealthPlanner(
             client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
@@ -107,7 +108,7 @@ def publish_transition(app: Celery, transition_id: str) -> None:
     client = get_redis(settings.redis_url, settings)
     try:
         claim_and_publish(
-            app, client, Keys(settings.key_prefix), settings, server_time(client), [transition_id]
+            app, client, state_keys(settings), settings, server_time(client), [transition_id]
         )
     except Exception:
         log.exception("checkbeat: publishing transition %s failed; beat retries", transition_id)

@@ -32,7 +32,8 @@ from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import from_time_reply, server_time
-from celery_app.redis.schema import JobField, Keys, QuarantineStep
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import JobField, QuarantineStep
 from celery_app.registry import registry_of
 from scheduling_core import Params
 from scheduling_core.on_tick import tick_wait
@@ -80,7 +81,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
     client = get_redis(settings.redis_url, settings)
-    keys = Keys(settings.key_prefix)
+    keys = state_keys(settings)
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(request.job_id))
     pipe.hgetall(keys.check(request.uid))

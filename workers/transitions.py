@@ -25,7 +25,8 @@ from celery_app.checks.transitions import (
 )
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import DeliveryOutcome, Keys, TransitionStart
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import DeliveryOutcome, TransitionStart
 from celery_app.registry import registry_of
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def deliver_transition(self: Any, transition_id: str) -> dict[str, Any]:
     delivery holds it."""
     settings = settings_of(self.app)
     client = get_redis(settings.redis_url, settings)
-    keys = Keys(settings.key_prefix)
+    keys = state_keys(settings)
     owner = self.request.id or transition_id
     verdict, payload = start_delivery(client, keys, settings, transition_id, owner, time.time())
     if verdict != TransitionStart.RUN or payload is None:

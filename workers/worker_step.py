@@ -16,7 +16,7 @@ from celery.exceptions import ImproperlyConfigured
 
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 from workers.roles import CapacityRegistration, RoleError, plan_role, role_from_queues
 from workers.runner import on_stuck_change, stuck_probes
 from workers.warmup import warm_up
@@ -68,7 +68,7 @@ class CheckWorkerStep(bootsteps.StartStopStep):
         warm_up(w.app)  # before the registration offers any slot
         return CapacityRegistration(
             get_redis(self._settings.redis_url, self._settings),
-            Keys(self._settings.key_prefix),
+            state_keys(self._settings),
             w.hostname,
             self.plan,
             stuck=stuck_probes,

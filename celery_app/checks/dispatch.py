@@ -62,7 +62,8 @@ from celery_app.metrics import record as metrics
 from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import from_time_reply, server_time
-from celery_app.redis.schema import Keys, QuarantineStep
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 from scheduling_core.health import State
@@ -132,7 +133,7 @@ class Dispatcher:
         self.settings = settings
         self.interval = settings.dispatch_interval
         self.lead = settings.dispatch_lead
-        self.keys = Keys(settings.key_prefix)
+        self.keys = state_keys(settings)
         self.redis = client or get_redis(settings.redis_url, settings)
         self.params = Params.from_settings(settings)
         self.regions = tuple(regions or settings.regions)

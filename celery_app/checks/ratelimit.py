@@ -49,7 +49,7 @@ def set_rate_limit(
     """
     per_minute, burst = validate_rate_limit(tenant, per_minute, burst)
     key = keys.rate_limit(tenant)
-    pipe = client.pipeline()  # one transaction: a bucket is never outside the index
+    pipe = client.pipeline(transaction=True)  # a bucket is never outside the index
     pipe.hset(
         key,
         mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
@@ -96,7 +96,7 @@ def _number_within(value: object, low: float, high: float, *, low_open: bool) ->
 
 def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
     """Remove the bucket: the tenant is unlimited again. False if it had none."""
-    pipe = client.pipeline()
+    pipe = client.pipeline(transaction=True)  # (a cluster pipeline's default is none)
     pipe.delete(keys.rate_limit(tenant))
     pipe.srem(keys.rate_limited_tenants(), tenant)
     deleted, _ = pipe.execute()

@@ -40,6 +40,7 @@ from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to
 from celery_app.checks.maintenance import MaintenanceStore
 from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import JobField, Keys, maintenance_scope
 from celery_app.redis.scripts import run_script
 from celery_app.registry import SHARED, Registry, registry_of
@@ -175,7 +176,7 @@ class CheckStore:
         from celery_app.redis.client import get_redis
 
         client = get_redis(settings.redis_url, settings)
-        return cls(client, Keys(settings.key_prefix), settings, registry=registry)
+        return cls(client, state_keys(settings), settings, registry=registry)
 
     @classmethod
     def for_app(cls, app: Celery) -> CheckStore:

@@ -37,7 +37,8 @@ from celery_app.cli.maintenance import (
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
-from celery_app.redis.schema import LANE_NAMES, Keys, ResultField, split_job_id
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import LANE_NAMES, ResultField, split_job_id
 
 
 def _store(ctx: click.Context) -> CheckStore:
@@ -359,7 +360,7 @@ def ratelimit(
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), state_keys(settings)
     if off:
         removed = clear_rate_limit(client, keys, tenant)
         name = escape(tenant)
@@ -400,7 +401,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
     settings = settings_of(ctx.obj.app)
     report = repair(
         get_redis(settings.redis_url, settings),
-        Keys(settings.key_prefix),
+        state_keys(settings),
         Params.from_settings(settings),
         datetime.now(UTC),
     )
@@ -425,7 +426,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     settings = settings_of(ctx.obj.app)
     from celery_app.redis.client import get_redis
 
-    client, keys = get_redis(settings.redis_url, settings), Keys(settings.key_prefix)
+    client, keys = get_redis(settings.redis_url, settings), state_keys(settings)
     caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
     quarantined = read_quarantine(client, keys)

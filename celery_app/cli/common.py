@@ -63,7 +63,10 @@ def _reason(exc: BaseException) -> str:
 
 def _endpoint(url: str) -> str:
     parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port or 6379}"
+    try:
+        return f"{parts.hostname}:{parts.port or 6379}"
+    except ValueError:  # redis+cluster://h:p,h:p has no one port
+        return parts.netloc
 
 
 def redis_unreachable(exc: redis.RedisError, settings: Settings) -> str:

@@ -14,12 +14,12 @@ from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.tenants import TenantError, validate_tenant
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 
 
 def _set(ctx: click.Context) -> tuple[object, str]:
     settings = settings_of(ctx.obj.app)
-    return get_redis(settings.redis_url, settings), Keys(settings.key_prefix).tenants()
+    return get_redis(settings.redis_url, settings), state_keys(settings).tenants()
 
 
 @click.group(name="tenants", cls=CheckbeatGroup)

@@ -32,6 +32,7 @@ from celery_app.cron_tasks.store import CronStore
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronOutcome, CronStateField, Keys
 
 log = logging.getLogger(__name__)
@@ -41,16 +42,16 @@ RUN_CLAIMED_ATTR = "checkbeat_cron_run_claimed"
 
 
 @lru_cache(maxsize=8)
-def _store(client: Any, prefix: str, grace_s: float) -> CronStore:
+def _store(client: Any, keys: Keys, grace_s: float) -> CronStore:
     from datetime import timedelta
 
-    return CronStore(client, Keys(prefix), timedelta(seconds=grace_s))
+    return CronStore(client, keys, timedelta(seconds=grace_s))
 
 
 def store_for(app: Celery) -> CronStore:
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
-    return _store(client, settings.key_prefix, settings.cron_grace.total_seconds())
+    return _store(client, state_keys(settings), settings.cron_grace.total_seconds())
 
 
 def _cron_headers(source: Any) -> tuple[str, str, str, bool] | None:

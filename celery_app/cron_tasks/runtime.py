@@ -30,6 +30,7 @@ from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronSource, Keys, Overlap, RuntimeField
 from scheduling_core.cron import CronError, parse
 
@@ -389,7 +390,7 @@ def _decoded(fields: Mapping[Any, Any]) -> dict[str, str]:
 
 def runtime_store(app: Celery) -> RuntimeStore:
     settings = settings_of(app)
-    return RuntimeStore(get_redis(settings.redis_url, settings), Keys(settings.key_prefix))
+    return RuntimeStore(get_redis(settings.redis_url, settings), state_keys(settings))
 
 
 def _refuse_code_shadow(app: Celery, task_id: str) -> None:

@@ -38,6 +38,7 @@ from celery_app.cron_tasks.store import CronStore, FireRequest, split_member, ta
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import (
     CRON_FINISHED,
     CronGapField,
@@ -45,7 +46,6 @@ from celery_app.redis.schema import (
     CronSkipReason,
     CronStateField,
     CronStatsField,
-    Keys,
 )
 
 #: Recorded gaps older than this are history, not a finding.
@@ -108,7 +108,7 @@ class CronService:
         self.app = app
         self.settings = settings_of(app)
         self.clock = clock or clock_from_env().now
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = state_keys(self.settings)
         self.store = CronStore(
             get_redis(self.settings.redis_url, self.settings), self.keys, self.settings.cron_grace
         )

@@ -19,6 +19,7 @@ from celery import Celery
 from celery_app.factory import settings_of
 from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys
 from celery_app.registry import TENANTS, THE_PROVIDER, declaring_registry, origin_of, registry_of
 
@@ -89,7 +90,7 @@ def resolve_tenants(app: Celery) -> TenantsSource | None:
     """The app's tenants source, or None when per-tenant tasks must not fire."""
     settings = settings_of(app)
     choice = settings.tenants_provider
-    keys = Keys(settings.key_prefix)
+    keys = state_keys(settings)
     if choice == "none":
         return None
     if choice == "auto":

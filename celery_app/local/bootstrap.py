@@ -21,7 +21,7 @@ from celery_app.local.embedded_redis import RedisServer
 from celery_app.local.lateness import LatenessWindow
 from celery_app.local.status import collect_status, write_env_file
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 from celery_app.settings import load_settings
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def add_demo_data(stack: Stack, echo: Callable[[str], None]) -> None:
     """Demo tenants and checks, created once (a restart keeps what the embedded Redis has)."""
     settings = settings_of(stack.app)
     client = get_redis(settings.redis_url, settings)
-    client.sadd(Keys(settings.key_prefix).tenants(), *DEMO_TENANTS)
+    client.sadd(state_keys(settings).tenants(), *DEMO_TENANTS)
     store = CheckStore.for_app(stack.app)
     base = stack.demo_target.base_url  # type: ignore[union-attr]
     created = 0

@@ -26,6 +26,7 @@ from celery_app.factory import settings_of
 from celery_app.local.lateness import LatenessWindow, scrape, summary
 from celery_app.metrics import endpoints
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import LANE_NAMES, CheckStateField, CronStateField, Keys, check_queue
 
 ENV_FILE = "env.json"
@@ -217,7 +218,7 @@ def collect_status(app: Celery, lateness: LatenessWindow | None = None) -> dict[
     """Everything the view shows, as plain JSON-able data. Start lateness is read from the
     workers' histograms: over ``lateness``'s window, or since they started."""
     settings = settings_of(app)
-    keys = Keys(settings.key_prefix)
+    keys = state_keys(settings)
     metrics = _metrics(app, keys)
     workers = [m["metrics"] for m in metrics if m.get("role") == "worker"]
     late = lateness.read(workers) if lateness is not None else summary(scrape(workers))

@@ -16,6 +16,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from celery_app.cluster_url import is_cluster_url
 from celery_app.redis.sentinel import (
     is_sentinel_url,
     parse_sentinel_url,
@@ -58,6 +59,10 @@ def get_redis(url: str, settings: Settings) -> redis.Redis:
 def _connect(url: str, settings: Settings, tls: dict[str, Any], **options: Any) -> redis.Redis:
     if is_sentinel_url(url):
         return sentinel_master(url, settings, **options)
+    if is_cluster_url(url):
+        from celery_app.redis.cluster import cluster_client
+
+        return cluster_client(url, settings, **options)  # type: ignore[return-value]
     from celery_app.redis.replication import mark_client
 
     client = redis.Redis.from_url(

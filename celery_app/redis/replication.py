@@ -23,6 +23,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from redis.cluster import RedisCluster
+
 from celery_app.redis.scripts import run_script
 from celery_app.settings import Settings
 
@@ -99,7 +101,12 @@ def shortfalls() -> int:
 def run_replicated(
     client: Any, name: str, keys: Sequence[str], args: Sequence[Any], what: str
 ) -> Any:
-    """``run_script(client, name, keys, args)``, then WAIT on the same connection; its answer."""
+    """``run_script(client, name, keys, args)``, then WAIT on the same connection; its answer.
+
+    On a Redis Cluster (no WAIT: settings refuse replicas there) the script runs alone, so a
+    NOSCRIPT after a failover or reshard is answered by redis-py loading it again."""
+    if isinstance(client, RedisCluster):
+        return run_script(client, name, keys, args)
     pipe = client.pipeline(transaction=False)
     run_script(pipe, name, keys, args)
     queued = queue_wait(pipe, client)

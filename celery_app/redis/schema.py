@@ -16,6 +16,9 @@ from enum import IntEnum, StrEnum
 from scheduling_core.health import State
 
 LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
+#: Redis Cluster hash tags of the two halves of the keyspace (``Keys(prefix, cluster=True)``).
+CHECKS_TAG = "{checks}"
+CRON_TAG = "{cron}"
 
 
 class CheckField(StrEnum):
@@ -163,26 +166,46 @@ def check_queue(region: str, lane: int | str) -> str:
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one prefix (``CHECKBEAT_KEY_PREFIX``)."""
+    """Key names under one prefix (``CHECKBEAT_KEY_PREFIX``).
+
+    With ``cluster=True`` (the state store is a Redis Cluster, :func:`celery_app.redis.keyspace.
+    state_keys`) every key carries one of two hash tags after the prefix: the check half
+    (``<prefix>:{checks}:...``) and the cron half (``<prefix>:{cron}:...``), so every script
+    touches one slot (a completion writes a job, the due index, the check's state and every
+    region's job at once; a cron claim takes up to 500 tasks' windows and the pending record).
+    Without it the names are those of a plain or Sentinel Redis, unchanged
+    (docs/high-availability.md, "Redis Cluster").
+    """
 
     prefix: str
+    cluster: bool = False
+
+    @property
+    def _checks(self) -> str:
+        """The head of every key of the check half (jobs, indexes, workers, state, metrics)."""
+        return f"{self.prefix}:{CHECKS_TAG}" if self.cluster else self.prefix
+
+    @property
+    def _cron(self) -> str:
+        """The head of every key of the cron half (windows, runs, records, tenants, beats)."""
+        return f"{self.prefix}:{CRON_TAG}" if self.cluster else self.prefix
 
     # --- cron tasks ----------------------------------------------------------------------
     def cron_window(self, task_id: str, tenant: str, window: str) -> str:
         """Taken with SET NX PX by the one replica that fires this (task, tenant, window)."""
-        return f"{self.prefix}:cron:win:{task_id}:{tenant}:{window}"
+        return f"{self._cron}:cron:win:{task_id}:{tenant}:{window}"
 
     def cron_inflight(self, task_id: str, tenant: str) -> str:
         """Set at send, deleted by the worker at the end of the run; TTL = the task timeout."""
-        return f"{self.prefix}:cron:inflight:{task_id}:{tenant}"
+        return f"{self._cron}:cron:inflight:{task_id}:{tenant}"
 
     def cron_state(self, task_id: str, tenant: str) -> str:
         """Hash: last window, last run start/end, outcome, error, counters."""
-        return f"{self.prefix}:cron:state:{task_id}:{tenant}"
+        return f"{self._cron}:cron:state:{task_id}:{tenant}"
 
     def cron_stats(self, task_id: str) -> str:
         """Hash per task (all tenants): last window handled, first window seen, counters."""
-        return f"{self.prefix}:cron:stats:{task_id}"
+        return f"{self._cron}:cron:stats:{task_id}"
 
     def cron_pending(self) -> str:
         """Hash claim id -> JSON {owner, at, members}: claims not yet confirmed published.
@@ -190,194 +213,194 @@ class Keys:
         Written in the claim's own round trip; a beat killed between taking window keys and
         publishing leaves its record here, so the loss is reported instead of silent.
         """
-        return f"{self.prefix}:cron:pending"
+        return f"{self._cron}:cron:pending"
 
     def cron_pending_lease(self) -> str:
         """ZSET claim id -> Unix s its lease ends (``CRON_CLAIM_LEASE_S`` after the claim): a
         claim still listed when its lease ends is taken over by one beat and published."""
-        return f"{self.prefix}:cron:pending:lease"
+        return f"{self._cron}:cron:pending:lease"
 
     def cron_run(self, task_id: str, tenant: str, window: str) -> str:
         """Taken with SET NX by the first delivery of a window that starts running; a second
         delivery (takeover after a slow publish, redelivery) finds it and is suppressed."""
-        return f"{self.prefix}:cron:run:{task_id}:{tenant}:{window}"
+        return f"{self._cron}:cron:run:{task_id}:{tenant}:{window}"
 
     def cron_failing(self) -> str:
         """Hash ``task|tenant`` -> last error: the pairs whose last run failed (diagnose index)."""
-        return f"{self.prefix}:cron:failing"
+        return f"{self._cron}:cron:failing"
 
     def cron_gaps(self) -> str:
         """List (newest first, capped) of JSON gap records: windows nobody fired."""
-        return f"{self.prefix}:cron:gaps"
+        return f"{self._cron}:cron:gaps"
 
     def cron_runtime(self, task_id: str) -> str:
         """Hash of one runtime schedule (``schedule add``): :class:`RuntimeField` fields."""
-        return f"{self.prefix}:cron:runtime:{task_id}"
+        return f"{self._cron}:cron:runtime:{task_id}"
 
     def cron_runtime_ids(self) -> str:
         """Set of the ids of every runtime schedule."""
-        return f"{self.prefix}:cron:runtime-ids"
+        return f"{self._cron}:cron:runtime-ids"
 
     def cron_runtime_version(self) -> str:
         """Counter INCRed by every runtime change: a beat reloads when it moves (one GET/tick)."""
-        return f"{self.prefix}:cron:runtime-version"
+        return f"{self._cron}:cron:runtime-version"
 
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
-        return f"{self.prefix}:tenants"
+        return f"{self._cron}:tenants"
 
     def beat_heartbeat(self) -> str:
         """Hash beat id -> last heartbeat (Unix s); diagnose reads it."""
-        return f"{self.prefix}:beat:heartbeats"
+        return f"{self._cron}:beat:heartbeats"
 
     # --- checks ----------------------------------------------------------------------------
     def check(self, uid: str) -> str:
         """Hash: the check definition."""
-        return f"{self.prefix}:check:{uid}"
+        return f"{self._checks}:check:{uid}"
 
     def checks(self) -> str:
         """Set of every check uid."""
-        return f"{self.prefix}:checks"
+        return f"{self._checks}:checks"
 
     def tenant_checks(self, tenant: str) -> str:
         """Set of the uids of one tenant's checks."""
-        return f"{self.prefix}:tenant:{tenant}:checks"
+        return f"{self._checks}:tenant:{tenant}:checks"
 
     def job(self, job: str) -> str:
         """Hash: one (check, region) job's scheduling state."""
-        return f"{self.prefix}:job:{job}"
+        return f"{self._checks}:job:{job}"
 
     def check_jobs(self, uid: str) -> str:
         """Set of the job ids of one check."""
-        return f"{self.prefix}:check:{uid}:jobs"
+        return f"{self._checks}:check:{uid}:jobs"
 
     def due(self) -> str:
         """ZSET job -> scheduled_at: jobs waiting for their tick."""
-        return f"{self.prefix}:due"
+        return f"{self._checks}:due"
 
     def ready(self, region: str, lane: int) -> str:
         """ZSET job -> effective_scheduled_at: due jobs of a (region, lane), in WFQ order."""
-        return f"{self.prefix}:ready:{region}:{LANE_NAMES[lane]}"
+        return f"{self._checks}:ready:{region}:{LANE_NAMES[lane]}"
 
     def leases(self, region: str, lane: int) -> str:
         """ZSET job -> lease expiry: claimed jobs in flight in a (region, lane)."""
-        return f"{self.prefix}:leases:{region}:{LANE_NAMES[lane]}"
+        return f"{self._checks}:leases:{region}:{LANE_NAMES[lane]}"
 
     def held(self, region: str, lane: int, tenant: str) -> str:
         """ZSET job -> effective_scheduled_at: due jobs of a (region, lane) that the tenant's
         token bucket turned away; released into the ready index as tokens come back."""
-        return f"{self.prefix}:held:{region}:{LANE_NAMES[lane]}:{tenant}"
+        return f"{self._checks}:held:{region}:{LANE_NAMES[lane]}:{tenant}"
 
     def held_tenants(self, region: str) -> str:
         """Set of tenants with held jobs in a region."""
-        return f"{self.prefix}:heldtenants:{region}"
+        return f"{self._checks}:heldtenants:{region}"
 
     def quarantine(self) -> str:
         """Set of the job ids set aside because their data made a dispatch step fail (the
         record is the job's ``JobField.QUARANTINE``); in no index until released (an update or
         enable of the check, or ``checks reconcile``, rebuilds them from the definition)."""
-        return f"{self.prefix}:quarantine"
+        return f"{self._checks}:quarantine"
 
     def lease_seq(self) -> str:
         """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``.
         ``claim.lua`` keeps it at or above Redis ``TIME`` in microseconds, and reconcile above
         every token a job holds, so a counter lost by a restore never reissues a live token."""
-        return f"{self.prefix}:leaseseq"
+        return f"{self._checks}:leaseseq"
 
     def run_started(self, job: str, lease_token: str) -> str:
         """Marker (``SET NX`` with a TTL past the run's deadline) that a run of this lease has
         started: a second delivery of the same message (a publish retried after its reply was
         lost, a duplicated queue entry) is dropped instead of probing the target twice."""
-        return f"{self.prefix}:started:{job}:{lease_token}"
+        return f"{self._checks}:started:{job}:{lease_token}"
 
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
-        return f"{self.prefix}:results:{uid}"
+        return f"{self._checks}:results:{uid}"
 
     def last_result(self, uid: str) -> str:
         """Hash region -> JSON of the last result in that region."""
-        return f"{self.prefix}:last:{uid}"
+        return f"{self._checks}:last:{uid}"
 
     def rate_limit(self, tenant: str) -> str:
         """Hash: a tenant's token bucket (rate per minute, burst, tokens, updated)."""
-        return f"{self.prefix}:ratelimit:{tenant}"
+        return f"{self._checks}:ratelimit:{tenant}"
 
     def rate_limited_tenants(self) -> str:
         """Set of the tenants that have a token bucket: written with the bucket in one
         transaction, so a claim can declare every bucket it may spend without reading the
         tenant of each candidate first."""
-        return f"{self.prefix}:ratelimited"
+        return f"{self._checks}:ratelimited"
 
     # --- workers ----------------------------------------------------------------------------
     def worker(self, hostname: str) -> str:
         """Hash with a TTL: region, role, queues, concurrency; refreshed by a heartbeat."""
-        return f"{self.prefix}:worker:{hostname}"
+        return f"{self._checks}:worker:{hostname}"
 
     def region_workers(self, region: str) -> str:
         """Set of worker hostnames registered for a region (stale ones have no worker key)."""
-        return f"{self.prefix}:workers:{region}"
+        return f"{self._checks}:workers:{region}"
 
     # --- metrics ----------------------------------------------------------------------------
     def metrics_endpoints(self) -> str:
         """Hash process name -> JSON {url, role, at}: where each beat and worker serves
         ``/metrics`` (refreshed while it runs; ``checkbeat status --json`` lists them)."""
-        return f"{self.prefix}:metrics:endpoints"
+        return f"{self._checks}:metrics:endpoints"
 
     # --- check state, transitions, maintenance ---------------------------------------------
     def check_state(self, uid: str) -> str:
         """Hash: the check's overall state (:class:`CheckStateField`); written by complete.lua
         and transition_release.lua, deleted with the check."""
-        return f"{self.prefix}:state:{uid}"
+        return f"{self._checks}:state:{uid}"
 
     def check_transitions(self, uid: str) -> str:
         """Stream (capped): the check's transitions, JSON (:class:`TransitionField`)."""
-        return f"{self.prefix}:transitions:{uid}"
+        return f"{self._checks}:transitions:{uid}"
 
     def tenant_transitions(self, tenant: str) -> str:
         """Stream (capped): every transition of the tenant's checks."""
-        return f"{self.prefix}:tenant:{tenant}:transitions"
+        return f"{self._checks}:tenant:{tenant}:transitions"
 
     def transition_outbox(self) -> str:
         """ZSET transition id -> Unix s it may be (re)published: transitions not yet delivered.
         A publisher claims one by moving its score past now; the delivery removes it."""
-        return f"{self.prefix}:transitions:outbox"
+        return f"{self._checks}:transitions:outbox"
 
     def transition_payloads(self) -> str:
         """Hash transition id -> its JSON, while it is in the outbox."""
-        return f"{self.prefix}:transitions:payloads"
+        return f"{self._checks}:transitions:payloads"
 
     def transition_delivery(self, transition_id: str) -> str:
         """String with a TTL: the Celery task id delivering the transition now (SET NX PX)."""
-        return f"{self.prefix}:transitions:delivering:{transition_id}"
+        return f"{self._checks}:transitions:delivering:{transition_id}"
 
     def transition_claims(self) -> str:
         """Hash transition id -> times it was claimed for publishing (each claim doubles the
         lease, so an unconsumed queue is not flooded with copies); cleared with the outbox entry."""
-        return f"{self.prefix}:transitions:claims"
+        return f"{self._checks}:transitions:claims"
 
     def transition_failed(self) -> str:
         """Hash transition id -> JSON {error, payload}: deliveries that exhausted their retries."""
-        return f"{self.prefix}:transitions:failed"
+        return f"{self._checks}:transitions:failed"
 
     def maintenance(self, scope: str) -> str:
         """Hash window id -> JSON window (cron, duration_s, timezone) of a scope:
         ``check:<uid>`` or ``tenant:<tenant>`` (:func:`maintenance_scope`)."""
-        return f"{self.prefix}:maintenance:{scope}"
+        return f"{self._checks}:maintenance:{scope}"
 
     def maintenance_scopes(self) -> str:
         """Set of the scopes that have maintenance windows."""
-        return f"{self.prefix}:maintenance-scopes"
+        return f"{self._checks}:maintenance-scopes"
 
     def maintenance_version(self) -> str:
         """String: a random token replaced by every window change (with it, in one transaction),
         so workers cache the windows they read and read them again only when it moves; absent
         while no window was ever written."""
-        return f"{self.prefix}:maintenance-version"
+        return f"{self._checks}:maintenance-version"
 
     def maintenance_held(self) -> str:
         """ZSET uid -> Unix s its window ends: checks whose state changed inside a window and
         whose transition waits for the end (beat releases them)."""
-        return f"{self.prefix}:maintenance:held"
+        return f"{self._checks}:maintenance:held"
 
 
 # --- cron tasks ----------------------------------------------------------------------------

@@ -17,9 +17,29 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 
 from celery_app.redis.schema import LUA_FIELD_TABLES
+
+_loaded: set[tuple[str, str]] = set()
+
+
+def load_on_primaries(pipe: ClusterPipeline, script: Script) -> None:
+    """Load ``script`` on each primary of the cluster this process has not loaded it on yet
+    (a primary that is new after a failover or a reshard is a new node name, so it is loaded
+    there before its first pipelined EVALSHA)."""
+    for node in pipe.get_primaries():
+        mark = (node.name, script.sha)
+        if mark not in _loaded:
+            node.redis_connection.script_load(script.script)
+            _loaded.add(mark)
+
+
+def forget_loaded() -> None:
+    """After a NOSCRIPT in a cluster pipeline (a node restarted at the same address lost its
+    script cache): the next pipelined call loads every script again."""
+    _loaded.clear()
 
 
 class KeyTable:
@@ -87,6 +107,11 @@ def run_script(
 ) -> Any:
     """Run ``celery_app/redis/lua/<name>.lua`` on ``client`` (a pipeline queues it instead).
 
-    EVALSHA first; redis-py loads the script on NOSCRIPT (also inside a pipeline).
+    EVALSHA first; redis-py loads the script on NOSCRIPT (also inside a pipeline). A Redis
+    Cluster pipeline does neither, so the script is loaded on every primary first
+    (:func:`celery_app.redis.cluster.load_on_primaries`).
     """
-    return _script(name)(keys=list(keys), args=list(args), client=client)
+    script = _script(name)
+    if isinstance(client, ClusterPipeline):
+        load_on_primaries(client, script)
+    return script(keys=list(keys), args=list(args), client=client)

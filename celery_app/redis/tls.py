@@ -28,7 +28,14 @@ def redis_tls_kwargs(url: str, settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``redis.Redis.from_url(url, ...)``: {} for plain ``redis://``."""
     if not is_tls_url(url):
         return {}
-    options: dict[str, Any] = {"ssl_cert_reqs": settings.redis_tls_cert_reqs}
+    options = tls_options(settings)
+    del options["ssl"]  # from_url reads it from the scheme
+    return options
+
+
+def tls_options(settings: Settings) -> dict[str, Any]:
+    """redis-py TLS keyword arguments from the ``redis_tls_*`` settings (a cluster's nodes)."""
+    options: dict[str, Any] = {"ssl": True, "ssl_cert_reqs": settings.redis_tls_cert_reqs}
     if settings.redis_tls_ca_file:
         options["ssl_ca_certs"] = settings.redis_tls_ca_file
     if settings.redis_tls_certfile:

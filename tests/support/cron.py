@@ -17,6 +17,7 @@ from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys
 
 
@@ -38,7 +39,7 @@ T0 = day_after_tomorrow(datetime.now(UTC))
 def store_of(app: Celery) -> CronStore:
     settings = settings_of(app)
     return CronStore(
-        get_redis(settings.redis_url, settings), Keys(settings.key_prefix), settings.cron_grace
+        get_redis(settings.redis_url, settings), state_keys(settings), settings.cron_grace
     )
 
 

@@ -1,0 +1,203 @@
+"""The keyspace is cluster-ready without a cluster: under ``Keys(prefix, cluster=True)`` every key
+is in the slot of its half (``{checks}`` or ``{cron}``), plain names are today's byte for byte,
+and every script call the code makes, from the store, the dispatcher, a real worker and the cron
+path, declares KEYS that hash to one slot, the slot of its half.
+
+The script calls are recorded by wrapping redis-py's ``Script.__call__`` (the one door every
+``run_script`` goes through) while the code runs on the suite's plain Redis with the tagged names
+(``celery_app.redis.keyspace`` is told the URL is a cluster); an untagged key in any script's
+KEYS hashes elsewhere and fails the test.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import defaultdict
+from datetime import timedelta
+from importlib import resources
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from redis.commands.core import Script
+from redis.crc import key_slot
+from support.cron import T0, make_engine, store_of
+from support.polling import wait_for
+
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.jobs import from_unix, read_job
+from celery_app.checks.ratelimit import set_rate_limit
+from celery_app.checks.repair import repair
+from celery_app.checks.store import CheckStore
+from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
+from celery_app.cron_tasks.service import CronService
+from celery_app.cron_tasks.store import FireRequest
+from celery_app.factory import create_app, settings_of
+from celery_app.redis import keyspace
+from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CronStateField, Keys, check_queue
+from celery_app.redis.scripts import lua_source
+from scheduling_core import Params
+
+CHECK_SLOT = key_slot(CHECKS_TAG.encode())
+CRON_SLOT = key_slot(CRON_TAG.encode())
+#: Keys methods of the cron half (every other one is the check half's).
+CRON_HALF = {
+    *(name for name in dir(Keys) if name.startswith("cron_")),
+    "tenants",
+    "beat_heartbeat",
+}
+#: Scripts of the cron half; every other script is the check half's.
+CRON_SCRIPTS = {"cron_claim", "cron_finish", "cron_gaps", "cron_start", "cron_takeover"}
+#: Argument values a key may be built from, hostile ones included (a brace in a tenant name must
+#: not move its key: only the first {...} of a key is its tag, and the tag comes first).
+ARGS = {
+    "task_id": ["t", "a{b}"],
+    "tenant": ["acme", "}{x}"],
+    "window": ["2026-01-01T00:00Z"],
+    "uid": ["u1", "{u}"],
+    "job": ["u1@eu"],
+    "region": ["eu"],
+    "lane": [0, 1],
+    "hostname": ["w@h{1}"],
+    "scope": ["check:u1"],
+    "transition_id": ["u1#3"],
+}
+
+
+def _key_methods() -> list[str]:
+    return [
+        name
+        for name, member in inspect.getmembers(Keys, inspect.isfunction)
+        if not name.startswith("_")
+    ]
+
+
+def _names(keys: Keys, method: str) -> list[str]:
+    params = [p for p in inspect.signature(getattr(Keys, method)).parameters if p != "self"]
+    combos: list[dict] = [{}]
+    for param in params:
+        combos = [{**c, param: v} for c in combos for v in ARGS[param]]
+    return [getattr(keys, method)(**combo) for combo in combos]
+
+
+def test_every_key_is_in_the_slot_of_its_half_and_plain_names_are_unchanged():
+    plain, tagged = Keys("cb"), Keys("cb", cluster=True)
+    assert CHECK_SLOT != CRON_SLOT
+    methods = _key_methods()
+    assert len(methods) > 40  # every Keys method, not a few
+    for method in methods:
+        tag = CRON_TAG if method in CRON_HALF else CHECKS_TAG
+        slot = CRON_SLOT if method in CRON_HALF else CHECK_SLOT
+        for name, old in zip(_names(tagged, method), _names(plain, method), strict=True):
+            assert name.startswith(f"cb:{tag}:"), (method, name)
+            assert key_slot(name.encode()) == slot, (method, name)
+            assert name.replace(f"cb:{tag}:", "cb:", 1) == old, (method, name)
+    assert Keys("cb").job("u@eu") == "cb:job:u@eu"  # today's names, byte for byte
+
+
+def _script_names() -> dict[str, str]:
+    lua = resources.files("celery_app").joinpath("redis", "lua")
+    names = [p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua")]
+    return {lua_source(name): name for name in names}
+
+
+@pytest.fixture
+def tagged_calls(monkeypatch):
+    """The process's ``state_keys`` give tagged names; every script call's KEYS are recorded."""
+    monkeypatch.setattr(keyspace, "is_cluster_url", lambda url: True)
+    by_source = _script_names()
+    calls: dict[str, list[list[str]]] = defaultdict(list)
+    original = Script.__call__
+
+    def recording(self, keys=None, args=None, client=None):  # type: ignore[no-untyped-def]
+        name = by_source.get(self.script)
+        if name is not None:  # kombu runs Lua of its own on the broker
+            calls[name].append([str(k) for k in keys or []])
+        return original(self, keys=keys, args=args, client=client)
+
+    monkeypatch.setattr(Script, "__call__", recording)
+    return calls
+
+
+def _assert_one_slot(calls: dict[str, list[list[str]]]) -> None:
+    for name, each in calls.items():
+        slot = CRON_SLOT if name in CRON_SCRIPTS else CHECK_SLOT
+        for keys in each:
+            slots = {key_slot(k.encode()) for k in keys}
+            assert slots == {slot}, (name, sorted(keys)[:5], slots)
+
+
+@pytest.mark.timeout(90)
+def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, test_kind, broker):
+    app = create_app(settings)
+    keys = keyspace.state_keys(settings)
+    assert keys.cluster
+    store = CheckStore(r, keys, settings)
+    now = time.time()
+    for i in range(6):
+        store.create(
+            uid=f"s{i}",
+            tenant=f"t{i % 2}",
+            kind=test_kind,
+            target="x",
+            period=60,
+            regions=["eu", "us"],
+            now=from_unix(now - 70),
+        )
+    set_rate_limit(r, keys, "t1", per_minute=600, burst=10)
+    dispatcher = Dispatcher(app, client=r)
+    queues = [check_queue("eu", "fast"), check_queue("eu", "slow")]
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, queues=queues):
+        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+
+        def all_ran() -> bool:
+            dispatcher.tick(now)
+            return all(read_job(r, keys, f"s{i}@eu").runs >= 1 for i in range(6))
+
+        wait_for(all_ran, 40, interval=0.05, what="every eu job run by the worker")
+    store.update("s0", period=120)
+    store.set_enabled("s1", False)
+    store.set_enabled("s1", True)
+    store.delete("s2")
+    repair(r, keys, Params.from_settings(settings), from_unix(now))
+    dispatcher.tick(now + 3600)  # reaps nothing live, promotes the next ticks
+    seen = set(tagged_calls)
+    assert {"store", "due", "promote", "top", "claim", "complete"} <= seen, seen
+    assert all(key.startswith(f"cbtest:{CHECKS_TAG}:") for key in r.scan_iter("cbtest:*"))
+    _assert_one_slot(tagged_calls)
+
+
+@pytest.mark.timeout(60)
+def test_every_cron_script_call_touches_one_slot(tagged_calls, cron_app, r):
+    ran: list[str] = []
+
+    @cron("* * * * *", app=cron_app, id="slots", name="slots.task")
+    def task():
+        ran.append("x")
+
+    assert settings_of(cron_app).key_prefix
+    req = FireRequest(cron_tasks(cron_app)["slots"], GLOBAL_TENANT, T0)
+    store = store_of(cron_app)
+    assert store.keys.cluster
+    store.claim([req], now=T0, owner="beat:slow")  # claimed, never confirmed: taken over
+    CronPublisher(cron_app, settings_of(cron_app).cron_grace).publish([req])
+    make_engine(cron_app, owner="engine-2").take_over(T0 + timedelta(seconds=30))
+    with start_worker(
+        cron_app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=10
+    ):
+        wait_for(
+            lambda: (
+                r.hget(store.keys.cron_state("slots", GLOBAL_TENANT), CronStateField.OUTCOME)
+                == "success"
+            ),
+            20,
+            what="the window run once",
+        )
+    gap = (req.task, T0 + timedelta(minutes=1), T0 + timedelta(minutes=5))
+    assert store.record_gaps([gap], T0 + timedelta(minutes=6), "test") == 1
+    CronService(cron_app, clock=lambda: T0 + timedelta(minutes=6)).diagnose()
+    seen = set(tagged_calls)
+    assert {"cron_claim", "cron_takeover", "cron_start", "cron_finish", "cron_gaps"} <= seen, seen
+    assert ran == ["x"]
+    _assert_one_slot(tagged_calls)
