@@ -62,6 +62,7 @@ ARGS = {
     "hostname": ["w@h{1}"],
     "scope": ["check:u1"],
     "transition_id": ["u1#3"],
+    "lease_token": ["17.2", "{t}"],
 }
 
 
