@@ -59,7 +59,9 @@ def stages(records: list[dict], beat: list[dict], worker: list[dict]) -> dict[st
     return row
 
 
-def run(entries: int, duration_s: float, profile: bool = False) -> dict[str, float]:
+def run(
+    entries: int, duration_s: float, profile: bool = False, concurrency: int = 4
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="checkbeat-cron-start-") as tmp:
         logs = Path(tmp)
         server = RedisServer(logs / "redis").start()
@@ -72,7 +74,9 @@ def run(entries: int, duration_s: float, profile: bool = False) -> dict[str, flo
                 CRON_START_PROFILE="1" if profile else "0",
             )
             state = redis.Redis.from_url(server.url(1))
-            worker = Worker("bench.cron_start_app", ["-c", "4", "-E"], env, logs / "worker.log")
+            worker = Worker(
+                "bench.cron_start_app", ["-c", str(concurrency), "-E"], env, logs / "worker.log"
+            )
             beat_log = (logs / "beat.log").open("wb")
             beat = None
             try:
@@ -115,10 +119,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--entries", type=int, default=5)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--profile", action="store_true", help="stamp and report every stage")
+    parser.add_argument("--concurrency", type=int, default=4, help="the worker's threads")
     args = parser.parse_args(argv)
     duration = 5.0 if args.quick else args.duration
-    row = run(args.entries, duration, args.profile)
-    print(f"\ncron window start -> task body start, {args.entries} entries every 1 s, idle:")
+    row = run(args.entries, duration, args.profile, args.concurrency)
+    print(
+        f"\ncron window start -> task body start, {args.entries} entries every 1 s, "
+        f"{args.concurrency} worker threads, idle:"
+    )
     for name, value in row.items():
         print(f"  {name:<28}{value:>10.2f}")
     return row
