@@ -2,9 +2,10 @@
 wall clocks are 2 s ahead and 2 s behind: every window runs exactly once, and no body starts
 before its window on Redis's clock.
 
-Real processes (``fault_procs.Processes``): two beats and two threads workers, each worker
-skewed with libfaketime (``faketime_env``; skipped with the reason when it is missing). Redis is
-not skewed, so its ``TIME`` is the real time every start is judged on. A worker that waited on
+Real processes (``fault_procs.Processes``): two beats and two threads workers, each worker (and
+in the slow variant both beats, +2 s: they fire 2 s early) skewed with libfaketime
+(``faketime_env``; skipped with the reason when it is missing). Redis is not skewed, so its
+``TIME`` is the real time every start is judged on. A worker that waited on
 its own clock would start the windows it got up to the lead early (the one ahead) or 2 s late
 (the one behind); one that did not wait at all would start every window up to the lead early.
 
@@ -38,7 +39,8 @@ HERE = Path(__file__).resolve().parent
 KEYS = Keys("cbtest")
 STAMPS = "faulttest:lead-stamps"
 SCHEDULES = [f"lead{i}" for i in range(3)]
-SKEWS = {"ahead@lead": 2.0, "behind@lead": -2.0}
+BEHIND = {"behind@lead": -2.0}
+SKEWS = {"ahead@lead": 2.0, **BEHIND}
 OBSERVE_S = 8.0  # Redis time, once both workers have run something
 SKEW_TOLERANCE_S = 0.3
 
@@ -81,6 +83,17 @@ def _stamps(r: redis.Redis) -> list[dict]:
 def test_windows_fired_ahead_run_once_and_never_early_on_skewed_workers(
     tmp_path, make_app, r, broker_url, fault_report
 ):
+    run_lead(tmp_path, make_app, r, broker_url, fault_report, 0.0, SKEWS)
+
+
+@pytest.mark.slow
+def test_a_beat_two_seconds_ahead_fires_early_and_its_windows_still_start_on_time(
+    tmp_path, make_app, r, broker_url, fault_report
+):
+    run_lead(tmp_path, make_app, r, broker_url, fault_report, 2.0, {"even@lead": 0.0, **BEHIND})
+
+
+def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
     if not FAKETIME_LIBS:
         pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
     redis.Redis.from_url(broker_url).flushdb()
@@ -92,14 +105,14 @@ def test_windows_fired_ahead_run_once_and_never_early_on_skewed_workers(
     procs = Processes(tmp_path, env)
     fired_ahead: list[float] = []  # last window - last claim time, sampled from the state
     try:
-        for name, skew in SKEWS.items():
+        for name, skew in skews.items():
             procs.worker("-P", "threads", "-c", "4", "-Q", "celery", "-n", name, **faked(skew, env))
         for schedule in SCHEDULES:
             add_schedule(app, schedule, task="leadskew.stamp", every="1s")
-        procs.beat()
-        procs.beat()
+        procs.beat(**faked(beat_skew, env))
+        procs.beat(**faked(beat_skew, env))
         wait_for(
-            lambda: {s["host"] for s in _stamps(r)} >= set(SKEWS),
+            lambda: {s["host"] for s in _stamps(r)} >= set(skews),
             60,
             interval=0.1,
             what="both workers to run a window",
@@ -140,10 +153,11 @@ def test_windows_fired_ahead_run_once_and_never_early_on_skewed_workers(
     ]
     offsets = {
         host: statistics.median(s["worker"] - s["server"] for s in stamps if s["host"] == host)
-        for host in SKEWS
+        for host in skews
     }
     fault_report.add(
-        "cron lead: 2 beats, workers +2 s and -2 s",
+        f"cron lead: 2 beats {beat_skew:+g} s, workers "
+        + " and ".join(f"{skew:+g} s" for skew in skews.values()),
         runs=len(stamps),
         duplicates=len(twice),
         early_starts=len(early),
@@ -153,9 +167,10 @@ def test_windows_fired_ahead_run_once_and_never_early_on_skewed_workers(
         late_max_ms=round(max(late) * 1000, 1) if late else None,
         measured_offsets_s={k: round(v, 3) for k, v in offsets.items()},
     )
-    for host, skew in SKEWS.items():  # the skew took effect
+    for host, skew in skews.items():  # the skew took effect
         assert offsets[host] == pytest.approx(skew, abs=SKEW_TOLERANCE_S), offsets
-    # (a sample may also pair a window skipped in flight with the previous one's claim time)
+    # (claim times are on beat's clock, as the windows it fires; a sample may also pair a
+    # window skipped in flight with the previous one's claim time)
     assert any(0 < a <= lead + 0.01 for a in fired_ahead), "beat never fired within the lead"
     assert not twice, twice[:10]
     assert not early, sorted(early, key=lambda e: e[1])[:10]
