@@ -2,7 +2,7 @@
 lead, cron_start.lua's refusal of an early start), against a real Redis.
 
 The worker's wait is on Redis's clock: these tests read Redis ``TIME`` to judge it, never this
-process's clock. The same under real skewed processes: tests/faults/test_cron_lead_skew.py.
+process's clock (only the fallback when Redis cannot be reached waits on the local clock). The same under real skewed processes: tests/faults/test_cron_lead_skew.py.
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ from celery import Celery
 from support.cron import T0, end_runs, make_engine
 
 from celery_app.clock import Clock
-from celery_app.cron_tasks.lead import fire_lead, real_instant, start_on_time, workers_wait
+from celery_app.cron_tasks.lead import (
+    fire_lead,
+    real_instant,
+    start_on_time,
+    wait_locally,
+    workers_wait,
+)
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore, Early
 from celery_app.factory import install
 from celery_app.redis.schema import CronSkipReason, CronStateField, Keys
+from scheduling_core.on_tick import MAX_LEAD_S
 
 KEYS = Keys("cbtest")
 MIN = timedelta(minutes=1)
@@ -153,3 +160,15 @@ def test_the_lead_applies_only_when_workers_run_checkbeats_recording(cron_app):
 
     declared = list(cron_tasks(cron_app).values())
     assert workers_wait(Celery("other", set_as_current=False), declared)  # every task @cron
+
+
+def test_without_redis_a_run_still_waits_for_its_window_on_the_local_clock():
+    pauses: list[float] = []
+    soon = second_id(datetime.now(UTC) + timedelta(seconds=2))
+    wait_locally(soon, sleep=pauses.append)
+    wait_locally(second_id(datetime.now(UTC) - timedelta(seconds=2)), sleep=pauses.append)
+    wait_locally(second_id(datetime.now(UTC) + timedelta(hours=1)), sleep=pauses.append)
+    wait_locally("not a window", sleep=pauses.append)
+    assert len(pauses) == 2  # the window 2 s ahead, and the bounded one an hour ahead
+    assert 1.0 < pauses[0] <= 2.0
+    assert pauses[1] == MAX_LEAD_S
