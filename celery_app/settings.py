@@ -417,8 +417,9 @@ class Settings(BaseSettings):
         description=_described(
             "How far ahead of a cron window's start beat fires it; the worker waits until the "
             "start (Redis time) before the run key and the body, so the body starts on time, "
-            "never before. Applies when workers run checkbeat's recording (install(app), or "
-            "every task @cron). 0 = fire at the start.",
+            "never before. Applies when workers run checkbeat's recording (install(app), "
+            "celery_app.cron_tasks.recording in imports, or every task @cron). 0 = fire at "
+            "the start.",
             "cron_lead",
         ),
     )
