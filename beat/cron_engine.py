@@ -20,6 +20,11 @@ call, a long GC, SIGSTOP) moves the steady clock as much as the wall clock, so i
 windows are handled as above. That needs each wall time paired with a steady time read at the
 same moment (:mod:`scheduling_core.clock_step`), which ``tick()`` without ``at`` does.
 
+The lead: windows fire ``lead`` before their start (``CHECKBEAT_CRON_LEAD``; the worker waits
+for the start on Redis's clock, :mod:`celery_app.cron_tasks.lead`), so a window is claimed, and
+a singleton's in-flight key judged, that much before its start. A window is missed only once its
+grace has passed by the clock itself, never because of the lead.
+
 Where a new engine starts: singletons at the oldest window whose grace has not passed, so a
 window a killed beat never claimed is fired late instead of lost; a window another engine already
 handled is offered again and its window key answers ``taken`` (it never runs twice).
@@ -97,6 +102,7 @@ class CronEngine:
         start: datetime | None = None,
         steady: Callable[[], float] | None = None,
         step_hold: timedelta = STEP_HOLD,
+        lead: timedelta = timedelta(0),
     ) -> None:
         self.tasks: tuple[CronTask, ...] = tuple(tasks)
         self.store = store
@@ -115,6 +121,8 @@ class CronEngine:
         self._first_window = first
         self.steady = steady
         self.step_hold = step_hold
+        #: How far ahead of its start a window fires (its worker waits for the start).
+        self.lead = lead
         self._anchor: tuple[float, float] | None = None  # (wall, steady) of the last trusted tick
         self._step_since: float | None = None  # steady time a forward step was first seen
         self._step_note = ""
@@ -180,6 +188,10 @@ class CronEngine:
     def next_due(self) -> datetime | None:
         """Start of the next window in which some task fires."""
         return _utc(self._heap[0][0]) if self._heap else None
+
+    def next_fire(self) -> datetime | None:
+        """When the next window fires: its start less the lead."""
+        return _utc(self._heap[0][0] - self.lead.total_seconds()) if self._heap else None
 
     def trusted(self, at: datetime, steady: float | None = None) -> datetime:
         """``at``, or while a forward clock step is held, the steady clock's idea of now
@@ -257,8 +269,9 @@ class CronEngine:
             at, steady = require_aware(at, "at"), self._steady_at(steady)
         at = self._follow_clock(at, steady)
         now_ts = at.timestamp()
-        # Heap entries are window starts, so "started by now" is "due".
-        current_ts = now_ts
+        # Heap entries are window starts, so "starts within the lead" is "due". A window fired
+        # ahead is not late: missed and grace are judged by ``now_ts`` itself.
+        current_ts = now_ts + self.lead.total_seconds()
         heap = self._heap
         if self._announced and (not heap or heap[0][0] > current_ts):
             return TickReport(at)

@@ -33,6 +33,7 @@ from beat.cron_engine import CronEngine
 from beat.metrics import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
+from celery_app.cron_tasks.lead import fire_lead
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import WINDOW, CronSpecError
 from celery_app.cron_tasks.runtime import RuntimeStore
@@ -156,6 +157,7 @@ class CronScheduler(Scheduler):
             owner=f"beat:{self.beat_id}",
             clock=self.clock,
             steady=self._steady,
+            lead=fire_lead(app, tasks),
         )
         try:
             store.prune_heartbeats(self.clock() - timedelta(days=1))
@@ -267,6 +269,7 @@ class CronScheduler(Scheduler):
             return
         self.sender.prepare(tasks)
         self.engine.set_tasks(tasks, now)
+        self.engine.lead = fire_lead(self.app, tasks)
         self._runtime_version = version
         log.info("cron: runtime schedules changed (version %s): %d tasks", version, len(tasks))
 
@@ -285,7 +288,7 @@ class CronScheduler(Scheduler):
 
     def _sleep_for(self, now: datetime) -> float:
         waits = [float(self.max_interval), self.heartbeat_every]
-        next_due = self.engine.next_due() if self.engine else None
+        next_due = self.engine.next_fire() if self.engine else None
         if self.engine is not None:
             now = self.engine.trusted(now)  # a held clock step must not make beat spin
         if next_due is not None:

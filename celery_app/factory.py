@@ -236,6 +236,12 @@ def install(app: Celery) -> Celery:
     return app
 
 
+def installed(app: Celery) -> bool:
+    """Whether :func:`install` was called on ``app`` (its workers then import checkbeat's
+    task modules, the cron-run recording among them)."""
+    return bool(getattr(app, _INSTALLED, False))
+
+
 def _complete_conf(sender: Celery, **_: Any) -> None:
     """Add the cron router and the scheduler to a configured app (again after a reload)."""
     conf = sender.conf

@@ -132,6 +132,7 @@ BOUNDS: dict[str, Bound] = {
     "lane_fast_threshold_ms": Bound(0, _DAY_MS, " ms", note="1 day"),
     "dispatch_interval": Bound(0, 60, " s", low_open=True),
     "dispatch_lead": Bound(0, 5, " s"),
+    "cron_lead": Bound(0, 0.5, " s"),
     "lease_margin": Bound(0, 3_600, " s", note="1 hour"),
     "tier_credit_per_weight": Bound(0, 3_600, " s", note="1 hour"),
     "tier_credit_max": Bound(0, _DAY_S, " s", note="1 day"),
@@ -163,6 +164,7 @@ _TIMEDELTAS = (
 _FLOAT_SECONDS = (
     "dispatch_interval",
     "dispatch_lead",
+    "cron_lead",
     "lease_margin",
     "transition_timeout",
     "redis_wait_timeout",
@@ -413,6 +415,17 @@ class Settings(BaseSettings):
             "How long after a cron window ends its messages may still be sent and run: a beat "
             "that was briefly stalled fires a missed window within it, a message expires at it.",
             "cron_grace",
+        ),
+    )
+    cron_lead: float = Field(
+        0.05,
+        description=_described(
+            "How far ahead of a cron window's start beat fires it; the worker waits until the "
+            "start (Redis time) before the run key and the body, so the body starts on time, "
+            "never before. Applies when workers run checkbeat's recording (install(app), "
+            "celery_app.cron_tasks.recording in imports, or every task @cron). 0 = fire at "
+            "the start.",
+            "cron_lead",
         ),
     )
     tenants_provider: str = Field(

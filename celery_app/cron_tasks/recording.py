@@ -13,6 +13,10 @@ and logged, and :class:`CronRunTask` (the base of every ``@cron`` task) raises C
 messages (a ``beat_schedule`` entry fired by the engine) asks :func:`claim_run` instead. If
 Redis cannot be reached at the start, the run goes ahead (it is logged): the window was
 published, and not running it would lose it.
+
+On time: a window fired ahead of its start (``CHECKBEAT_CRON_LEAD``) waits in the prerun
+handler until its start on Redis's clock, before the run key and the body
+(:mod:`celery_app.cron_tasks.lead`); the task's message and body are unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from celery import Celery, Task, states
 from celery.exceptions import Ignore, TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
 
+from celery_app.cron_tasks.lead import start_on_time, wait_locally
 from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.store import CronStore
@@ -110,17 +115,18 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
         return
     task_id, tenant, window, manual = cron
     try:
-        first = store_for(task.app).run_started(
+        first = start_on_time(
+            store_for(task.app),
             task_id,
             tenant,
             window,
             manual,
-            datetime.now(UTC),
             celery_id=request.id,
             hard_time_limit=_hard_limit(request),
         )
     except Exception:
         log.exception("cron: could not record the start of %s (%s, %s)", task_id, tenant, window)
+        wait_locally(window)
         return
     setattr(request, RUN_CLAIMED_ATTR, first is None)
     metrics.cron_run_started(request, task_id, first is None)

@@ -14,6 +14,7 @@ not yet confirmed) and ``cron_failing`` (pairs whose last run failed). Field nam
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,6 +46,14 @@ GAPS_KEPT = 1000  # gap records kept, newest first
 _CODES = {str(code.value): code for code in CronClaimCode}  # cron_claim.lua answers digits
 # Read as state hash fields by lost_claims (a lost claim fired, and no run of it started).
 _SENT_AND_RUN = (CronStateField.LAST_SENT_AT, CronStateField.LAST_RUN_WINDOW)
+
+
+@dataclass(frozen=True)
+class Early:
+    """A run start refused because its window has not started on the server's clock: nothing
+    was written; wait ``wait_s`` (measured on that clock) and ask again."""
+
+    wait_s: float
 
 
 @dataclass(frozen=True)
@@ -442,10 +451,14 @@ class CronStore:
         celery_id: str = "",
         *,
         hard_time_limit: float = 0.0,
-    ) -> str | None:
+        not_before: datetime | None = None,
+    ) -> str | Early | None:
         """Mark the window started (its run key, SET NX) and record the run; return None when
         this delivery may run, else the Celery id of the delivery that started the window first
         (this one is then counted as ``suppressed`` and must not run).
+
+        With ``not_before`` (the window's start), a delivery that arrives before it on Redis's
+        clock writes nothing and gets :class:`Early` instead (beat fired it within its lead).
 
         The run key lives until the window's deadline plus the hard limit plus a minute: no
         delivery of the window can start later than the deadline (its message expires)."""
@@ -466,9 +479,12 @@ class CronStore:
                 window,
                 now.timestamp(),
                 "1" if manual else "0",
+                0 if not_before is None else math.ceil(not_before.timestamp() * 1000),
             ],
             "a cron run key",
         )
+        if isinstance(answer, int) and answer < 0:
+            return Early(-answer / 1000.0)
         if isinstance(answer, bytes):
             answer = answer.decode()
         return None if answer == 1 else str(answer)

@@ -23,10 +23,8 @@ write-back of its result, Redis time). Also asserted: each lease expiry minus th
 
 from __future__ import annotations
 
-import glob
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,6 +34,7 @@ from pathlib import Path
 import pytest
 import redis
 from clock_kinds import stamps
+from faketime_env import FAKETIME_LIBS, faked
 from fault_procs import Processes, process_env
 from support.polling import wait_for
 
@@ -49,10 +48,8 @@ from scheduling_core import Params
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
-SHIM = HERE / "faketime_shim"
 KEYS = Keys("cbtest")
 QUEUES = "checks.local.fast,checks.local.slow"
-FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
 
 CHECKS = 20
 PERIOD = 10
@@ -66,19 +63,6 @@ ENV = {
     "CHECKBEAT_CHECK_TIMEOUT": "3",
     "CHECKBEAT_LEASE_MARGIN": "0.5",
 }
-
-
-def faked(skew: float, base: dict[str, str]) -> dict[str, str]:
-    """What to add to ``base`` (a process environment) to run it ``skew`` s off the real wall
-    clock: libfaketime, and the ``time.sleep`` shim its monotonic bug needs (faketime_shim)."""
-    if not skew:
-        return {}
-    return {
-        "LD_PRELOAD": FAKETIME_LIBS[0],
-        "FAKETIME": f"{skew:+g}",
-        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-        "PYTHONPATH": os.pathsep.join([str(SHIM), base["PYTHONPATH"]]),
-    }
 
 
 def reported_offsets(r: redis.Redis, sources: dict[str, tuple[str, str]]) -> dict[str, float]:
