@@ -2,7 +2,8 @@
 lead, cron_start.lua's refusal of an early start), against a real Redis.
 
 The worker's wait is on Redis's clock: these tests read Redis ``TIME`` to judge it, never this
-process's clock (only the fallback when Redis cannot be reached waits on the local clock). The same under real skewed processes: tests/faults/test_cron_lead_skew.py.
+process's clock (only the fallback when Redis cannot be reached waits on the local clock).
+The same under real skewed processes: tests/faults/test_cron_lead_skew.py.
 """
 
 from __future__ import annotations
