@@ -79,6 +79,14 @@ def stamp(self):
 """
 
 
+def _skipped(r: redis.Redis) -> dict[str, int]:
+    """Windows each schedule skipped behind a run still in flight, so far (its state)."""
+    return {
+        task: int(r.hget(KEYS.cron_state(task, GLOBAL_TENANT), CronStateField.SKIPPED) or 0)
+        for task in SCHEDULES
+    }
+
+
 def _stamps(r: redis.Redis) -> list[dict]:
     return [json.loads(raw) for raw in r.lrange(STAMPS, 0, -1)]
 
@@ -124,6 +132,7 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
         # second, and a singleton's next window is then rightly skipped as in flight.
         begin = server_time(r) + SETTLE_S
         state = KEYS.cron_state(SCHEDULES[0], GLOBAL_TENANT)
+        skipped_before = _skipped(r)
 
         def sample() -> bool:
             window, sent = r.hmget(state, CronStateField.LAST_WINDOW, CronStateField.LAST_SENT_AT)
@@ -135,6 +144,7 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
     finally:
         procs.stop_all()
 
+    skipped = {task: n - skipped_before.get(task, 0) for task, n in _skipped(r).items()}
     stamps = _stamps(r)
     starts = {(s["task"], s["window"]): s for s in stamps}
     runs = Counter((s["task"], s["window"]) for s in stamps)
@@ -151,6 +161,13 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
         for second in range(int(begin) + 1, int(begin + OBSERVE_S) - 1)
     }
     missing = sorted(expected - set(runs))
+    # a window is lost only if neither run nor recorded as skipped behind a run still in flight
+    # (a singleton fired ahead on a loaded machine may find the previous run unfinished)
+    lost = {
+        task: n
+        for task in SCHEDULES
+        if (n := sum(1 for t, _w in missing if t == task)) > skipped.get(task, 0)
+    }
     late = [
         s["server"] - datetime.fromisoformat(s["window"]).timestamp()
         for s in stamps
@@ -166,7 +183,8 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
         runs=len(stamps),
         duplicates=len(twice),
         early_starts=len(early),
-        misses=len(missing),
+        misses=sum(lost.values()),
+        skipped_in_flight=sum(skipped.values()),
         fired_ahead_ms=sorted(round(a * 1000, 1) for a in set(fired_ahead)),
         late_p50_ms=round(statistics.median(late) * 1000, 1) if late else None,
         late_max_ms=round(max(late) * 1000, 1) if late else None,
@@ -179,6 +197,6 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
     assert any(0 < a <= lead + 0.01 for a in fired_ahead), "beat never fired within the lead"
     assert not twice, twice[:10]
     assert not early, sorted(early, key=lambda e: e[1])[:10]
-    assert not missing, missing[:10]
+    assert not lost, (lost, skipped, missing[:10])
     # the worker behind did not wait on its own clock (2 s): every run started within a second
     assert max(late) < 1.0, sorted(late)[-5:]
