@@ -262,3 +262,17 @@ def test_tcp_probe_up_and_connect_refused(server):
     assert down.error_class == "connect"
     dns = tcp_probe("does-not-exist.invalid:80", {}, ctx())
     assert dns.error_class == "dns"
+
+
+def test_a_stored_http_config_is_validated_once_and_a_bad_one_every_time(server):
+    from workers.probes.http import _spec
+
+    stored = validate_http_config(server.url("/"), {"expected_status": ["2xx"], "headers": {}})
+    first = _spec(stored)
+    assert _spec(dict(stored)) is first  # an equal config (another run's copy): the same spec
+    assert first.expected_status == tuple(range(200, 300))
+    bad = http_probe(server.url("/"), {"expected_status": [700]}, ctx())
+    assert (bad.ok, bad.error_class) == (False, "error")
+    assert "within 100..599" in (bad.error or "")
+    again = http_probe(server.url("/"), {"expected_status": [700]}, ctx())
+    assert again.error == bad.error
