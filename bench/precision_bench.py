@@ -41,7 +41,7 @@ from celery import Celery
 from bench.http_target import DelayServer
 from bench.overload_bench import REPO, Worker, base_env, percentile
 from celery_app.local.embedded_redis import RedisServer
-from scheduling_core import next_aligned
+from scheduling_core import first_aligned
 
 TARGET = "/delay/0"
 WARMUP_S = 1.0  # ticks in the first second are left out (processes settle)
@@ -71,11 +71,11 @@ class Load:
         return t0 + round((index * 0.6180339887) % 1.0, 3)
 
     def first_tick(self, uid: str, now: float) -> float:
-        """checkbeat's first tick of ``uid`` created at ``now`` (``next_aligned``: the phase
+        """checkbeat's first tick of ``uid`` created at ``now`` (``first_aligned``: the phase
         floored to whole seconds, now's sub-second part carried over)."""
         period = timedelta(seconds=self.period_s)
         start = datetime.fromtimestamp(now, UTC)
-        return next_aligned(
+        return first_aligned(
             start, period, period, uid, "local", ["local"], timedelta(0)
         ).timestamp()
 

@@ -18,7 +18,13 @@ from scheduling_core.cron import CronError, Schedule, parse
 from scheduling_core.ewma import delay_sample_ms, update_ewma
 from scheduling_core.lanes import classify_lane
 from scheduling_core.params import Params, PostExecInput, PostExecState
-from scheduling_core.phases import jitter_for, next_aligned, region_index, region_spread
+from scheduling_core.phases import (
+    first_aligned,
+    jitter_for,
+    next_aligned,
+    region_index,
+    region_spread,
+)
 
 __all__ = [
     "COST_OFFSET_WEIGHT",
@@ -34,6 +40,7 @@ __all__ = [
     "Schedule",
     "classify_lane",
     "delay_sample_ms",
+    "first_aligned",
     "jitter_for",
     "next_aligned",
     "parse",

@@ -112,3 +112,29 @@ def next_aligned(
     phase_s = ((jitter_us + offset_us) % (job_period // _ONE_US)) // 1_000_000
     ahead_s = (phase_s - _instant.unix_second(now)) % period_s
     return _instant.add(now, timedelta(seconds=ahead_s or period_s))
+
+
+def first_aligned(
+    now: datetime,
+    base_period: timedelta,
+    job_period: timedelta,
+    check_uid: str,
+    region: str | None,
+    regions: Iterable[str],
+    spread: timedelta,
+) -> datetime:
+    """A new job's first tick: :func:`next_aligned`, except that ``now`` itself is the tick
+    when it sits inside the phase-aligned second (at most ``job_period`` minus a second ahead).
+
+    Why: :func:`next_aligned` skips now's own second so that a job that just fired does not
+    fire again within it; a job being placed has not fired, and skipping made one new check in
+    every ``period_s`` wait a whole period for its first run (behind every other new check's
+    first run, in the overload bench's second period). Same arguments as :func:`next_aligned`.
+    """
+    require_aware(now, "now")
+    if base_period <= _ZERO or job_period <= _ZERO or job_period % _ONE_SECOND:
+        return next_aligned(now, base_period, job_period, check_uid, region, regions, spread)
+    before = next_aligned(
+        now - _ONE_SECOND, base_period, job_period, check_uid, region, regions, spread
+    )
+    return max(before, now)

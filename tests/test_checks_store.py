@@ -56,7 +56,8 @@ def test_create_places_one_job_per_region_on_its_phase(store, r, keys):
     assert [j.region for j in jobs] == ["eu", "us", "ap"]
     for job in jobs:
         assert job.scheduled_at == r.zscore(keys.due(), job.job_id)
-        assert NOW.timestamp() < job.scheduled_at <= NOW.timestamp() + 60
+        # a new job's first tick: now itself (inside its phase second) up to a period ahead
+        assert NOW.timestamp() <= job.scheduled_at < NOW.timestamp() + 60
         # fresh job: effective deadline = scheduled_at; nothing learned yet
         assert job.effective_scheduled_at == job.scheduled_at
         assert (job.cost_ewma_ms, job.lane, job.runs) == (0.0, 0, 0)
@@ -230,3 +231,21 @@ def test_reconcile_leaves_a_running_job_to_its_completion(store, r, keys):
     assert complete_runs(r, keys, [CompletedRun("c1@eu", "run-1", state, nxt)]) == [True]
     us = read_job(r, keys, "c1@us")
     assert (int(us.scheduled_at) - int(nxt.timestamp())) % 30 == 15  # spread = 30 / 2
+
+
+def test_a_check_created_inside_its_phase_second_is_due_at_once(store, r, keys):
+    from scheduling_core import jitter_for
+
+    phase_s = int(jitter_for("c1", timedelta(seconds=60)).total_seconds())
+    minute = int(NOW.timestamp()) // 60 * 60
+    inside = at(minute + 60 + phase_s + 0.4)  # in the second the phase aligns to
+    defn = store.create(
+        now=inside, uid="c1", tenant="acme", kind="testprobe", target="https://x", period=60
+    )
+    (job,) = store.jobs("c1")
+    # not a whole period later: a new job has not just fired in this second
+    assert job.scheduled_at == pytest.approx(inside.timestamp(), abs=1e-3)
+    assert r.zscore(keys.due(), job.job_id) == job.scheduled_at
+    # a job placed again (its phase moved) still never ticks twice within a second
+    later = defn.next_tick("eu", inside)
+    assert later.timestamp() == pytest.approx(inside.timestamp() + 60, abs=1e-3)

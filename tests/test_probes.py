@@ -262,3 +262,53 @@ def test_tcp_probe_up_and_connect_refused(server):
     assert down.error_class == "connect"
     dns = tcp_probe("does-not-exist.invalid:80", {}, ctx())
     assert dns.error_class == "dns"
+
+
+def test_a_stored_http_config_is_validated_once_and_a_bad_one_every_time(server):
+    from workers.probes.http import _spec
+
+    stored = validate_http_config(server.url("/"), {"expected_status": ["2xx"], "headers": {}})
+    first = _spec(stored)
+    assert _spec(dict(stored)) is first  # an equal config (another run's copy): the same spec
+    assert first.expected_status == tuple(range(200, 300))
+    bad = http_probe(server.url("/"), {"expected_status": [700]}, ctx())
+    assert (bad.ok, bad.error_class) == (False, "error")
+    assert "within 100..599" in (bad.error or "")
+    again = http_probe(server.url("/"), {"expected_status": [700]}, ctx())
+    assert again.error == bad.error
+
+
+def test_runs_on_one_thread_share_no_cookies_and_each_opens_its_own_connection():
+    """The http probe reuses its client per thread: a cookie one check's server set must not
+    reach the next run (another tenant's check), and no connection is kept between runs."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[tuple[str | None, int]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            seen.append((self.headers.get("Cookie"), self.client_address[1]))
+            body = b"ok"
+            self.send_response(200)
+            self.send_header("Set-Cookie", "session=secret; Path=/")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        results = [http_probe(url, {}, ctx()) for _ in range(3)]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert all(r.ok for r in results)
+    assert [cookie for cookie, _ in seen] == [None, None, None]
+    assert len({port for _, port in seen}) == 3  # a new connection (client port) per run

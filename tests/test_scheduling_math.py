@@ -63,6 +63,7 @@ EXPECTED_PUBLIC = {
     "classify_lane",
     "delay_sample_ms",
     "jitter_for",
+    "first_aligned",
     "next_aligned",
     "region_index",
     "region_spread",
@@ -361,6 +362,16 @@ def test_next_aligned_inside_aligned_second_waits_full_period() -> None:
     assert next_aligned(now, 60 * S, 60 * S, "check-1", None, [], timedelta(0)) == now + 60 * S
     now = T0 + 8 * S
     assert next_aligned(now, 60 * S, 60 * S, "check-1", None, [], timedelta(0)) == now + 60 * S
+
+
+def test_first_aligned_is_now_inside_the_aligned_second_and_next_aligned_elsewhere() -> None:
+    args = (60 * S, 60 * S, "check-1", None, [], timedelta(0))
+    inside = T0 + timedelta(seconds=8, microseconds=999_999)  # the phase's second (8)
+    assert sc.first_aligned(inside, *args) == inside  # a new job has not just fired: at once
+    assert next_aligned(inside, *args) == inside + 60 * S
+    for offset in (0, 7, 9, 59):  # elsewhere the same as next_aligned (1..59 s ahead)
+        now = T0 + timedelta(seconds=offset, microseconds=5)
+        assert sc.first_aligned(now, *args) == next_aligned(now, *args)
 
 
 def test_next_aligned_one_second_before_phase() -> None:

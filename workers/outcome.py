@@ -11,6 +11,7 @@ contract's :class:`~celery_app.checks.run_contract.RunRecord`, built by :meth:`r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -95,14 +96,21 @@ class RunOutcome:
         )
 
     def as_message(self) -> dict[str, Any]:
-        """JSON-ready, for the task's return value (the post-exec handler reads it back)."""
+        """JSON-ready, for the task's return value (the post-exec handler reads it back).
+
+        The fields travel as one JSON string: Celery's success log line ``saferepr``s the
+        return value token by token on every run, and a nested dict made that ~5% of a run's
+        worker CPU; a string is cut at the log's limit in one step."""
         fields = asdict(self) | {"status": str(self.status), "detail": dict(self.detail)}
-        return {"checkbeat_outcome": fields}
+        return {"checkbeat_outcome": json.dumps(fields, separators=(",", ":"))}
 
     @classmethod
     def from_message(cls, value: Any) -> RunOutcome | None:
-        if isinstance(value, Mapping) and isinstance(value.get("checkbeat_outcome"), Mapping):
-            fields = dict(value["checkbeat_outcome"])
+        carried = value.get("checkbeat_outcome") if isinstance(value, Mapping) else None
+        if isinstance(carried, str):
+            carried = json.loads(carried)
+        if isinstance(carried, Mapping):
+            fields = dict(carried)
             return cls(**fields | {"status": RunStatus(fields["status"])})
         return None
 

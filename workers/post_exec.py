@@ -24,7 +24,7 @@ from celery import Celery
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
-from celery_app.checks.dispatch import refill_after_run
+from celery_app.checks.dispatch import RefillNeeds, refill_after_run
 from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import finish_run_with_health, lease_is_current
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
@@ -44,6 +44,7 @@ from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import QuarantineStep, split_job_id
 from scheduling_core import Params
 from workers.outcome import RunOutcome
+from workers.refill_prefetch import HealthWithRefillNeeds
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,14 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
     keys = state_keys(settings)
+    region = split_job_id(outcome.job_id)[1]
+    needs = RefillNeeds(keys, region)  # read with the job: no round trip of the refill's own
     try:
-        health_of = HealthPlanner(
-            client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
+        health_of = HealthWithRefillNeeds(
+            HealthPlanner(
+                client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
+            ),
+            needs,
         )
         written, transition = finish_run_with_health(
             client,
@@ -86,13 +92,13 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
         if lease_is_current(client, keys, outcome.job_id, outcome.lease_token):
             step = QuarantineStep.POST_EXEC
             quarantine(client, keys, outcome.job_id, step, exc, server_time(client))
-        refill(app, split_job_id(outcome.job_id)[1])
+        refill(app, region)
         return False
     metrics.check_run(outcome, written)
     if transition is not None:
         publish_transition(app, transition)
     if written:
-        refill(app, split_job_id(outcome.job_id)[1])
+        refill(app, region, needs if needs.replies is not None else None)
     else:
         log.info(
             "checkbeat: run of %s not recorded: its lease is gone (reaped, deleted or done)",
@@ -114,10 +120,10 @@ def publish_transition(app: Celery, transition_id: str) -> None:
         log.exception("checkbeat: publishing transition %s failed; beat retries", transition_id)
 
 
-def refill(app: Celery, region: str) -> None:
+def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:
     """Claim and publish work for the slot just freed (the dispatcher's own atomic claim)."""
     try:
-        refill_after_run(app, region)
+        refill_after_run(app, region, needs=needs)
     except Exception:  # beat's next tick claims anyway
         log.exception("checkbeat: refilling the freed slot of region %s failed", region)
 

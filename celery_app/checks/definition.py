@@ -20,7 +20,7 @@ from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_cha
 from celery_app.redis.schema import CheckField, job_id
 from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
-from scheduling_core import next_aligned, region_spread
+from scheduling_core import first_aligned, next_aligned, region_spread
 from scheduling_core.health import MAX_THRESHOLD, MIN_THRESHOLD
 
 #: Bounds of the numbers a definition holds (inclusive). A period of at most 31 days keeps every
@@ -78,6 +78,13 @@ class CheckDefinition:
     def next_tick(self, region: str, now: datetime) -> datetime:
         period = timedelta(seconds=self.period)
         return next_aligned(now, period, period, self.uid, region, self.regions, self.spread_for())
+
+    def first_tick(self, region: str, now: datetime) -> datetime:
+        """A new job's first tick: ``now`` itself when it is in the phase's second (a new job
+        has not just fired), else :meth:`next_tick` (``scheduling_core.first_aligned``)."""
+        period = timedelta(seconds=self.period)
+        spread = self.spread_for()
+        return first_aligned(now, period, period, self.uid, region, self.regions, spread)
 
 
 @dataclass(frozen=True)

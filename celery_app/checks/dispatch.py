@@ -63,7 +63,7 @@ from celery_app.publish import Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import QuarantineStep
+from celery_app.redis.schema import Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 from scheduling_core.health import State
@@ -180,14 +180,21 @@ class Dispatcher:
         first = self.redis.zrange(self.keys.due(), 0, 0, withscores=True)
         return float(first[0][1]) if first else None
 
-    def refill(self, region: str, now: float | datetime | None = None) -> tuple[Claim, ...]:
+    def refill(
+        self,
+        region: str,
+        now: float | datetime | None = None,
+        needs: RefillNeeds | None = None,
+    ) -> tuple[Claim, ...]:
         """Promote what is due and fill the free slots of ``region`` now; the claims published.
 
         It runs after every finished run, and under spare capacity there is mostly nothing to
         take: one round trip (the server's time, the first due job, whether the region has
-        ready or held work) settles that, and also gives the time the claim runs on."""
+        ready or held work) settles that, and also gives the time the claim runs on. ``needs``:
+        that round trip's replies, read already with the run's own write (:class:`RefillNeeds`),
+        so a refill that finds nothing costs no round trip at all."""
         if now is None:
-            now_s, waiting = self._refill_needs(region)
+            now_s, waiting = needs.decide(self.lead) if needs else self._refill_needs(region)
             if waiting is _Waiting.NOTHING:
                 return ()
         else:
@@ -227,18 +234,11 @@ class Dispatcher:
 
     def _refill_needs(self, region: str) -> tuple[float, _Waiting]:
         """(Redis time, what a refill of ``region`` may find): one round trip."""
-        k = self.keys
+        needs = RefillNeeds(self.keys, region)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.time()
-        pipe.zrange(k.due(), 0, 0, withscores=True)
-        pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
-        reply, first, waiting = pipe.execute()
-        now_s = from_time_reply(reply)
-        if waiting or (first and float(first[0][1]) <= now_s):
-            return now_s, _Waiting.DUE
-        if first and float(first[0][1]) <= now_s + self.lead:
-            return now_s, _Waiting.AHEAD
-        return now_s, _Waiting.NOTHING
+        needs.prefetch(pipe)
+        needs.prefetched(pipe.execute())
+        return needs.decide(self.lead)
 
     def promote(self, now_s: float) -> int:
         """Move the jobs due at ``now_s`` into their ready indexes; how many moved."""
@@ -430,12 +430,55 @@ def warm_refill(app: Celery) -> None:
     _refiller(app).publisher.prepare([RUN_CHECK_TASK])
 
 
-def refill_after_run(app: Celery, region: str, now: float | datetime | None = None) -> int:
+class RefillNeeds:
+    """The reads that tell a refill of ``region`` whether it may find anything (the server's
+    time, the first due job, whether the region has ready or held work), queued on any
+    pipeline: the post-exec write's own read round trip carries them (``prefetch`` /
+    ``prefetched``, as :class:`~celery_app.checks.health.HealthPlanner`'s), so the refill after
+    a run under spare capacity costs no round trip of its own. Read before the run's write:
+    the write only frees a slot and adds the job's next tick (a period ahead), and an older
+    ``now`` only makes the claim's cut-off earlier, never a start early."""
+
+    READS = 3
+
+    def __init__(self, keys: Keys, region: str) -> None:
+        self.keys, self.region = keys, region
+        self.replies: list[Any] | None = None
+
+    def prefetch(self, pipe: Any) -> None:
+        k, region = self.keys, self.region
+        pipe.time()
+        pipe.zrange(k.due(), 0, 0, withscores=True)
+        pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
+
+    def prefetched(self, replies: list[Any]) -> None:
+        self.replies = list(replies[: self.READS])
+
+    def decide(self, lead: float) -> tuple[float, _Waiting]:
+        """(Redis time, what the refill may find) from the replies."""
+        if self.replies is None:
+            raise RuntimeError("RefillNeeds.decide before its replies were read")
+        reply, first, waiting = self.replies
+        now_s = from_time_reply(reply)
+        if waiting or (first and float(first[0][1]) <= now_s):
+            return now_s, _Waiting.DUE
+        if first and float(first[0][1]) <= now_s + lead:
+            return now_s, _Waiting.AHEAD
+        return now_s, _Waiting.NOTHING
+
+
+def refill_after_run(
+    app: Celery,
+    region: str,
+    now: float | datetime | None = None,
+    needs: RefillNeeds | None = None,
+) -> int:
     """Claim and publish work for the slot a finished run just freed in ``region``.
 
     Call it after ``complete_run``/``finish_run`` returned True. It is the same atomic claim the
     beat dispatcher makes, so it never exceeds the free slots; errors are the caller's to log
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
+    ``needs``: its reads done already (:class:`RefillNeeds`, with the run's write).
     """
-    return len(_refiller(app).refill(region, now))
+    return len(_refiller(app).refill(region, now, needs))

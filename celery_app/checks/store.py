@@ -120,7 +120,8 @@ def plan_change(
         place = existing is None or replace_all or enabling
         sa = ea = None
         if place:
-            tick = new.next_tick(region, now)
+            # a new job may start at once; a re-placed one never in the second it just ran
+            tick = new.first_tick(region, now) if existing is None else new.next_tick(region, now)
             cost = existing.cost_ewma_ms if existing else 0.0
             sa = format_ts(to_unix(tick))
             ea = format_ts(to_unix(params.effective_scheduled_at(tick, cost, new.plan_weight)))
