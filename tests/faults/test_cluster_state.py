@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from faults.fault_procs import Processes, process_env
-from faults.ha_kinds import WITNESS_ENV, cron_runs
+from fault_procs import Processes, process_env
+from ha_kinds import WITNESS_ENV, cron_runs
 from redis.crc import key_slot
 from support.polling import wait_for
 
@@ -30,7 +30,7 @@ from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CheckStateField, JobField
 from celery_app.settings import load_settings
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(240)]
 
 HERE = Path(__file__).resolve().parent
 CHECKS = 12
@@ -63,7 +63,7 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
     start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
     clock = Clock(start, time.time(), RATE)
     env = process_env(
-        (tmp_path, HERE / "faults"),
+        (tmp_path, HERE),
         CHECKBEAT_REDIS_URL=state_url,
         CHECKBEAT_BROKER_URL=broker_url,
         CHECKBEAT_IMPORTS="cluster_tasks,ha_kinds",
