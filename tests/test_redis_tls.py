@@ -7,7 +7,8 @@ from a CA made by the test (trustme), verified by every client checkbeat opens.
 * Sentinel with TLS (``sentinel://`` URLs, ``CHECKBEAT_REDIS_SENTINEL_TLS=1``): a master, a
   replica and three Sentinels, every link TLS (``tls-replication yes``); a check runs end to
   end, the master is SIGKILLed, and the same beat and worker run it again on the promoted replica;
-* a wrong CA: the error names ``CHECKBEAT_REDIS_TLS_CA_FILE``.
+* a wrong CA: the error names ``CHECKBEAT_REDIS_TLS_CA_FILE``;
+* mutual TLS: ``CHECKBEAT_REDIS_TLS_CERTFILE``/``_KEYFILE`` are presented by state and broker.
 
 Needs a redis-server built with TLS (Debian's, which ``.ci/run`` installs); skipped without one.
 """
@@ -29,7 +30,7 @@ from support.polling import wait_for
 from celery_app.checks.store import CheckStore
 from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import window_start
-from celery_app.redis.client import get_redis
+from celery_app.redis.client import get_redis, reset_clients
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronStatsField, JobField
 from celery_app.settings import load_settings
@@ -263,3 +264,39 @@ def test_a_wrong_ca_under_sentinel_tls_names_the_setting_within_seconds(
     assert "did not verify" in line, line
     right = _sentinel_settings(deployment, tls_files.ca)
     assert get_redis(right.redis_url, right).ping()
+
+
+def test_mutual_tls_takes_the_client_certificate_for_state_and_broker(
+    tmp_path, tls_redis_binary, tls_files
+):
+    """A server with ``tls-auth-clients yes``: without CHECKBEAT_REDIS_TLS_CERTFILE/_KEYFILE the
+    handshake is refused; with them the state client and kombu's broker connection get in."""
+    from kombu.exceptions import OperationalError
+    from support.tls_redis import TlsRedisServer
+
+    from celery_app.factory import create_app
+
+    server = TlsRedisServer(tmp_path / "mtls", tls_redis_binary, tls_files, auth_clients=True)
+    server.start()
+    try:
+        common = {"redis_url": server.url(1), "broker_url": server.url(0)}
+        anonymous = load_settings(redis_tls_ca_file=str(tls_files.ca), **common)
+        with pytest.raises(redis.ConnectionError):
+            get_redis(anonymous.redis_url, anonymous).ping()
+        conn = create_app(anonymous).connection_for_write()
+        with pytest.raises(OperationalError), conn:
+            conn.ensure_connection(max_retries=0)
+        identified = load_settings(
+            redis_tls_ca_file=str(tls_files.ca),
+            redis_tls_certfile=str(tls_files.cert),
+            redis_tls_keyfile=str(tls_files.key),
+            **common,
+        )
+        client = get_redis(identified.redis_url, identified)
+        assert client.set("mtls", "1") and client.get("mtls") == "1"
+        with create_app(identified).connection_for_write() as conn:
+            conn.ensure_connection(max_retries=0)
+            assert conn.default_channel.client.ping()
+    finally:
+        reset_clients()
+        server.stop()

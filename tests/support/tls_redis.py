@@ -60,26 +60,31 @@ def make_tls_files(directory: Path) -> TlsFiles:
     return files
 
 
-def tls_args(files: TlsFiles, port: int) -> list[str]:
-    """TLS only on ``port`` (plaintext off); TLS to the master and other Sentinels too."""
+def tls_args(files: TlsFiles, port: int, auth_clients: bool = False) -> list[str]:
+    """TLS only on ``port`` (plaintext off); TLS to the master and other Sentinels too;
+    ``auth_clients``: mutual TLS (a client certificate signed by the CA is required)."""
     return [
         "--port", "0",
         "--tls-port", str(port),
         "--tls-cert-file", str(files.cert),
         "--tls-key-file", str(files.key),
         "--tls-ca-cert-file", str(files.ca),
-        "--tls-auth-clients", "no",
+        "--tls-auth-clients", "yes" if auth_clients else "no",
         "--tls-replication", "yes",
     ]  # fmt: skip
 
 
 def tls_client(port: int, files: TlsFiles, db: int = 0, **options: object) -> redis.Redis:
+    """The tests' own client; it presents the server's certificate (signed by the CA, usable
+    for client auth), so it also passes a server that requires one."""
     return redis.Redis(
         host="127.0.0.1",
         port=port,
         db=db,
         ssl=True,
         ssl_ca_certs=str(files.ca),
+        ssl_certfile=str(files.cert),
+        ssl_keyfile=str(files.key),
         socket_timeout=2,
         decode_responses=True,
         **options,  # type: ignore[arg-type]
@@ -100,6 +105,7 @@ class TlsRedisServer:
     port: int = 0
     replicaof: int | None = None
     sentinel_conf: list[str] | None = None
+    auth_clients: bool = False
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def url(self, db: int = 0) -> str:
@@ -124,7 +130,7 @@ class TlsRedisServer:
             args += ["--repl-diskless-sync-delay", "0"]  # Redis 7 waits 5 s by default
             if self.replicaof:
                 args += ["--replicaof", "127.0.0.1", str(self.replicaof)]
-        args += tls_args(self.files, self.port)
+        args += tls_args(self.files, self.port, self.auth_clients)
         output = self.directory / "output.log"  # a config error is printed before the log opens
         with output.open("wb") as out:
             self.process = subprocess.Popen(
