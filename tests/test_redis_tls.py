@@ -184,6 +184,11 @@ def test_sentinel_with_tls_runs_a_check_end_to_end_and_follows_a_failover(
             90,
             what="a cron window fired",
         )
+        with deployment.replica.client(1) as replica:  # replicated over TLS
+            wait_for(lambda: replica.exists(keys.job("stls@local")), 10, what="the replica's copy")
+        if not failover:  # every WAIT before a protected write counted the TLS replica
+            for proc in procs.started:
+                assert "replicas within" not in proc.output(), proc.output()[-3000:]
         if failover:
             hits = target.hits("/named/stls")
             old = deployment.master.port
