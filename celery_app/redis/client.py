@@ -32,7 +32,7 @@ from celery_app.settings import Settings
 FAILOVER_RETRIES = 7
 FAILOVER_ERRORS = [redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError]
 
-_clients: dict[tuple[str, tuple[tuple[str, Any], ...]], redis.Redis] = {}
+_clients: dict[tuple[str, tuple[Any, ...]], redis.Redis] = {}
 _lock = threading.Lock()
 
 
@@ -42,10 +42,11 @@ def get_redis(url: str, settings: Settings) -> redis.Redis:
     Clients retry a dropped connection once and keep TCP keepalive on, so a Redis restart
     costs one failed call at most, not a restart of beat or the workers. A ``rediss://`` URL
     verifies the server certificate per the ``redis_tls_*`` settings (see celery_app.redis.tls);
-    clients are shared per (url, TLS options), so two apps that differ only in TLS never share one.
+    clients are shared per (url, :func:`connection_identity`), so two apps that differ only in
+    TLS (or Sentinel master) never share one.
     """
     tls = redis_tls_kwargs(url, settings)
-    key = (url, tuple(sorted(tls.items())))
+    key = (url, connection_identity(settings))
     client = _clients.get(key)
     if client is None:
         with _lock:
@@ -54,6 +55,21 @@ def get_redis(url: str, settings: Settings) -> redis.Redis:
                 client = _connect(url, settings, tls, decode_responses=True)
                 _clients[key] = client
     return client
+
+
+def connection_identity(settings: Settings) -> tuple[Any, ...]:
+    """The settings besides the URL that a client connects by: TLS (of ``rediss://``, a
+    cluster's nodes, or a Sentinel deployment) and the Sentinel master and password. Clients
+    are shared only when these match (a Sentinel URL's TLS is not in ``redis_tls_kwargs``)."""
+    return (
+        settings.redis_tls_cert_reqs,
+        settings.redis_tls_ca_file,
+        settings.redis_tls_certfile,
+        settings.redis_tls_keyfile,
+        settings.redis_sentinel_tls,
+        settings.redis_sentinel_master,
+        settings.redis_sentinel_password,
+    )
 
 
 def _connect(url: str, settings: Settings, tls: dict[str, Any], **options: Any) -> redis.Redis:
