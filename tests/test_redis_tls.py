@@ -86,6 +86,7 @@ def _plaintext_refused(port: int) -> bool:
     return False
 
 
+@pytest.mark.slow  # real beat and workers: the long tests run after the default run
 def test_state_and_broker_over_rediss_run_a_check_and_fire_cron(
     tmp_path, tls_redis, tls_files, target
 ):
@@ -148,7 +149,8 @@ def _check_runs(client, keys, uid: str) -> int:  # type: ignore[no-untyped-def]
     return int(client.hget(keys.job(f"{uid}@local"), JobField.RUNS) or 0)
 
 
-@pytest.mark.parametrize("failover", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("failover", [False, True])
 def test_sentinel_with_tls_runs_a_check_end_to_end_and_follows_a_failover(
     failover, tmp_path, tls_sentinel_deployment, tls_files, target
 ):

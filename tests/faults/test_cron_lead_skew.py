@@ -91,6 +91,7 @@ def _stamps(r: redis.Redis) -> list[dict]:
     return [json.loads(raw) for raw in r.lrange(STAMPS, 0, -1)]
 
 
+@pytest.mark.slow
 def test_windows_fired_ahead_run_once_and_never_early_on_skewed_workers(
     tmp_path, make_app, r, broker_url, fault_report
 ):
