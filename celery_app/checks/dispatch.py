@@ -39,6 +39,7 @@ once, work-conserving, with the same atomic claim. beat and workers never import
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from collections import Counter
@@ -414,6 +415,20 @@ def _slots_left(claimed: ClaimResult) -> bool:
 
 _refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()
 _refill_lock = threading.Lock()
+_inherited_refillers: list[Dispatcher] = []
+
+
+def _forget_refillers_in_child() -> None:
+    """A prefork child builds its own refill dispatcher: the parent's (built by the warm-up)
+    holds the parent's Redis and broker pools, whose locks a parent thread may have held at
+    the fork (see ``celery_app.redis.client``). Kept, never closed, for the same reason."""
+    global _refill_lock
+    _refill_lock = threading.Lock()
+    _inherited_refillers.extend(_refillers.values())
+    _refillers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_refillers_in_child)
 
 
 def _refiller(app: Celery) -> Dispatcher:

@@ -8,6 +8,7 @@ never as the environment of the process does.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -34,6 +35,23 @@ FAILOVER_ERRORS = [redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyErro
 
 _clients: dict[tuple[str, tuple[Any, ...]], redis.Redis] = {}
 _lock = threading.Lock()
+_inherited: list[redis.Redis] = []
+
+
+def _forget_clients_in_child() -> None:
+    """A forked child (a prefork pool process) starts with clients of its own. Its parent's
+    pools are unusable there: a pool lock that a parent thread (the capacity heartbeat, a
+    scrape) held at the fork stays held forever in the child, and redis-py's own fork check
+    takes it (a run hung in ``ConnectionPool._checkpid`` until its soft time limit). The
+    inherited clients are kept, never closed: closing takes those locks, and their sockets are
+    the parent's."""
+    global _lock
+    _lock = threading.Lock()
+    _inherited.extend(_clients.values())
+    _clients.clear()
+
+
+os.register_at_fork(after_in_child=_forget_clients_in_child)
 
 
 def get_redis(url: str, settings: Settings) -> redis.Redis:

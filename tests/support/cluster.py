@@ -18,6 +18,7 @@ import redis
 
 from celery_app.local.embedded_redis import RedisServer, find_redis_server
 from support.polling import wait_for
+from support.projects import stop
 
 SLOTS = 16384
 BUS_OFFSET = 10000
@@ -84,13 +85,8 @@ class ClusterNodeProcess:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            stop(self.process, timeout=10)
 
 
 @dataclass

@@ -64,11 +64,14 @@ class UserProject:
             stop(process)
 
 
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM (Celery's warm shutdown), then SIGKILL if it has not ended within 20 s."""
+def stop(process: subprocess.Popen, timeout: float = 20) -> None:
+    """SIGTERM (Celery's warm shutdown, a redis-server's save-less exit), then SIGKILL if it has
+    not ended within ``timeout`` s. A process that already ended is left alone."""
+    if process.poll() is not None:
+        return
     process.terminate()
     try:
-        process.wait(timeout=20)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()

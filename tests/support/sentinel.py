@@ -17,6 +17,7 @@ import redis
 
 from celery_app.local.embedded_redis import RedisServer, find_redis_server, free_port
 from support.polling import wait_for
+from support.projects import stop
 
 MASTER_NAME = "mymaster"
 DOWN_AFTER_MS = 1000
@@ -62,13 +63,8 @@ class SentinelProcess:
         return redis.Redis(port=self.port, socket_timeout=1, decode_responses=True)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            stop(self.process, timeout=10)
 
 
 @dataclass

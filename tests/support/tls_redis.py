@@ -23,6 +23,7 @@ import trustme
 
 from celery_app.local.embedded_redis import RedisServerError, find_redis_server, free_port
 from support.polling import wait_for
+from support.projects import stop
 
 #: Not CHECKBEAT_*: the suite drops those; a TLS-capable binary outside the usual places.
 BINARY_ENV = "TLS_REDIS_SERVER"
@@ -166,12 +167,8 @@ class TlsRedisServer:
             self.process.wait(10)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            stop(self.process, timeout=10)
 
 
 @functools.cache
