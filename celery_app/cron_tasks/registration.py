@@ -148,17 +148,6 @@ def window_id(start: datetime) -> str:
     return start.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
-def parse_window_id(wid: str) -> datetime | None:
-    """The start of a window named by :func:`window_id` or :func:`interval_window_id`; None
-    for anything else (a value written by another version)."""
-    for layout in ("%Y-%m-%dT%H:%MZ", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
-        try:
-            return datetime.strptime(wid, layout).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
-
-
 @lru_cache(maxsize=256)
 def interval_window_id(start: datetime) -> str:
     """An interval window's name: its UTC ISO second, e.g. ``2026-11-29T18:30:20Z`` (with

@@ -12,6 +12,7 @@ run-now in the same window is refused. The key's value names who took it (``manu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -29,12 +30,17 @@ from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     WINDOW,
     CronTask,
-    parse_window_id,
     window_id,
 )
 from celery_app.cron_tasks.runtime import runtime_store
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.store import CronStore, FireRequest, split_member, task_deadline
+from celery_app.cron_tasks.store import (
+    CronStore,
+    FireRequest,
+    parse_window_id,
+    split_member,
+    task_deadline,
+)
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
@@ -272,9 +278,9 @@ class CronService:
             ):
                 window = datetime.fromtimestamp(float(last), UTC)
                 fired[task.window_id_of(window)] = window
-            held_window = parse_window_id(held.get(pair, ""))
-            if held_window is not None:
-                fired[held[pair]] = held_window
+            if pair in held:
+                with contextlib.suppress(ValueError):  # a value another version wrote
+                    fired[held[pair]] = parse_window_id(held[pair])
             for wid, window in sorted(fired.items()):
                 if state.get(CronStateField.LAST_RUN_WINDOW) == wid:
                     continue
