@@ -79,7 +79,7 @@ def test_an_early_start_writes_nothing_and_says_how_long_to_wait_on_redis_time(r
         "t", GLOBAL_TENANT, window, False, T0, celery_id="c-1", not_before=start
     )
     assert isinstance(answer, Early)
-    assert 1.0 < answer.wait_s <= 2.0
+    assert 0.0 < answer.wait_s <= 2.0  # the window starts within 2 s; a slow call eats into it
     assert r.get(KEYS.cron_run("t", GLOBAL_TENANT, window)) is None
     assert r.hgetall(KEYS.cron_state("t", GLOBAL_TENANT)) == {}
     assert r.hgetall(KEYS.cron_stats("t")) == {}
