@@ -235,14 +235,19 @@ def read_job_and_time(
     return (JobState.from_hash(job_id, h) if h else None), from_time_reply(reply)
 
 
-def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[JobState | None]:
-    """:func:`read_job` for many jobs in one round trip."""
+def _job_hashes(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[dict[str, str]]:
+    """The raw hashes of many jobs, in one round trip ({} for a job that does not exist)."""
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
         pipe.hgetall(keys.job(job_id))
+    return pipe.execute()
+
+
+def read_jobs(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[JobState | None]:
+    """:func:`read_job` for many jobs in one round trip."""
     return [
         JobState.from_hash(j, h) if h else None
-        for j, h in zip(job_ids, pipe.execute(), strict=True)
+        for j, h in zip(job_ids, _job_hashes(client, keys, job_ids), strict=True)
     ]
 
 
@@ -264,11 +269,8 @@ def read_jobs_for_report(
 ) -> list[JobState | UnreadableJob | None]:
     """:func:`read_jobs` for read-only views: a job that cannot be decoded is an
     :class:`UnreadableJob`, so one torn hash never hides every other job from an operator."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hgetall(keys.job(job_id))
     out: list[JobState | UnreadableJob | None] = []
-    for j, h in zip(job_ids, pipe.execute(), strict=True):
+    for j, h in zip(job_ids, _job_hashes(client, keys, job_ids), strict=True):
         if not h:
             out.append(None)
             continue
