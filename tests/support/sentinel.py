@@ -67,6 +67,28 @@ class SentinelProcess:
             stop(self.process, timeout=10)
 
 
+def sentinels_agree(sentinels: list) -> bool:  # type: ignore[type-arg]
+    """Every Sentinel answers, sees the two others and the replica (each has ``.client()``)."""
+    for sentinel in sentinels:
+        try:
+            with sentinel.client() as client:
+                state = client.sentinel_master(MASTER_NAME)
+        except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
+            return False
+        if int(state.get("num-other-sentinels", 0)) < 2 or int(state.get("num-slaves", 0)) < 1:
+            return False
+    return True
+
+
+def master_port_seen(sentinels: list) -> int | None:  # type: ignore[type-arg]
+    """The master port the first answering Sentinel reports."""
+    for sentinel in sentinels:
+        with contextlib.suppress(redis.RedisError), sentinel.client() as client:
+            _host, port = client.sentinel_get_master_addr_by_name(MASTER_NAME)
+            return int(port)
+    return None
+
+
 @dataclass
 class SentinelDeployment:
     root: Path
@@ -100,23 +122,10 @@ class SentinelDeployment:
         info = redis.Redis(port=self.master.port, socket_timeout=1).info("replication")
         if info.get("connected_slaves") != 1:
             return False
-        for sentinel in self.sentinels:
-            try:
-                with sentinel.client() as client:
-                    state = client.sentinel_master(MASTER_NAME)
-            except (redis.ConnectionError, redis.ResponseError):
-                return False
-            if int(state.get("num-other-sentinels", 0)) < 2 or int(state.get("num-slaves", 0)) < 1:
-                return False
-        return True
+        return sentinels_agree(self.sentinels)
 
     def master_port_seen(self) -> int | None:
-        """The master port the first answering Sentinel reports."""
-        for sentinel in self.sentinels:
-            with contextlib.suppress(redis.RedisError), sentinel.client() as client:
-                _host, port = client.sentinel_get_master_addr_by_name(MASTER_NAME)
-                return int(port)
-        return None
+        return master_port_seen(self.sentinels)
 
     def kill_master(self) -> None:
         assert self.master is not None

@@ -24,11 +24,11 @@ import trustme
 from celery_app.local.embedded_redis import RedisServerError, find_redis_server, free_port
 from support.polling import wait_for
 from support.projects import stop
+from support.sentinel import MASTER_NAME, master_port_seen, sentinels_agree
 
 #: Not CHECKBEAT_*: the suite drops those; a TLS-capable binary outside the usual places.
 BINARY_ENV = "TLS_REDIS_SERVER"
 CANDIDATES = ("redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server")
-MASTER_NAME = "mymaster"
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
 
@@ -243,23 +243,10 @@ class TlsSentinelDeployment:
         # online, not just connected: Redis 7 syncs diskless after a 5 s delay
         if info.get("slave0", {}).get("state") != "online":
             return False
-        for sentinel in self.sentinels:
-            try:
-                with sentinel.client() as client:
-                    state = client.sentinel_master(MASTER_NAME)
-            except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
-                return False
-            if int(state.get("num-other-sentinels", 0)) < 2 or int(state.get("num-slaves", 0)) < 1:
-                return False
-        return True
+        return sentinels_agree(self.sentinels)
 
     def master_port_seen(self) -> int | None:
-        """The master port the first answering Sentinel reports."""
-        for sentinel in self.sentinels:
-            with contextlib.suppress(redis.RedisError), sentinel.client() as client:
-                _host, port = client.sentinel_get_master_addr_by_name(MASTER_NAME)
-                return int(port)
-        return None
+        return master_port_seen(self.sentinels)
 
     def stop(self) -> None:
         for server in [*self.sentinels, self.replica, self.master]:
