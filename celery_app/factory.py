@@ -35,6 +35,7 @@ from celery_app.settings import (
     load_settings,
 )
 from celery_app.worker_options import install_worker_options
+from scheduling_core import Params
 
 #: Modules of checkbeat itself whose tasks every worker must know.
 #: The cron-run recording (signal handlers) is one of them: any worker may run a cron task.
@@ -106,6 +107,18 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 # --- settings of any app -----------------------------------------------------------------------
+_params: dict[int, tuple[Settings, Params]] = {}
+
+
+def params_of(settings: Settings) -> Params:
+    """The scheduling ``Params`` of ``settings``, built once per settings object: a run needs
+    them twice (its ceiling, its post-exec fold), and building them reads every field."""
+    kept = _params.get(id(settings))
+    if kept is None or kept[0] is not settings:
+        kept = _params[id(settings)] = (settings, Params.from_settings(settings))
+    return kept[1]
+
+
 def settings_of(app: Celery) -> Settings:
     """The Settings of an app, so everything below the app takes its configuration from here.
 
