@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from celery_app.redis.kombu_redis import register as register_redis_transport
 from celery_app.redis.kombu_sentinel import register as register_sentinel_transport
 from celery_app.redis.sentinel import broker_transport_options, is_sentinel_url, kombu_url
 from celery_app.redis.tls import broker_use_ssl
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     if settings is None:
         settings = get_settings()
     broker = settings.effective_broker_url
+    register_redis_transport()
     if is_sentinel_url(broker):
         broker = kombu_url(broker)  # kombu reads the database from the first address only
         register_sentinel_transport()
@@ -242,6 +244,7 @@ def install(app: Celery) -> Celery:
         return app
     setattr(app, _INSTALLED, True)
     register_sentinel_transport()  # a sentinel:// broker then follows a failover
+    register_redis_transport()  # one redis-py client per broker pool, not one per message
     install_worker_options(app)
     app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
     if app.configured:
