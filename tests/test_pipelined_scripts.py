@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from celery_app.redis.client import get_redis
 from celery_app.redis.pipelined_scripts import ScriptClient, ScriptPipeline
@@ -177,3 +177,25 @@ def test_sentinel_and_tls_clients_build_script_pipelines(tmp_path) -> None:  # t
         client = get_redis(url, settings)
         assert isinstance(client, ScriptClient), url
         assert isinstance(client.pipeline(transaction=False), ScriptPipeline), url
+
+
+def test_a_refused_script_load_is_reported_in_place_of_the_noscript(
+    client: redis.Redis, redis_url: str
+) -> None:
+    bump = _sha(client, BUMP)
+    client.script_flush()
+    client.acl_setuser(
+        "noload", enabled=True, nopass=True, commands=["+@all", "-script"], keys=["*"]
+    )
+    limited = ScriptClient.from_url(redis_url, username="noload", password="x")
+    try:
+        pipe = limited.pipeline(transaction=False)
+        pipe.queue_script(bump, BUMP, ["a"], [1])
+        pipe.rpush("writes", "w")
+        replies = pipe.execute(raise_on_error=False)
+        assert isinstance(replies[0], NoPermissionError), replies
+        assert replies[1] == 1
+        assert client.get("a") is None and client.llen("writes") == 1
+    finally:
+        limited.close()
+        client.acl_deluser("noload")

@@ -87,9 +87,14 @@ class ScriptPipeline(Pipeline):
             rerun.execute_command(*args, **options)
         if waits:
             rerun.execute_command(*stack[waits[-1]][0])
-        again = rerun.execute(raise_on_error=False)[len(shas) :]
+        out = rerun.execute(raise_on_error=False)
+        loads, again = dict(zip(shas, out, strict=False)), out[len(shas) :]
         for i, reply in zip(failed, again, strict=False):
-            replies[i] = reply
+            load = loads[stack[i][0][1]]
+            # a SCRIPT LOAD refused (an ACL, OOM) says why better than the NOSCRIPT it causes
+            replies[i] = (
+                load if isinstance(load, Exception) and isinstance(reply, NoScriptError) else reply
+            )
         if waits:
             for i in waits:
                 replies[i] = _weaker_wait(replies[i], again[-1])
