@@ -15,7 +15,9 @@ succeeded is never sent again (it may be a write). The one difference from a fir
 a re-run script runs after the pipeline's other commands, not between them (a pipeline is not a
 transaction: another client's commands can come between its commands anyway). A ``WAIT`` queued
 after a failed call is sent again after the re-run (a ``WAIT`` writes nothing): it then covers
-the re-run's writes too, and its reply is the smaller acknowledgement of the two.
+the re-run's writes too, and its reply is the smaller acknowledgement of the two. No pipeline of
+checkbeat has a later command read what a script in it wrote (the WAITs of complete_runs_each,
+run_replicated and the cron claim are the only later commands that depend on one): keep it so.
 
 A ``transaction=True`` pipeline (MULTI/EXEC), or one that WATCHes, keeps redis-py's
 ``SCRIPT EXISTS`` first: a call re-run after EXEC would no longer be atomic with the rest.
