@@ -149,9 +149,11 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
     target.fail("eu")
     wait_for(lambda: state(r, "any") == "down", 30, what="'any' down")
     down = transitions(r, "any")[0]
+    # the run that made it is the region's last result the transition records
+    made_by = _ts(down["regions"]["eu"]["result"]["finished_at"])
     failed_before = [
         row for row in results(r, "any", "eu")
-        if row["status"] == "down" and _ts(row["finished_at"]) <= down["at"]
+        if row["status"] == "down" and _ts(row["finished_at"]) <= made_by
     ]  # fmt: skip
     assert len(failed_before) == FAILURES
     assert down["regions"]["eu"]["state"] == "down" and down["regions"]["us"]["state"] == "up"
@@ -173,9 +175,11 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
     recovered = [g for g in REGIONS if up["regions"][g]["state"] == "up"]
     assert recovered
     for region in recovered:
+        went_down = _ts(first_down["regions"][region]["result"]["finished_at"])
+        came_up = _ts(up["regions"][region]["result"]["finished_at"])
         ok_since = [
             row for row in results(r, "majority", region)
-            if row["status"] == "up" and first_down["at"] < _ts(row["finished_at"]) <= up["at"]
+            if row["status"] == "up" and went_down < _ts(row["finished_at"]) <= came_up
         ]  # fmt: skip
         assert len(ok_since) >= SUCCESSES
 

@@ -11,7 +11,6 @@ contract's :class:`~celery_app.checks.run_contract.RunRecord`, built by :meth:`r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,24 +94,15 @@ class RunOutcome:
             timeout_s=request.timeout_s,
         )
 
-    def as_message(self) -> dict[str, Any]:
-        """JSON-ready, for the task's return value (the post-exec handler reads it back).
-
-        The fields travel as one JSON string: Celery's success log line ``saferepr``s the
-        return value token by token on every run, and a nested dict made that ~5% of a run's
-        worker CPU; a string is cut at the log's limit in one step."""
-        fields = vars(self) | {"status": str(self.status), "detail": dict(self.detail)}
-        return {"checkbeat_outcome": json.dumps(fields, separators=(",", ":"))}
-
-    @classmethod
-    def from_message(cls, value: Any) -> RunOutcome | None:
-        carried = value.get("checkbeat_outcome") if isinstance(value, Mapping) else None
-        if isinstance(carried, str):
-            carried = json.loads(carried)
-        if isinstance(carried, Mapping):
-            fields = dict(carried)
-            return cls(**fields | {"status": RunStatus(fields["status"])})
-        return None
+    def summary(self) -> dict[str, Any]:
+        """The task's return value: what an operator reads in the worker's log line and in
+        Flower (the outcome itself goes to the post-exec write, :mod:`workers.run_start`)."""
+        return {
+            "job_id": self.job_id,
+            "status": str(self.status),
+            "latency_ms": self.latency_ms,
+            "error_class": self.error_class,
+        }
 
     def record(self) -> RunRecord:
         """The run's history record (the lane is filled in where the job is read)."""

@@ -178,14 +178,11 @@ def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:
 
 
 @task_postrun.connect
-def _after_run(
-    sender: Any = None, task: Any = None, retval: Any = None, task_id: Any = None, **_: Any
-) -> None:
+def _after_run(sender: Any = None, task: Any = None, task_id: Any = None, **_: Any) -> None:
     task = task or sender
     if getattr(task, "name", None) != RUN_CHECK_TASK:
         return
-    start = run_start.take(task_id)
-    outcome = RunOutcome.from_message(retval)
+    start, outcome = run_start.take(task_id)
     if outcome is None:
         return  # rejected, discarded, or failed before probing: nothing ran
     try:

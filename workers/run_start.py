@@ -1,10 +1,13 @@
-"""What a run read when it started, kept for its post-exec write in the same thread.
+"""What a run read when it started, and its outcome, kept for its post-exec write in the same
+thread.
 
 Why: the task reads the job, the maintenance version and Redis's time in one round trip just
 before its probe; the post-exec write (``task_postrun``, sent in the thread that ran the task,
 in every pool) plans from that read and checks it atomically instead of reading it all again
-(:mod:`celery_app.checks.planned_write`). Kept per thread, matched by task id: a run that
-failed before its outcome leaves nothing another run could take.
+(:mod:`celery_app.checks.planned_write`). The outcome is handed over the same way, so the task's
+return value is only a short summary for the log line and Flower (Celery ``saferepr``s it into
+both on every run). Kept per thread, matched by task id: a run that failed before its outcome
+leaves nothing another run could take.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from celery_app.checks.jobs import JobState, ReadGuard
+from workers.outcome import RunOutcome
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,20 @@ _local = threading.local()
 
 
 def keep(start: RunStart) -> None:
-    _local.start = start
+    """The run's start read, once the run is known to be current."""
+    _local.start, _local.outcome = start, None
 
 
-def take(task_id: str | None) -> RunStart | None:
-    """The start read of ``task_id`` if this thread kept one (forgotten either way)."""
+def finish(task_id: str, outcome: RunOutcome) -> None:
+    """The run's outcome, for the post-exec write."""
+    _local.outcome = (task_id, outcome)
+
+
+def take(task_id: str | None) -> tuple[RunStart | None, RunOutcome | None]:
+    """(start read, outcome) of ``task_id``, each None if this thread kept none for it; both
+    forgotten either way."""
     start: RunStart | None = getattr(_local, "start", None)
-    _local.start = None
-    return start if start is not None and start.task_id == task_id else None
+    finished: tuple[str, RunOutcome] | None = getattr(_local, "outcome", None)
+    _local.start = _local.outcome = None
+    outcome = finished[1] if finished is not None and finished[0] == task_id else None
+    return (start if start is not None and start.task_id == task_id else None), outcome

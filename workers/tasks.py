@@ -72,7 +72,8 @@ STARTED_MARKER_MARGIN_S = 60
 )
 def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run one claimed job (kwargs: a ``run_contract.RunRequest``). A malformed message or an
-    unknown job is rejected; a stale one is dropped."""
+    unknown job is rejected; a stale one is dropped. Returns a summary of the outcome (for the
+    log and Flower); the outcome itself goes to the post-exec write in this thread."""
     settings = settings_of(self.app)
     ceiling_s = max_timeout_s(params_of(settings))
     try:
@@ -159,4 +160,5 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         worker=self.request.hostname or "",
         queue=(self.request.delivery_info or {}).get("routing_key") or "",
     )
-    return outcome.as_message()
+    run_start.finish(self.request.id, outcome)  # the post-exec write takes it (workers.post_exec)
+    return outcome.summary()
