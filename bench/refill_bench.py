@@ -39,7 +39,7 @@ from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
 from celery_app.redis.scripts import lua_source
 from celery_app.settings import load_settings
 
-KIND = "bench"
+KIND = "refillbench"
 REGION = "local"
 AHEAD_S = 0.02  # each refill runs this long before the job's tick (inside the 50 ms lead)
 SCAN = 200  # the refill's rate-limited scan (dispatch.REFILL_RATE_LIMITED_SCAN)
