@@ -51,6 +51,7 @@ from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
+from celery_app.redis.pipelined_scripts import ScriptClient
 from celery_app.redis.schema import CronOutcome, Keys, WorkerField, WorkerRoleName
 from celery_app.settings import load_settings
 from scheduling_core import Params
@@ -104,7 +105,8 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
         )
         app = create_app(settings)
         check_kind(BENCH_KIND)(lambda target, config: True)
-        state = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        # the state client's class is get_redis's: its pipelines send no SCRIPT EXISTS
+        state = ScriptClient.from_url(settings.redis_url, decode_responses=True)
         broker = redis.Redis.from_url(settings.effective_broker_url)
         keys = Keys(settings.key_prefix)
         store = CheckStore(state, keys, settings)
@@ -248,7 +250,8 @@ def _cron_path(tasks: int, windows: int, out: Any) -> dict[str, Any]:
         for i in range(tasks):
             cron("* * * * *", id=f"b{i}", name=f"scalebench.b{i}", app=app)(_noop)
         all_tasks = list(cron_tasks(app).values())
-        state = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        # the state client's class is get_redis's: its pipelines send no SCRIPT EXISTS
+        state = ScriptClient.from_url(settings.redis_url, decode_responses=True)
         broker = redis.Redis.from_url(settings.effective_broker_url)
         store = CronStore(state, Keys("cb"), settings.cron_grace)
         sender = CronPublisher(app, settings.cron_grace)

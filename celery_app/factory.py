@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import Celery, signals
 
+from celery_app.redis.kombu_redis import register as register_redis_transport
 from celery_app.redis.kombu_sentinel import register as register_sentinel_transport
 from celery_app.redis.sentinel import broker_transport_options, is_sentinel_url, kombu_url
 from celery_app.redis.tls import broker_use_ssl
@@ -35,6 +36,7 @@ from celery_app.settings import (
     load_settings,
 )
 from celery_app.worker_options import install_worker_options
+from scheduling_core import Params
 
 #: Modules of checkbeat itself whose tasks every worker must know.
 #: The cron-run recording (signal handlers) is one of them: any worker may run a cron task.
@@ -66,6 +68,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     if settings is None:
         settings = get_settings()
     broker = settings.effective_broker_url
+    register_redis_transport()
     if is_sentinel_url(broker):
         broker = kombu_url(broker)  # kombu reads the database from the first address only
         register_sentinel_transport()
@@ -106,6 +109,18 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 # --- settings of any app -----------------------------------------------------------------------
+_params: dict[int, tuple[Settings, Params]] = {}
+
+
+def params_of(settings: Settings) -> Params:
+    """The scheduling ``Params`` of ``settings``, built once per settings object: a run needs
+    them twice (its ceiling, its post-exec fold), and building them reads every field."""
+    kept = _params.get(id(settings))
+    if kept is None or kept[0] is not settings:
+        kept = _params[id(settings)] = (settings, Params.from_settings(settings))
+    return kept[1]
+
+
 def settings_of(app: Celery) -> Settings:
     """The Settings of an app, so everything below the app takes its configuration from here.
 
@@ -229,6 +244,7 @@ def install(app: Celery) -> Celery:
         return app
     setattr(app, _INSTALLED, True)
     register_sentinel_transport()  # a sentinel:// broker then follows a failover
+    register_redis_transport()  # one redis-py client per broker pool, not one per message
     install_worker_options(app)
     app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
     if app.configured:

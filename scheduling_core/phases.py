@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from scheduling_core import _instant
 from scheduling_core._time import require_aware
@@ -19,10 +20,12 @@ _ONE_SECOND = timedelta(seconds=1)
 _ONE_US = timedelta(microseconds=1)
 
 
+@lru_cache(maxsize=1 << 16)
 def _uid_hash(check_uid: str) -> int:
     """Unsigned 64-bit hash of the uid: unkeyed BLAKE2b with an 8-byte digest, big-endian.
 
-    Part of the persisted contract: changing it moves every check's phase.
+    Part of the persisted contract: changing it moves every check's phase. Cached: every run
+    of a check computes its next tick, and the same uid always hashes the same.
     """
     digest = hashlib.blake2b(check_uid.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big")

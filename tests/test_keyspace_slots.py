@@ -3,10 +3,10 @@ is in the slot of its half (``{checks}`` or ``{cron}``), plain names are today's
 and every script call the code makes, from the store, the dispatcher, a real worker and the cron
 path, declares KEYS that hash to one slot, the slot of its half.
 
-The script calls are recorded by wrapping redis-py's ``Script.__call__`` (the one door every
-``run_script`` goes through) while the code runs on the suite's plain Redis with the tagged names
-(``celery_app.redis.keyspace`` is told the URL is a cluster); an untagged key in any script's
-KEYS hashes elsewhere and fails the test.
+The script calls are recorded by wrapping redis-py's ``Script.__call__`` and
+``ScriptPipeline.queue_script`` (the two doors every ``run_script`` goes through) while the code
+runs on the suite's plain Redis with the tagged names (``celery_app.redis.keyspace`` is told the
+URL is a cluster); an untagged key in any script's KEYS hashes elsewhere and fails the test.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.store import FireRequest
 from celery_app.factory import create_app, settings_of
 from celery_app.redis import keyspace
+from celery_app.redis.pipelined_scripts import ScriptPipeline
 from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CronStateField, Keys, check_queue
 from celery_app.redis.scripts import lua_source
 from scheduling_core import Params
@@ -117,7 +118,14 @@ def tagged_calls(monkeypatch):
             calls[name].append([str(k) for k in keys or []])
         return original(self, keys=keys, args=args, client=client)
 
+    queue = ScriptPipeline.queue_script
+
+    def queueing(self, sha, source, keys, args):  # type: ignore[no-untyped-def]
+        calls[by_source[source]].append([str(k) for k in keys])
+        return queue(self, sha, source, keys, args)
+
     monkeypatch.setattr(Script, "__call__", recording)
+    monkeypatch.setattr(ScriptPipeline, "queue_script", queueing)
     return calls
 
 

@@ -36,7 +36,7 @@ SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA_DIR.iterdir() if p.name.end
 # Literals a script may spell: Redis commands and their options, its own reply words, Lua
 # string patterns and formats, separators. Anything else would be a key or a field name.
 COMMANDS = {
-    "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HMGET", "HSET", "INCR",
+    "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HLEN", "HMGET", "HSET", "INCR",
     "LPUSH", "LTRIM", "SADD", "SET", "XX",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
     "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery_app.checks.run_contract import RunRecord, RunRequest, RunStatus
@@ -101,7 +101,7 @@ class RunOutcome:
         The fields travel as one JSON string: Celery's success log line ``saferepr``s the
         return value token by token on every run, and a nested dict made that ~5% of a run's
         worker CPU; a string is cut at the log's limit in one step."""
-        fields = asdict(self) | {"status": str(self.status), "detail": dict(self.detail)}
+        fields = vars(self) | {"status": str(self.status), "detail": dict(self.detail)}
         return {"checkbeat_outcome": json.dumps(fields, separators=(",", ":"))}
 
     @classmethod

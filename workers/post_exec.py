@@ -26,7 +26,13 @@ from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.dispatch import RefillNeeds, refill_after_run
 from celery_app.checks.health import HealthPlanner, result_state
-from celery_app.checks.jobs import finish_run_with_health, lease_is_current
+from celery_app.checks.jobs import (
+    finish_run_with_health,
+    from_unix,
+    lease_is_current,
+    plan_completion,
+)
+from celery_app.checks.planned_write import complete_as_read
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
@@ -36,26 +42,30 @@ from celery_app.checks.run_contract import (
     max_timeout_s,
 )
 from celery_app.checks.transitions import claim_and_publish
-from celery_app.factory import settings_of
+from celery_app.factory import params_of, settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import QuarantineStep, split_job_id
+from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
 from scheduling_core import Params
+from workers import run_start
 from workers.outcome import RunOutcome
 from workers.refill_prefetch import HealthWithRefillNeeds
+from workers.run_start import RunStart
 
 log = logging.getLogger(__name__)
 
 
-def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
+def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = None) -> bool:
     """Write one outcome back (EWMAs, lane, deadline, lease, next tick, history, the check's
     state), publish the transition it made if any, then refill the slot it freed at once
     (work-conserving) rather than at beat's next tick.
 
     Both schedule on Redis's time, never this worker's clock (which may be off beat's): the
     next tick, what is due, lease expiries. Only ``started_at`` (delay telemetry) is ours.
+    ``start``: what the run read when it started (:mod:`workers.run_start`); the write is then
+    planned from it, in one round trip, unless the job or the maintenance windows changed.
 
     False when the lease is no longer this run's (reaped, deleted, already recorded).
     """
@@ -64,29 +74,32 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
     keys = state_keys(settings)
     region = split_job_id(outcome.job_id)[1]
     needs = RefillNeeds(keys, region)  # read with the job: no round trip of the refill's own
+    planner = HealthPlanner(
+        client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
+    )
+    params = params_of(settings)
     try:
-        health_of = HealthWithRefillNeeds(
-            HealthPlanner(
-                client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
-            ),
-            needs,
-        )
-        written, transition = finish_run_with_health(
-            client,
-            keys,
-            Params.from_settings(settings),
-            outcome.job_id,
-            outcome.lease_token,
-            duration_ms=outcome.duration_ms,
-            timed_out=outcome.timed_out,
-            exec_start=(
-                datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
-            ),
-            record=outcome.record(),
-            scheduled_at=outcome.scheduled_at,
-            results_maxlen=settings.results_history,
-            health_of=health_of,
-        )
+        done = None
+        if start is not None:
+            done = _write_as_read(
+                client, keys, params, settings.results_history, outcome, start, planner, needs
+            )
+        if done is None:
+            done = finish_run_with_health(
+                client,
+                keys,
+                params,
+                outcome.job_id,
+                outcome.lease_token,
+                duration_ms=outcome.duration_ms,
+                timed_out=outcome.timed_out,
+                exec_start=_exec_start(outcome),
+                record=outcome.record(),
+                scheduled_at=outcome.scheduled_at,
+                results_maxlen=settings.results_history,
+                health_of=HealthWithRefillNeeds(planner, needs),
+            )
+        written, transition = done
     except DATA_ERRORS as exc:
         # The job's own numbers cannot be folded or placed: set it aside; the slot is free.
         if lease_is_current(client, keys, outcome.job_id, outcome.lease_token):
@@ -105,6 +118,42 @@ def record_outcome(app: Celery, outcome: RunOutcome) -> bool:
             outcome.job_id,
         )
     return written
+
+
+def _exec_start(outcome: RunOutcome) -> datetime | None:
+    return datetime.fromtimestamp(outcome.started_at, UTC) if outcome.started_at else None
+
+
+def _write_as_read(
+    client: Any,
+    keys: Keys,
+    params: Params,
+    results_maxlen: int,
+    outcome: RunOutcome,
+    start: RunStart,
+    planner: HealthPlanner,
+    needs: RefillNeeds,
+) -> tuple[bool, str | None] | None:
+    """The write planned from the run's start read, in one round trip with the refill's reads;
+    None when the job or the maintenance windows changed since (nothing was written)."""
+    planner.version = start.maintenance_version
+    run = plan_completion(
+        params,
+        start.job,
+        outcome.lease_token,
+        now=from_unix(start.now()),
+        duration_ms=outcome.duration_ms,
+        timed_out=outcome.timed_out,
+        exec_start=_exec_start(outcome),
+        record=outcome.record(),
+        scheduled_at=outcome.scheduled_at,
+        health_of=planner,
+    )
+    done, reads = complete_as_read(
+        client, keys, run, start.guard, results_maxlen=results_maxlen, then=needs.prefetch
+    )
+    needs.prefetched(reads)
+    return done
 
 
 def publish_transition(app: Celery, transition_id: str) -> None:
@@ -129,17 +178,28 @@ def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:
 
 
 @task_postrun.connect
-def _after_run(sender: Any = None, task: Any = None, retval: Any = None, **_: Any) -> None:
+def _after_run(
+    sender: Any = None, task: Any = None, retval: Any = None, task_id: Any = None, **_: Any
+) -> None:
     task = task or sender
     if getattr(task, "name", None) != RUN_CHECK_TASK:
         return
+    start = run_start.take(task_id)
     outcome = RunOutcome.from_message(retval)
     if outcome is None:
         return  # rejected, discarded, or failed before probing: nothing ran
     try:
-        record_outcome(task.app, outcome)
+        record_outcome(task.app, outcome, start if _same_run(start, outcome) else None)
     except Exception:  # never take the worker down; the lease reaper will catch up
         log.exception("checkbeat: post-exec write of %s failed", outcome.job_id)
+
+
+def _same_run(start: RunStart | None, outcome: RunOutcome) -> bool:
+    return (
+        start is not None
+        and start.job.job_id == outcome.job_id
+        and start.job.lease_token == outcome.lease_token
+    )
 
 
 @task_failure.connect
@@ -150,7 +210,7 @@ def _after_kill(
         return
     if not isinstance(exception, TimeLimitExceeded | WorkerLostError):
         return  # other failures come through task_postrun
-    params = Params.from_settings(settings_of(sender.app))
+    params = params_of(settings_of(sender.app))
     try:
         request = RunRequest.parse(kwargs, max_timeout_s=max_timeout_s(params))
     except BadRunMessage:

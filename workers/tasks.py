@@ -19,7 +19,7 @@ from celery import shared_task
 from celery.exceptions import Reject
 
 from celery_app.checks.definition import decode_check
-from celery_app.checks.jobs import JobState
+from celery_app.checks.jobs import JobState, ReadGuard
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
@@ -29,17 +29,20 @@ from celery_app.checks.run_contract import (
     max_timeout_s,
 )
 from celery_app.errors import CheckFieldError
-from celery_app.factory import settings_of
+from celery_app.factory import params_of, settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import JobField, QuarantineStep
 from celery_app.registry import registry_of
-from scheduling_core import Params
 from scheduling_core.on_tick import tick_wait
-from workers import post_exec  # noqa: F401 - connects the post-exec signal handlers
+from workers import (
+    post_exec,  # noqa: F401 - connects the post-exec signal handlers
+    run_start,
+)
 from workers.outcome import RunOutcome
 from workers.probes.result import ProbeContext, ProbeResult
+from workers.run_start import RunStart
 from workers.runner import run_probe
 from workers.target_guard import AddressPolicy
 
@@ -71,7 +74,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run one claimed job (kwargs: a ``run_contract.RunRequest``). A malformed message or an
     unknown job is rejected; a stale one is dropped."""
     settings = settings_of(self.app)
-    ceiling_s = max_timeout_s(Params.from_settings(settings))
+    ceiling_s = max_timeout_s(params_of(settings))
     try:
         if args:
             raise BadRunMessage("takes keyword arguments only")
@@ -93,7 +96,8 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         nx=True,
         ex=math.ceil(request.timeout_s + settings.dispatch_lead) + STARTED_MARKER_MARGIN_S,
     )
-    job_hash, check_hash, server_now, first_delivery = pipe.execute()
+    pipe.get(keys.maintenance_version())  # the post-exec write plans from this read (run_start)
+    job_hash, check_hash, server_now, first_delivery, maintenance_version = pipe.execute()
     read_at = time.perf_counter()
     if first_delivery and job_hash.get(JobField.LEASE_TOKEN) != request.lease_token:
         client.delete(marker)  # not a run of a live lease: a bad or stale message writes nothing
@@ -125,9 +129,18 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         region=request.region,
         tls_ca_file=settings.probe_tls_ca_file,
     )
-    wait_s = tick_wait(
-        request.scheduled_at, from_time_reply(server_now), time.perf_counter() - read_at
+    server_now_s = from_time_reply(server_now)
+    run_start.keep(
+        RunStart(
+            self.request.id,
+            job,
+            ReadGuard.of(job_hash, maintenance_version),
+            maintenance_version,
+            server_now_s,
+            read_at,
+        )
     )
+    wait_s = tick_wait(request.scheduled_at, server_now_s, time.perf_counter() - read_at)
     if wait_s > 0:
         time.sleep(wait_s)  # claimed within the dispatch lead: this slot is already ours
     started_at = time.time()

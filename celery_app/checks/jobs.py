@@ -289,7 +289,7 @@ def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: 
 
 @dataclass(frozen=True)
 class CompletedRun:
-    """One run to write back with :func:`complete_runs`."""
+    """One run to write back with :func:`complete_runs` (or :func:`queue_complete`)."""
 
     job_id: str
     lease_token: str
@@ -299,10 +299,48 @@ class CompletedRun:
     health: HealthUpdate | None = None  # None: the check's state is not moved by this run
 
 
-def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
+#: Job fields a guarded completion does not compare: the lease, which it checks by token.
+_UNGUARDED = frozenset((JobField.LEASE_TOKEN, JobField.LEASE_EXPIRY))
+
+
+@dataclass(frozen=True)
+class ReadGuard:
+    """What a write was planned from: the job hash and the maintenance version as a run read
+    them when it started. ``complete.lua`` writes only if both are unchanged (the guard), so a
+    worker can plan its write from that read and spend one round trip after the probe, not
+    two; an edit, pause or transition meanwhile sends it back to read again."""
+
+    hlen: int
+    names: str
+    values: str
+    maintenance_version: str
+
+    @classmethod
+    def of(cls, job_hash: dict[str, str], maintenance_version: str | None) -> ReadGuard:
+        names = [f for f in job_hash if f not in _UNGUARDED]
+        values = "".join(f"{len(v.encode())} {v}" for v in map(job_hash.__getitem__, names))
+        return cls(len(job_hash), " ".join(names), values, maintenance_version or "")
+
+    def script_args(self) -> list[Any]:
+        """complete.lua's ARGV 22-25."""
+        return [self.hlen, self.names, self.values, self.maintenance_version]
+
+
+#: complete.lua's health ARGV (11-21) when a guarded call moves no state: '' skips the part.
+_NO_HEALTH_ARGS = [""] * 11
+
+
+def queue_complete(
+    pipe: Any, keys: Keys, run: CompletedRun, maxlen: int, guard: ReadGuard | None = None
+) -> None:
     uid, region = split_job_id(run.job_id)
     state = run.state
     health_keys, health_args = ([], []) if run.health is None else run.health.script_input(keys)
+    guard_keys: list[str] = []
+    guard_args: list[Any] = []
+    if guard is not None:
+        health_args = health_args or _NO_HEALTH_ARGS
+        guard_keys, guard_args = [keys.maintenance_version()], guard.script_args()
     run_script(
         pipe,
         "complete",
@@ -314,6 +352,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             keys.results(uid),
             keys.last_result(uid),
             *health_keys,
+            *guard_keys,
         ],
         args=[
             run.lease_token,
@@ -327,6 +366,7 @@ def _complete(pipe: Any, keys: Keys, run: CompletedRun, maxlen: int) -> None:
             maxlen,
             run.job_id,
             *health_args,
+            *guard_args,
         ],
     )
 
@@ -375,7 +415,7 @@ def complete_runs_each(
         return []
     pipe = client.pipeline(transaction=False)
     for run in runs:
-        _complete(pipe, keys, run, results_maxlen)
+        queue_complete(pipe, keys, run, results_maxlen)
     # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
     queued = queue_wait(pipe, client)
     replies = took_wait(pipe.execute(raise_on_error=False), queued, client, "a check completion")
@@ -442,6 +482,40 @@ def finish_run(
     return written
 
 
+def plan_completion(
+    params: Params,
+    job: JobState,
+    lease_token: str,
+    *,
+    now: datetime,
+    duration_ms: float,
+    timed_out: bool,
+    exec_start: datetime | None,
+    record: RunRecord | None = None,
+    scheduled_at: float | None = None,
+    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
+) -> CompletedRun:
+    """The write one run of ``job`` makes at ``now`` (Redis time), pure but for ``health_of``:
+    the next tick, the folded EWMAs and lane, the check's state step, the record in the lane
+    the job was claimed in (and marked when a maintenance window holds transitions back)."""
+    next_at = job.next_scheduled_at(now, scheduled_at)
+    state = params.post_exec(
+        job.post_exec_input(
+            duration_ms=duration_ms,
+            timed_out=timed_out,
+            exec_start=exec_start,
+            next_scheduled_at=next_at,
+            scheduled_at=scheduled_at,
+        )
+    )
+    health = health_of(job, now) if health_of is not None else None
+    if record is not None:
+        record = record.in_lane(job.lane)
+        if health is not None and health.maintenance_until is not None:
+            record = record.in_maintenance()
+    return CompletedRun(job.job_id, lease_token, state, next_at, record, health)
+
+
 def finish_run_with_health(
     client: redis.Redis,
     keys: Keys,
@@ -480,20 +554,16 @@ def finish_run_with_health(
     job = JobState.from_hash(job_id, h) if h else None
     if job is None or job.lease_token != lease_token:
         return False, None
-    next_at = job.next_scheduled_at(now, scheduled_at)
-    state = params.post_exec(
-        job.post_exec_input(
-            duration_ms=duration_ms,
-            timed_out=timed_out,
-            exec_start=exec_start,
-            next_scheduled_at=next_at,
-            scheduled_at=scheduled_at,
-        )
+    run = plan_completion(
+        params,
+        job,
+        lease_token,
+        now=now,
+        duration_ms=duration_ms,
+        timed_out=timed_out,
+        exec_start=exec_start,
+        record=record,
+        scheduled_at=scheduled_at,
+        health_of=health_of,
     )
-    health = health_of(job, now) if health_of is not None else None
-    if record is not None:
-        record = record.in_lane(job.lane)
-        if health is not None and health.maintenance_until is not None:
-            record = record.in_maintenance()
-    run = CompletedRun(job_id, lease_token, state, next_at, record, health)
     return complete_runs_detailed(client, keys, [run], results_maxlen=results_maxlen)[0]

@@ -18,6 +18,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from celery_app.cluster_url import is_cluster_url
+from celery_app.redis.pipelined_scripts import ScriptClient
 from celery_app.redis.sentinel import (
     is_sentinel_url,
     parse_sentinel_url,
@@ -99,7 +100,7 @@ def _connect(url: str, settings: Settings, tls: dict[str, Any], **options: Any) 
         return cluster_client(url, settings, **options)  # type: ignore[return-value]
     from celery_app.redis.replication import mark_client
 
-    client = redis.Redis.from_url(
+    client = ScriptClient.from_url(
         url,
         socket_keepalive=True,
         health_check_interval=30,
@@ -129,6 +130,7 @@ def sentinel_master(url: str, settings: Settings, **options: Any) -> redis.Redis
     )
     client = sentinel.master_for(
         settings.redis_sentinel_master,
+        redis_class=ScriptClient,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES),
         retry_on_error=FAILOVER_ERRORS,
         health_check_interval=30,

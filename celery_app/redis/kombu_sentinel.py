@@ -12,7 +12,8 @@ then a check's lease has been reaped (the run is recorded as lost and the stale 
 discarded) and a cron message has expired.
 
 Registered as kombu's ``sentinel`` transport by :func:`register` (the app factory calls it), so
-every ``sentinel://`` broker URL of the process uses it.
+every ``sentinel://`` broker URL of the process uses it. Its channel also keeps one redis-py
+client per pool (:class:`~celery_app.redis.kombu_redis.SharedClient`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual.base import QoS as _VirtualQoS
+
+from celery_app.redis.kombu_redis import SharedClient
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class QoS(kombu_redis.QoS):
         kombu_virtual_qos_ack(self, delivery_tag)
 
 
-class SentinelChannel(kombu_redis.SentinelChannel):
+class SentinelChannel(SharedClient, kombu_redis.SentinelChannel):
     QoS = QoS
 
 

@@ -20,6 +20,7 @@ import redis
 from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 
+from celery_app.redis.pipelined_scripts import ScriptPipeline
 from celery_app.redis.schema import LUA_FIELD_TABLES
 
 _loaded: set[tuple[str, str]] = set()
@@ -99,6 +100,13 @@ def _script(name: str) -> Script:
     return Script(redis.Redis(), lua_source(name))
 
 
+@cache
+def _sha(name: str) -> str:
+    # Fixed at load: a Script's own ``sha`` is rewritten by redis-py's reloads (bytes on a
+    # client that does not decode).
+    return _script(name).sha
+
+
 def run_script(
     client: redis.Redis | redis.client.Pipeline,
     name: str,
@@ -107,11 +115,15 @@ def run_script(
 ) -> Any:
     """Run ``celery_app/redis/lua/<name>.lua`` on ``client`` (a pipeline queues it instead).
 
-    EVALSHA first; redis-py loads the script on NOSCRIPT (also inside a pipeline). A Redis
-    Cluster pipeline does neither, so the script is loaded on every primary first
-    (:func:`celery_app.redis.cluster.load_on_primaries`).
+    EVALSHA first; redis-py loads the script on NOSCRIPT. On the pipelines of checkbeat's own
+    clients (:class:`~celery_app.redis.pipelined_scripts.ScriptPipeline`) a bare EVALSHA is
+    queued, with no ``SCRIPT EXISTS`` round trip first; any other pipeline asks ``SCRIPT EXISTS``
+    as redis-py does. A Redis Cluster pipeline does neither, so the script is loaded on every
+    primary first (:func:`load_on_primaries`).
     """
     script = _script(name)
+    if isinstance(client, ScriptPipeline) and client.takes_bare_scripts():
+        return client.queue_script(_sha(name), script.script, keys, args)
     if isinstance(client, ClusterPipeline):
         load_on_primaries(client, script)
     return script(keys=list(keys), args=list(args), client=client)

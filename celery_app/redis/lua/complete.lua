@@ -9,12 +9,26 @@
 -- ARGV: 11 region state, 12 streak state, 13 streak, 14 quorum, 15 maintenance window end
 --       ('' = not in a window), 16 now, 17 check transitions maxlen, 18 tenant transitions
 --       maxlen, 19 tenant, 20 uid, 21 the check's regions, comma list
+-- Guard (optional: no ARGV 22, or '', skips it; a write planned from what the run read when it
+-- started, celery_app.checks.jobs.ReadGuard): ARGV 22 the job's HLEN then, 23 its field names
+-- (space-separated, the lease's excepted), 24 their values then ('<length> <value>'...), 25 the
+-- maintenance version then ('' = unset); KEYS[#KEYS] the maintenance version key. ARGV 11-21
+-- are then given too ('' in ARGV 11 still skips the health part).
 -- Returns 0 when the lease is no longer ours (reaped, deleted, re-claimed): the same token can
--- complete a job at most once; else the id of the transition this run made, or 1.
+-- complete a job at most once; -1 when the guard found the job or the maintenance windows
+-- changed since the run read them (nothing written: read again, plan again); else the id of
+-- the transition this run made, or 1.
 --#include transition
+--#include job_unchanged
 local current = redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN)
 if (not current) or current ~= ARGV[1] then
   return 0
+end
+if (ARGV[22] or '') ~= '' then
+  if not job_unchanged(KEYS[1], ARGV[22], ARGV[23], ARGV[24])
+      or (redis.call('GET', KEYS[#KEYS]) or '') ~= ARGV[25] then
+    return -1
+  end
 end
 -- First the one write that can fail on a torn hash (runs not an integer): then nothing else is.
 redis.call('HINCRBY', KEYS[1], JOB.RUNS, 1)

@@ -1,0 +1,75 @@
+"""The broker transport: kombu's Redis channel, keeping one redis-py client per pool
+(celery_app/redis/kombu_redis.py) instead of building one for every publish and ack."""
+
+from __future__ import annotations
+
+import redis
+from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+from celery_app.factory import create_app, install
+from celery_app.redis import kombu_redis
+from celery_app.settings import load_settings
+
+
+def app_for(broker_url: str, redis_url: str) -> Celery:
+    return create_app(load_settings(redis_url=redis_url, broker_url=broker_url))
+
+
+def test_checkbeat_apps_and_installed_user_apps_use_the_shared_client_transport(
+    broker_url, redis_url
+):
+    assert isinstance(app_for(broker_url, redis_url).connection_for_write().transport,
+                      kombu_redis.Transport)  # fmt: skip
+    user = install(Celery("user-project", broker=broker_url))
+    with user.connection_for_write() as conn:
+        assert isinstance(conn.default_channel, kombu_redis.Channel)
+
+
+def test_messages_are_published_and_acked_through_one_client(broker_url, redis_url, monkeypatch):
+    built = []
+    real_init = redis.Redis.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(self)
+        real_init(self, *args, **kwargs)
+
+    app = app_for(broker_url, redis_url)
+    redis.Redis.from_url(broker_url).delete("kombu-shared")
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("kombu-shared")
+        queue.put({"n": -1})  # the channel and its pools exist from here on
+        queue.get(timeout=5).ack()
+        monkeypatch.setattr(redis.Redis, "__init__", counting_init)
+        for n in range(20):
+            queue.put({"n": n})
+        got = []
+        for _ in range(20):
+            message = queue.get(timeout=5)
+            got.append(message.payload["n"])
+            message.ack()
+        monkeypatch.undo()
+        queue.close()
+    assert got == list(range(20))
+    assert len(built) <= 1  # kombu's own channel builds one per put and per ack: 40 here
+    assert redis.Redis.from_url(broker_url).llen("kombu-shared") == 0
+
+
+def test_a_replaced_pool_gets_a_client_of_its_own(broker_url, redis_url):
+    app = app_for(broker_url, redis_url)
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        first = channel._create_client()
+        assert channel._create_client() is first and first.connection_pool is channel.pool
+        channel._pool = None  # what kombu does after a connection error
+        second = channel._create_client()
+        assert second is not first and second.connection_pool is channel.pool
+        assert second.ping()
+
+
+def test_register_leaves_a_transport_someone_else_registered_alone(monkeypatch):
+    monkeypatch.setitem(TRANSPORT_ALIASES, "redis", "their.module:Transport")
+    monkeypatch.setitem(TRANSPORT_ALIASES, "rediss", kombu_redis.KOMBU_TRANSPORT)
+    kombu_redis.register()
+    assert TRANSPORT_ALIASES["redis"] == "their.module:Transport"
+    assert TRANSPORT_ALIASES["rediss"] == kombu_redis.TRANSPORT

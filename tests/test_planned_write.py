@@ -1,0 +1,144 @@
+"""The post-exec write planned from the run's start read: complete.lua writes it only while the
+job and the maintenance version are as the run read them (``jobs.ReadGuard``), else nothing,
+and the worker reads again and plans again (``planned_write``, ``workers.post_exec``)."""
+
+from __future__ import annotations
+
+import pytest
+from support.checks import at
+from support.polling import wait_for
+from support.workers import claim_by_hand
+
+from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
+from celery_app.checks.planned_write import complete_as_read
+from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.checks.store import CheckStore
+from celery_app.redis.schema import JobField, Keys, check_queue, job_id
+from scheduling_core import Params
+
+JOB = "c1@eu"
+TOKEN = "7.1"
+
+
+@pytest.fixture
+def started(store, r, keys):
+    """A leased job and what its run read when it started: (job, guard)."""
+    store.create(uid="c1", tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"])
+    claim_by_hand(r, keys, JOB, TOKEN)
+    return start_read(r, keys)
+
+
+def start_read(r, keys) -> tuple[JobState, ReadGuard]:
+    h = r.hgetall(keys.job(JOB))
+    return JobState.from_hash(JOB, h), ReadGuard.of(h, r.get(keys.maintenance_version()))
+
+
+def write(r, keys, job: JobState, guard: ReadGuard, then=None):
+    now_s = job.scheduled_at + 0.2
+    run = plan_completion(
+        Params(),
+        job,
+        TOKEN,
+        now=at(now_s),
+        duration_ms=40.0,
+        timed_out=False,
+        exec_start=at(now_s - 0.05),
+        record=RunRecord(RunStatus.UP, "eu", finished_at=now_s),
+    )
+    return complete_as_read(r, keys, run, guard, results_maxlen=10, then=then)
+
+
+def test_an_unchanged_job_is_written_and_the_reads_queued_after_see_the_write(r, keys, started):
+    job, guard = started
+    done, reads = write(r, keys, job, guard, then=lambda pipe: pipe.zscore(keys.due(), JOB))
+    assert done == (True, None)
+    after = read_job(r, keys, JOB)
+    assert after.lease_token is None and after.runs == 1 and after.cost_ewma_ms == 40.0
+    assert reads == [pytest.approx(after.scheduled_at)]  # read in the same round trip, after
+    assert r.xlen(keys.results("c1")) == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda r, k: r.hset(k.job(JOB), JobField.PERIOD, "120"), id="field-changed"),
+        pytest.param(lambda r, k: r.hset(k.job(JOB), JobField.DISABLED, "1"), id="field-added"),
+        pytest.param(lambda r, k: r.hdel(k.job(JOB), JobField.REGIONS), id="field-removed"),
+        pytest.param(
+            lambda r, k: r.hset(k.job(JOB), JobField.COST_EWMA_MS, "1e3"), id="same-length-value"
+        ),
+        pytest.param(
+            lambda r, k: r.set(k.maintenance_version(), "w1"), id="maintenance-window-written"
+        ),
+    ],
+)
+def test_a_job_or_window_changed_since_the_read_is_not_written(r, keys, started, change):
+    job, guard = started
+    change(r, keys)
+    before = r.hgetall(keys.job(JOB))
+    done, _reads = write(r, keys, job, guard)
+    assert done is None
+    assert r.hgetall(keys.job(JOB)) == before  # nothing written, the lease still held
+    assert r.xlen(keys.results("c1")) == 0 and r.zscore(keys.due(), JOB) is None
+
+
+def test_values_are_compared_exactly_whatever_bytes_they_hold(r, keys, started):
+    # Two values moving a byte between them concatenate to the same text: still a change.
+    r.hset(keys.job(JOB), mapping={"x1": "ab", "x2": "c", "x3": "é 1 é"})
+    job, guard = start_read(r, keys)
+    r.hset(keys.job(JOB), mapping={"x1": "a", "x2": "bc"})
+    assert write(r, keys, job, guard)[0] is None
+    # Unchanged multibyte and spaced values compare equal: counted in bytes, as Lua counts.
+    job, guard = start_read(r, keys)
+    assert write(r, keys, job, guard)[0] == (True, None)
+
+
+def test_a_lease_no_longer_ours_is_refused_as_before_not_as_changed(r, keys, started):
+    job, guard = started
+    claim_by_hand(r, keys, JOB, "8.1")  # reaped and claimed again: the guard's fields moved too
+    assert write(r, keys, job, guard)[0] == (False, None)
+
+
+def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    """A failing run planned from the start read would keep the region up (threshold 3); the
+    threshold was lowered to 1 while it ran, so the write is planned again: the region is down."""
+    app = make_app(allow_private_targets=True)
+    keys = Keys("cbtest")
+    store = CheckStore(r, keys, app.conf.checkbeat_settings)
+    store.create(
+        uid="edited", tenant="acme", kind="http", target=target.url("/delay/700"), period=60,
+        config={"expected_status": [500]}, failure_threshold=3,
+    )  # fmt: skip
+    job = job_id("edited", "local")
+    kwargs = claim(r, keys, job, "tok-1")
+    run_worker(app, [check_queue("local", "fast"), check_queue("local", "slow")])
+    app.send_task("checkbeat.run_check", kwargs=kwargs, queue=check_queue("local", "fast"))
+    wait_for(lambda: target.hits("/delay/700") == 1, 20, what="the probe to start")
+    store.update("edited", failure_threshold=1)
+    wait_for(lambda: r.xlen(keys.results("edited")) == 1, 20, what="the result")
+    state = read_job(r, keys, job)
+    assert state.lease_token is None and state.runs == 1
+    assert state.failure_threshold == 1
+    assert str(state.health.state) == "down"
+
+
+def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target, allow_private):
+    """The post-exec write is planned from the start read: the job hash is read once per run
+    (with the check's), not again after the probe."""
+    app = make_app(allow_private_targets=True)
+    keys = Keys("cbtest")
+    store = CheckStore(r, keys, app.conf.checkbeat_settings)
+    store.create(uid="once", tenant="acme", kind="http", target=target.url("/delay/0"), period=60)
+    kwargs = claim(r, keys, job_id("once", "local"), "tok-1")
+    run_worker(app, [check_queue("local", "fast"), check_queue("local", "slow")])
+    before = hgetall_calls(r)
+    app.send_task("checkbeat.run_check", kwargs=kwargs, queue=check_queue("local", "fast"))
+    wait_for(lambda: r.xlen(keys.results("once")) == 1, 20, what="the result")
+    assert hgetall_calls(r) - before == 2  # the job and its check, when the run started
+    assert read_job(r, keys, job_id("once", "local")).runs == 1
+
+
+def hgetall_calls(r) -> int:
+    return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
