@@ -663,7 +663,7 @@ def promote_and_read(
     read_if_none_due: bool = True,
 ) -> int:
     """:func:`promote_due`, with the first round of each region's claim read on its two round
-    trips: the due ids (``due.lua``'s read) and the regions' states, then the promote and the
+    trips: the due ids (``due.lua``) and the regions' states, then the promote and the
     candidates (a pipeline runs its commands in order, so the candidates include what it
     promoted). The number moved. Nothing due: no promote, and no candidates read unless
     ``read_if_none_due``.
@@ -673,14 +673,13 @@ def promote_and_read(
     one. More due than one batch: the rest is promoted by :func:`promote_due` and the claims
     read again."""
     pipe = client.pipeline(transaction=False)
-    # The due ids as a plain read, not due.lua: a script on a pipeline costs redis-py a SCRIPT
-    # EXISTS round trip first, and hiredis parses the few ids a refill finds as fast.
-    pipe.zrangebyscore(keys.due(), "-inf", repr(now_s), start=0, num=batch)
+    run_script(pipe, "due", keys=[keys.due()], args=[repr(now_s), batch])
     counts = [r.queue_state(pipe) for r in rounds]
-    due, *replies = pipe.execute(raise_on_error=False)
-    _raise_first([due])
+    packed, *replies = pipe.execute(raise_on_error=False)
+    _raise_first([packed])
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.state_replies(part)
+    due = packed.split("\n") if packed else []
     ids = _job_ids(client, keys, due, now_s)
     if not ids and not read_if_none_due:
         return 0
