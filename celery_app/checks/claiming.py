@@ -13,7 +13,9 @@ Round trips per claim round: the region's state (workers, held tenants, the rate
 tenants, leases in flight); the top of both ready indexes (and the held jobs tokens may
 release); the claim (``claim.lua``). Tenants with a bucket are few, so the claim declares all of
 their buckets; past :data:`MAX_DECLARED_TENANTS` it first reads the candidates' tenants
-(``tenants.lua``) and declares only theirs. Promote: the due ids, then ``promote.lua``.
+(``tenants.lua``) and declares only theirs. Promote: the due ids, then ``promote.lua``. A claim
+that follows a promote (the dispatcher's) shares the promote's two round trips for its first
+round's reads (:func:`promote_and_read`): three in all, the claim script included.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ MAX_IDLE_ROUNDS = 8
 MAX_DECLARED_TENANTS = 128
 #: What the claim reads of each worker hash (as ``claim.lua`` does).
 WORKER_FIELDS = (WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)
+#: Replies of a region's state read before its known workers' hashes (``queue_state``).
+STATE_READS = 5
 #: Largest stored time (Unix s) or cost (ms) a claim carries: the run contract's latest time.
 MAX_STORED = 253_402_300_799.0
 #: The earliest effective deadline a saturated sum gives (scheduling_core's EARLIEST), Unix s.
@@ -124,37 +128,59 @@ def promote_due(
         packed = run_script(client, "due", keys=[keys.due()], args=[repr(now_s), batch])
         if not packed:
             return total
-        ids = packed.split("\n")
-        for job in [j for j in ids if "@" not in j]:  # not a job id: it can only be dropped
-            quarantine(client, keys, job, QuarantineStep.PROMOTE, "not a job id", now_s)
-        ids = [j for j in ids if "@" in j]
+        ids = _job_ids(client, keys, packed.split("\n"), now_s)
         if not ids:
             continue
-        regions: dict[str, int] = {}
-        numbers = []
-        for job in ids:
-            region = job[job.rindex("@") + 1 :]
-            number = regions.get(region)
-            if number is None:
-                number = regions[region] = len(regions) + 1
-            numbers.append(str(number))
-        cells = [(r, lane) for r in regions for lane in LANES]
         try:
-            moved, *placed = run_script(
-                client,
-                "promote",
-                keys=[keys.due(), *(keys.ready(r, lane) for r, lane in cells), *map(keys.job, ids)],
-                args=[repr(now_s), len(regions), "\n".join(ids), " ".join(numbers)],
-            )
+            reply = _queue_promote(client, keys, now_s, ids)
         except redis.ResponseError:
             # One job's data broke the batch (nothing was written: the writes come last):
             # promote them one by one and quarantine those that fail alone.
             total += _promote_each(client, keys, now_s, ids, into)
         else:
-            total += moved
-            into.update(dict(zip(cells, placed, strict=True)))
+            total += _promoted(ids, reply, into)
         if len(ids) < batch:
             return total
+
+
+def _job_ids(client: redis.Redis, keys: Keys, ids: list[str], now_s: float) -> list[str]:
+    """The due ids that are job ids; one that is not can only be dropped (quarantined)."""
+    for job in [j for j in ids if "@" not in j]:
+        quarantine(client, keys, job, QuarantineStep.PROMOTE, "not a job id", now_s)
+    return [j for j in ids if "@" in j]
+
+
+def _promote_cells(ids: Sequence[str]) -> tuple[list[tuple[str, int]], list[str]]:
+    """The (region, lane) ready indexes ``promote.lua`` declares, and each job's region number."""
+    regions: dict[str, int] = {}
+    numbers = []
+    for job in ids:
+        region = job[job.rindex("@") + 1 :]
+        number = regions.get(region)
+        if number is None:
+            number = regions[region] = len(regions) + 1
+        numbers.append(str(number))
+    return [(r, lane) for r in regions for lane in LANES], numbers
+
+
+def _queue_promote(
+    client: redis.Redis | redis.client.Pipeline, keys: Keys, now_s: float, ids: list[str]
+) -> Any:
+    """``promote.lua`` for ``ids`` (its reply, or queued on a pipeline)."""
+    cells, numbers = _promote_cells(ids)
+    return run_script(
+        client,
+        "promote",
+        keys=[keys.due(), *(keys.ready(r, lane) for r, lane in cells), *map(keys.job, ids)],
+        args=[repr(now_s), len(cells) // len(LANES), "\n".join(ids), " ".join(numbers)],
+    )
+
+
+def _promoted(ids: list[str], reply: Any, into: Counter[tuple[str, int]]) -> int:
+    """How many ``promote.lua`` moved; what it put in each ready index counted in ``into``."""
+    moved, *placed = reply
+    into.update(dict(zip(_promote_cells(ids)[0], placed, strict=True)))
+    return int(moved)
 
 
 def _promote_each(
@@ -239,15 +265,24 @@ class RegionClaimer:
         self.region = region
         self._workers: dict[str, tuple[str | None, ...]] = {}
 
-    def claim(self, now_s: float, expiry_s: float, *, batch: int, max_holds: int) -> RegionClaim:
+    def claim(
+        self,
+        now_s: float,
+        expiry_s: float,
+        *,
+        batch: int,
+        max_holds: int,
+        first: FirstRound | None = None,
+    ) -> RegionClaim:
         """Claim the region's free slots, at most ``batch`` per script call, holding at most
         ``max_holds`` rate-limited jobs. A round repeats while the script asks to read more
-        (``stop == 'more'``) or a full batch suggests more free slots."""
+        (``stop == 'more'``) or a full batch suggests more free slots. ``first``: the first
+        round's reads, made already on the caller's pipelines (:func:`promote_and_read`)."""
         result: RegionClaim | None = None
         depth = 1  # read deeper while a round's candidates are used up by holds
         idle = 0
         while idle < MAX_IDLE_ROUNDS:
-            state = self._state()
+            state = first.take_state() if first else self._state()
             if result is None:
                 result = RegionClaim(state.slots)
             free = min(state.slots.free, batch)
@@ -259,8 +294,11 @@ class RegionClaimer:
                     empty = _Read([[], []], [False, False], {})
                     result.slots = self._round(state, empty, now_s, expiry_s, 0, 0)[0]
                 break
-            size = max(1, min(max(free, MIN_READ) * depth, free + holds_left))
-            read = self._read(state, size, now_s)
+            size = _read_size(free, holds_left, depth)
+            read = first.take_read(size) if first else None
+            first = None
+            if read is None:
+                read = self._read(state, size, now_s)
             if not any(read.ready) and not read.releases:
                 break
             slots, stop, got, holds = self._round(state, read, now_s, expiry_s, free, holds_left)
@@ -283,9 +321,15 @@ class RegionClaimer:
     def _state(self) -> _State:
         """Workers (hashes of the ones seen last time in the same round trip), held tenants,
         rate-limited tenants and the leases in flight."""
+        pipe = self.client.pipeline(transaction=False)
+        known = self.queue_state(pipe)
+        return self.state_from(known, pipe.execute())
+
+    def queue_state(self, pipe: Any) -> list[str]:
+        """Queue :meth:`_state`'s reads on ``pipe`` (any pipeline, after other commands); the
+        workers whose hashes it reads, for :meth:`state_from` (``STATE_READS + len`` replies)."""
         k, region = self.keys, self.region
         known = list(self._workers)
-        pipe = self.client.pipeline(transaction=False)
         pipe.smembers(k.region_workers(region))
         pipe.smembers(k.held_tenants(region))
         pipe.smembers(k.rate_limited_tenants())
@@ -293,13 +337,19 @@ class RegionClaimer:
         pipe.zcard(k.leases(region, LANE_SLOW))
         for host in known:
             pipe.hmget(k.worker(host), *WORKER_FIELDS)
-        hosts, held, limited, in_fast, in_slow, *fields = pipe.execute()
+        return known
+
+    def state_from(self, known: list[str], replies: Sequence[Any]) -> _State:
+        """The state from the replies of :meth:`queue_state` (the first error among them is
+        raised); a worker new since the last call costs one more round trip."""
+        _raise_first(replies)
+        hosts, held, limited, in_fast, in_slow, *fields = replies
         workers = dict(zip(known, map(tuple, fields), strict=True))
         missing = sorted(set(hosts) - set(known))
         if missing:
             pipe = self.client.pipeline(transaction=False)
             for host in missing:
-                pipe.hmget(k.worker(host), *WORKER_FIELDS)
+                pipe.hmget(self.keys.worker(host), *WORKER_FIELDS)
             workers.update(zip(missing, map(tuple, pipe.execute()), strict=True))
         current = {h: workers[h] for h in sorted(hosts)}
         self._workers = current  # a refill may run in several threads: each uses its own view
@@ -317,9 +367,14 @@ class RegionClaimer:
     def _read(self, state: _State, size: int, now_s: float) -> _Read:
         """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
         (an estimate, see :func:`bucket_tokens`) may release."""
+        pipe = self.client.pipeline(transaction=False)
+        self.queue_read(pipe, state, size)
+        return self.read_from(state, size, now_s, pipe.execute())
+
+    def queue_read(self, pipe: Any, state: _State, size: int) -> int:
+        """Queue :meth:`_read`'s first round trip on ``pipe``; how many replies it adds."""
         k, region = self.keys, self.region
         slow_size = size if state.slots.free_slow > 0 else 0
-        pipe = self.client.pipeline(transaction=False)
         _top(pipe, [k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW)], [size, slow_size])
         for tenant in state.held:
             pipe.hmget(
@@ -329,7 +384,15 @@ class RegionClaimer:
                 BucketField.TOKENS,
                 BucketField.UPDATED,
             )
-        packed, *buckets = pipe.execute()
+        return 1 + len(state.held)
+
+    def read_from(self, state: _State, size: int, now_s: float, replies: Sequence[Any]) -> _Read:
+        """The round's candidates from the replies of :meth:`queue_read` (the first error among
+        them is raised); held jobs the tokens may release cost one more round trip."""
+        _raise_first(replies)
+        k, region = self.keys, self.region
+        slow_size = size if state.slots.free_slow > 0 else 0
+        packed, *buckets = replies
         ready = [_entries(packed[0]), _entries(packed[1])]
         full = [len(ready[LANE_FAST]) >= size, slow_size > 0 and len(ready[LANE_SLOW]) >= size]
         offered: dict[str, int] = {}
@@ -524,6 +587,141 @@ class RegionClaimer:
         return state.slots, ClaimStop.MORE, claims, holds
 
 
+class FirstRound:
+    """The first round of one region's claim, read on pipelines that other reads share.
+
+    Why: a refill that finds work due within the lead used to pay a round trip each for the due
+    ids, the promote, the region's state, the candidates and the claim. The state does not
+    depend on the promote, so it rides with the due ids; the candidates do, so they ride after
+    the promote on its pipeline (:func:`promote_and_read`). The claim script still re-validates
+    everything read, so reading earlier only risks a round with fewer claims, never a wrong one.
+    An error met while reading is raised by the claim (:meth:`take_state`), where it would have
+    been met without the prefetch."""
+
+    def __init__(self, claimer: RegionClaimer, *, batch: int, max_holds: int) -> None:
+        self.claimer, self.batch, self.max_holds = claimer, batch, max_holds
+        self.state: _State | None = None
+        self.read: _Read | None = None
+        self.size = 0  # of the candidates read; 0: none queued
+        self.error: BaseException | None = None
+        self._known: list[str] = []
+
+    def queue_state(self, pipe: Any) -> int:
+        self._known = self.claimer.queue_state(pipe)
+        return STATE_READS + len(self._known)
+
+    def state_replies(self, replies: Sequence[Any]) -> None:
+        try:
+            self.state = self.claimer.state_from(self._known, replies)
+        except Exception as exc:  # raised by the claim, as without the prefetch
+            self.error = exc
+
+    def queue_read(self, pipe: Any) -> int:
+        """Queue the candidates' read, sized as the claim's first round would; how many
+        replies it adds (0: no state, or no free slot, so the claim needs no candidates)."""
+        state = self.state
+        if state is None or self.error is not None:
+            return 0
+        free = min(state.slots.free, self.batch)
+        if free <= 0 or self.max_holds <= 0:
+            return 0
+        self.size = _read_size(free, self.max_holds, 1)
+        return self.claimer.queue_read(pipe, state, self.size)
+
+    def read_replies(self, replies: Sequence[Any], now_s: float) -> None:
+        if not self.size or self.state is None:
+            return
+        try:
+            self.read = self.claimer.read_from(self.state, self.size, now_s, replies)
+        except Exception as exc:
+            self.error = exc
+
+    def discard_read(self) -> None:
+        """The candidates may miss promoted jobs (the promote went job by job, or a backlog
+        needed more batches): the claim reads them again."""
+        self.read = None
+
+    def take_state(self) -> _State:
+        if self.error is not None:
+            raise self.error
+        if self.state is None:
+            return self.claimer._state()
+        return self.state
+
+    def take_read(self, size: int) -> _Read | None:
+        return self.read if size == self.size else None
+
+
+def promote_and_read(
+    client: redis.Redis,
+    keys: Keys,
+    now_s: float,
+    batch: int,
+    into: Counter[tuple[str, int]],
+    rounds: Sequence[FirstRound],
+    *,
+    read_if_none_due: bool = True,
+) -> int:
+    """:func:`promote_due`, with the first round of each region's claim read on its two round
+    trips: the due ids (``due.lua``) and the regions' states, then the promote and the
+    candidates (a pipeline runs its commands in order, so the candidates include what it
+    promoted). The number moved. Nothing due: no promote, and no candidates read unless
+    ``read_if_none_due``.
+
+    If the candidates missed some promoted jobs all the same (a script re-run after NOSCRIPT
+    runs after the pipeline's other commands), the claim only misses those until the next
+    one. More due than one batch: the rest is promoted by :func:`promote_due` and the claims
+    read again."""
+    pipe = client.pipeline(transaction=False)
+    run_script(pipe, "due", keys=[keys.due()], args=[repr(now_s), batch])
+    counts = [r.queue_state(pipe) for r in rounds]
+    packed, *replies = pipe.execute(raise_on_error=False)
+    _raise_first([packed])
+    for r, part in zip(rounds, _split(replies, counts), strict=True):
+        r.state_replies(part)
+    due = packed.split("\n") if packed else []
+    ids = _job_ids(client, keys, due, now_s)
+    if not ids and not read_if_none_due:
+        return 0
+    pipe = client.pipeline(transaction=False)
+    if ids:
+        _queue_promote(pipe, keys, now_s, ids)
+    counts = [r.queue_read(pipe) for r in rounds]
+    replies = pipe.execute(raise_on_error=False) if ids or any(counts) else []
+    moved = 0
+    if ids:
+        reply, *replies = replies
+        if isinstance(reply, redis.ResponseError):  # one job's data broke the batch
+            moved = _promote_each(client, keys, now_s, ids, into)
+            for r in rounds:
+                r.discard_read()
+        else:
+            _raise_first([reply])
+            moved = _promoted(ids, reply, into)
+    for r, part in zip(rounds, _split(replies, counts), strict=True):
+        r.read_replies(part, now_s)
+    if len(due) >= batch:  # a backlog: promote the rest
+        moved += promote_due(client, keys, now_s, batch, into)
+        for r in rounds:
+            r.discard_read()
+    return moved
+
+
+def _split(replies: Sequence[Any], counts: Sequence[int]) -> list[Sequence[Any]]:
+    """A shared pipeline's replies cut into each caller's part."""
+    parts, start = [], 0
+    for n in counts:
+        parts.append(replies[start : start + n])
+        start += n
+    return parts
+
+
+def _read_size(free: int, holds_left: int, depth: int) -> int:
+    """How many candidates a round reads per lane: the free slots (at least MIN_READ, a few may
+    be taken or held), deeper while holds used them up, never more than it could use."""
+    return max(1, min(max(free, MIN_READ) * depth, free + holds_left))
+
+
 def _check_claim(claim: Claim) -> None:
     """A claim the run contract can carry: finite times and cost (ValueError otherwise). The
     effective deadline may be saturated anywhere in [EARLIEST, LATEST] (date arithmetic
@@ -535,6 +733,14 @@ def _check_claim(claim: Claim) -> None:
     ):
         if not (math.isfinite(value) and low <= value <= MAX_STORED):
             raise ValueError(f"{name} {value!r} is outside [{low:g}, {MAX_STORED:g}]")
+
+
+def _raise_first(replies: Sequence[Any]) -> None:
+    """A pipeline executed with ``raise_on_error=False``: the first error of a caller's replies
+    is raised where that caller's own call would have raised it."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def _top(client: redis.Redis | redis.client.Pipeline, keys: list[str], counts: list[int]) -> Any:

@@ -52,7 +52,14 @@ from typing import Any
 import redis
 from celery import Celery
 
-from celery_app.checks.claiming import Claim, RegionClaimer, RegionSlots, promote_due
+from celery_app.checks.claiming import (
+    Claim,
+    FirstRound,
+    RegionClaimer,
+    RegionSlots,
+    promote_and_read,
+    promote_due,
+)
 from celery_app.checks.health import plan_health
 from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
@@ -200,13 +207,13 @@ class Dispatcher:
                 return ()
         else:
             now_s, waiting = _as_unix(now), _Waiting.DUE
+        scan = REFILL_RATE_LIMITED_SCAN
         if waiting is _Waiting.AHEAD:  # nothing due or ready: straight to the lead's jobs
-            self.promote(now_s + self.lead)
-            claims = self.claim(now_s, (region,), rate_limited_scan=REFILL_RATE_LIMITED_SCAN).claims
+            claimed = self._promote_claim(now_s, now_s + self.lead, (region,), scan)[1]
         else:
-            claims = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1].claims
-        self.publish(claims)
-        return claims
+            claimed = self._fill(now_s, (region,), scan)[1]
+        self.publish(claimed.claims)
+        return claimed.claims
 
     def sweep_transitions(self, now_s: float) -> None:
         """Release transitions held by ended maintenance windows and publish the undelivered
@@ -219,19 +226,52 @@ class Dispatcher:
     def _fill(self, now_s: float, regions: Sequence[str], scan: int) -> tuple[int, ClaimResult]:
         """Promote and claim what is due; then, if slots are still free, what is due within the
         lead (its workers wait for the tick). (promoted, claimed)."""
-        promoted = self.promote(now_s)
-        claimed = self.claim(now_s, regions, rate_limited_scan=scan)
+        promoted, claimed = self._promote_claim(now_s, now_s, regions, scan)
         if self.lead <= 0 or not _slots_left(claimed):
             return promoted, claimed
-        ahead = self.promote(now_s + self.lead)
+        ahead, more = self._promote_claim(now_s, now_s + self.lead, regions, scan, only_due=True)
         if not ahead:
             return promoted, claimed
-        more = self.claim(now_s, regions, rate_limited_scan=scan)
         return promoted + ahead, ClaimResult(
             claimed.claims + more.claims,
             claimed.slots,
             claimed.rate_limited + more.rate_limited,
         )
+
+    def _promote_claim(
+        self,
+        now_s: float,
+        until_s: float,
+        regions: Sequence[str],
+        scan: int,
+        *,
+        only_due: bool = False,
+    ) -> tuple[int, ClaimResult]:
+        """Promote what is due at ``until_s`` and claim at ``now_s``: (promoted, claimed), in
+        three round trips when a batch holds every due job (each region's claim reads ride on
+        the promote's, :func:`~celery_app.checks.claiming.promote_and_read`). ``only_due``:
+        no claim when nothing was promoted (the lead's jobs after a claim that left slots)."""
+        firsts = [FirstRound(self._claimer(r), batch=CLAIM_BATCH, max_holds=scan) for r in regions]
+        placed: Counter[tuple[str, int]] = Counter()
+        moved = promote_and_read(
+            self.redis,
+            self.keys,
+            until_s,
+            PROMOTE_BATCH,
+            placed,
+            firsts,
+            read_if_none_due=not only_due,
+        )
+        metrics.promoted(placed)
+        if only_due and not moved:
+            return 0, ClaimResult()
+        return moved, self.claim(now_s, regions, rate_limited_scan=scan, firsts=firsts)
+
+    def _claimer(self, region: str) -> RegionClaimer:
+        claimer = self._claimers.get(region)
+        if claimer is None:
+            claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
+        return claimer
 
     def _refill_needs(self, region: str) -> tuple[float, _Waiting]:
         """(Redis time, what a refill of ``region`` may find): one round trip."""
@@ -254,18 +294,21 @@ class Dispatcher:
         regions: Sequence[str] | None = None,
         *,
         rate_limited_scan: int = RATE_LIMITED_SCAN,
+        firsts: Sequence[FirstRound] = (),
     ) -> ClaimResult:
-        """Claim the free slots of each region (two phases, see :mod:`claiming`)."""
+        """Claim the free slots of each region (two phases, see :mod:`claiming`); ``firsts``:
+        each region's first round read already (in ``regions``' order)."""
         claims: list[Claim] = []
         slots: dict[str, RegionSlots] = {}
         limited = 0
         expiry = now_s + self.lease_s
-        for region in regions or self.regions:
-            claimer = self._claimers.get(region)
-            if claimer is None:
-                claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
+        regions = regions or self.regions
+        for region, first in zip(regions, firsts or [None] * len(regions), strict=True):
+            claimer = self._claimer(region)
             try:
-                taken = claimer.claim(now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan)
+                taken = claimer.claim(
+                    now_s, expiry, batch=CLAIM_BATCH, max_holds=rate_limited_scan, first=first
+                )
             except DATA_ERRORS as exc:
                 if not is_job_error(exc):
                     raise

@@ -17,7 +17,9 @@ transaction: another client's commands can come between its commands anyway). A 
 after a failed call is sent again after the re-run (a ``WAIT`` writes nothing): it then covers
 the re-run's writes too, and its reply is the smaller acknowledgement of the two. No pipeline of
 checkbeat has a later command read what a script in it wrote (the WAITs of complete_runs_each,
-run_replicated and the cron claim are the only later commands that depend on one): keep it so.
+run_replicated and the cron claim are the only later commands that depend on one), but one:
+``claiming.promote_and_read`` reads the candidates (``top.lua``) after ``promote.lua``, and a
+read that misses a re-run promote only leaves those jobs to the next claim. Keep it so.
 
 A ``transaction=True`` pipeline (MULTI/EXEC), or one that WATCHes, keeps redis-py's
 ``SCRIPT EXISTS`` first: a call re-run after EXEC would no longer be atomic with the rest.
