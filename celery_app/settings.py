@@ -519,10 +519,11 @@ class Settings(BaseSettings):
         ),
     )
     dispatch_lead: float = Field(
-        0.05,
+        0.02,
         description=_described(
             "How far ahead of its tick a due check is claimed; its worker waits in the slot "
-            "until the tick (Redis time), so it starts on time. 0 = claim only when due.",
+            "until the tick (Redis time), so it starts on time. A slot waiting is one no due "
+            "check can take: keep it near the claim-to-start time. 0 = claim only when due.",
             "dispatch_lead",
         ),
     )
