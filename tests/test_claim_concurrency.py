@@ -8,10 +8,10 @@ dispatchers and refills at once and checks the invariants after every round.
 from __future__ import annotations
 
 import random
-import threading
 
 import pytest
 import redis
+from support.at_once import at_once
 from support.checks import at, learned, register_fake_worker
 
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
@@ -140,27 +140,14 @@ def test_a_tenant_limited_after_the_read_is_not_claimed_past_its_bucket(r, keys,
 
 def claim_at_once(dispatchers: list[Dispatcher], now: float) -> list[list]:
     """Dispatchers 0 and 1 tick, the others refill region eu, all released by one barrier."""
-    got: list[list] = [[] for _ in dispatchers]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(dispatchers))
-
-    def run(k: int) -> None:
-        try:
-            barrier.wait(10)
-            if k < 2:
-                got[k] = list(dispatchers[k].tick(now).claims)
-            else:
-                got[k] = list(dispatchers[k].refill("eu", now))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(dispatchers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
-    return got
+    return at_once(
+        [
+            (lambda d=d: list(d.tick(now).claims))
+            if k < 2
+            else (lambda d=d: list(d.refill("eu", now)))
+            for k, d in enumerate(dispatchers)
+        ]
+    )
 
 
 @pytest.mark.timeout(120)

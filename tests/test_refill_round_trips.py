@@ -4,10 +4,9 @@ free slots nor a job twice when refillers race."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import redis
+from support.at_once import at_once
 from support.checks import learned, register_fake_worker
 from support.round_trips import counting_client, preload_scripts, state_round_trips
 
@@ -109,21 +108,9 @@ def test_racing_lead_refills_never_exceed_the_free_slots_nor_take_a_job_twice(
 
 
 def _at_once(dispatchers: list[Dispatcher], needs: list[RefillNeeds]) -> list[list]:
-    got: list[list] = [[] for _ in dispatchers]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(dispatchers))
-
-    def run(k: int) -> None:
-        try:
-            barrier.wait(10)
-            got[k] = list(dispatchers[k].refill("eu", needs=needs[k]))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(dispatchers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
-    return got
+    return at_once(
+        [
+            lambda d=d, n=n: list(d.refill("eu", needs=n))
+            for d, n in zip(dispatchers, needs, strict=True)
+        ]
+    )
