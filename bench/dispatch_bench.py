@@ -24,13 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.fake_capacity import register_capacity
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.publish import KombuBatchPublisher
-from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
+from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 
 REGIONS = ["eu", "us", "ap"]
@@ -95,16 +96,7 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
 
         # 2. dispatch one window
         for region in REGIONS:
-            state.hset(
-                keys.worker(f"bench-{region}"),
-                mapping={
-                    WorkerField.REGION: region,
-                    WorkerField.ROLE: WorkerRoleName.SHARED,
-                    WorkerField.QUEUES: "",
-                    WorkerField.CONCURRENCY: jobs,
-                },
-            )
-            state.sadd(keys.region_workers(region), f"bench-{region}")
+            register_capacity(state, keys, f"bench-{region}", region, jobs)
         dispatcher = Dispatcher(app, client=state)
         now = t0 + window
         started = time.perf_counter()

@@ -29,13 +29,14 @@ from typing import ClassVar
 
 import redis
 
+from bench.fake_capacity import register_capacity
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
+from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import lua_source
 from celery_app.settings import load_settings
 
@@ -86,16 +87,7 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
             ],
             now=from_unix(t0),
         )
-        state.hset(
-            keys.worker("bench"),
-            mapping={
-                WorkerField.REGION: REGION,
-                WorkerField.ROLE: WorkerRoleName.SHARED,
-                WorkerField.QUEUES: "",
-                WorkerField.CONCURRENCY: checks,
-            },
-        )
-        state.sadd(keys.region_workers(REGION), "bench")
+        register_capacity(state, keys, "bench", REGION, checks)
         sends = _Counting.sends
         pool = redis.ConnectionPool.from_url(
             settings.redis_url, connection_class=_Counting, decode_responses=True

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import redis
 
+from bench.fake_capacity import register_capacity
 from bench.http_target import DelayServer
 from celery_app.local.embedded_redis import RedisServer
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import bench.plain_app as plain
     from celery_app.checks.store import CheckStore
     from celery_app.factory import create_app
-    from celery_app.redis.schema import Keys, WorkerField
+    from celery_app.redis.schema import Keys
     from celery_app.settings import load_settings
     from workers.tasks import run_check
 
@@ -86,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     app.loader.import_default_modules()
     state = redis.Redis.from_url(state_url, decode_responses=True)
     keys = Keys(settings.key_prefix)
-    state.hset(keys.worker("bench"), mapping={WorkerField.ROLE: "shared",
-                                              WorkerField.CONCURRENCY: 8})  # fmt: skip
-    state.sadd(keys.region_workers("local"), "bench")
+    register_capacity(state, keys, "bench", "local", 8)
     store = CheckStore(state, keys, settings)
     total = args.runs * (args.rounds + 1)
     with DelayServer() as server:

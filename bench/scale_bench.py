@@ -40,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import redis
 
+from bench.fake_capacity import register_capacity
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run, from_unix
@@ -52,7 +53,7 @@ from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.pipelined_scripts import ScriptClient
-from celery_app.redis.schema import CronOutcome, Keys, WorkerField, WorkerRoleName
+from celery_app.redis.schema import CronOutcome, Keys
 from celery_app.settings import load_settings
 from scheduling_core import Params
 
@@ -124,16 +125,7 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
             for i in range(checks)
         ]
         store.create_many(defs, now=from_unix(t0))
-        state.hset(
-            keys.worker("bench"),
-            mapping={
-                WorkerField.REGION: REGION,
-                WorkerField.ROLE: WorkerRoleName.SHARED,
-                WorkerField.QUEUES: "",
-                WorkerField.CONCURRENCY: 64,
-            },
-        )
-        state.sadd(keys.region_workers(REGION), "bench")
+        register_capacity(state, keys, "bench", REGION, 64)
         dispatcher = Dispatcher(app, client=state)
         params = Params.from_settings(settings)
         idle_cpu_per_s = _idle_cpu_per_s(state)
