@@ -136,7 +136,7 @@ def _write_as_read(
 ) -> tuple[bool, str | None] | None:
     """The write planned from the run's start read, in one round trip with the refill's reads;
     None when the job or the maintenance windows changed since (nothing was written)."""
-    planner.version = start.maintenance_version
+    planner.version = start.guard.maintenance_version or None  # '' = never written
     run = plan_completion(
         params,
         start.job,
@@ -186,17 +186,9 @@ def _after_run(sender: Any = None, task: Any = None, task_id: Any = None, **_: A
     if outcome is None:
         return  # rejected, discarded, or failed before probing: nothing ran
     try:
-        record_outcome(task.app, outcome, start if _same_run(start, outcome) else None)
+        record_outcome(task.app, outcome, start)
     except Exception:  # never take the worker down; the lease reaper will catch up
         log.exception("checkbeat: post-exec write of %s failed", outcome.job_id)
-
-
-def _same_run(start: RunStart | None, outcome: RunOutcome) -> bool:
-    return (
-        start is not None
-        and start.job.job_id == outcome.job_id
-        and start.job.lease_token == outcome.lease_token
-    )
 
 
 @task_failure.connect

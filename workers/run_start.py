@@ -27,7 +27,6 @@ class RunStart:
     task_id: str
     job: JobState
     guard: ReadGuard
-    maintenance_version: str | None
     server_now: float  # Redis time (Unix s) when the read was answered
     read_at: float  # time.perf_counter() then
 

@@ -136,7 +136,6 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             self.request.id,
             job,
             ReadGuard.of(job_hash, maintenance_version),
-            maintenance_version,
             server_now_s,
             read_at,
         )

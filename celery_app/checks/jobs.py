@@ -419,10 +419,12 @@ def complete_runs_each(
     # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
     queued = queue_wait(pipe, client)
     replies = took_wait(pipe.execute(raise_on_error=False), queued, client, "a check completion")
-    return [
-        x if isinstance(x, Exception) else (bool(x), x if isinstance(x, str) and x != "1" else None)
-        for x in replies
-    ]
+    return [x if isinstance(x, Exception) else completion_reply(x) for x in replies]
+
+
+def completion_reply(reply: Any) -> tuple[bool, str | None]:
+    """complete.lua's reply as (written, the id of the transition it made or None)."""
+    return bool(reply), reply if isinstance(reply, str) and reply != "1" else None
 
 
 def complete_run(

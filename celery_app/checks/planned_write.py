@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from celery_app.checks.jobs import CompletedRun, ReadGuard, queue_complete
+from celery_app.checks.jobs import CompletedRun, ReadGuard, completion_reply, queue_complete
 from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import Keys
 
@@ -47,4 +47,4 @@ def complete_as_read(
     reply, *reads = took_wait(pipe.execute(), queued, client, "a check completion")
     if reply == STALE:
         return None, reads
-    return (bool(reply), reply if isinstance(reply, str) and reply != "1" else None), reads
+    return completion_reply(reply), reads
