@@ -99,6 +99,7 @@ def test_errors_carry_their_class_and_a_refused_target_is_a_result(
     assert results(r, "lo")[0]["error_class"] == "refused"
     assert target.hits("/status/503") == 0
 
+    run_worker.stop()  # the guarded worker must not take the next message
     app = make_app(allow_private_targets=True)
     run_worker(app, QUEUES)
     send(app, claim(r, KEYS, job_id("down", "local"), "c"))

@@ -72,7 +72,13 @@ def make_app(broker_url: str, redis_url: str) -> Iterator:
 
 @pytest.fixture
 def run_worker() -> Iterator:
-    """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker."""
+    """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker;
+    ``run_worker.stop()`` stops every worker it started so far (any left stop after the test).
+
+    Stop one worker before starting the next: in-process workers share Celery's module-level
+    shutdown flag (``celery.worker.state.should_terminate``), so stopping one also stops the
+    other mid-loop, and two workers on the same queues take each other's messages.
+    """
     from contextlib import ExitStack
 
     from celery.contrib.testing.worker import start_worker
@@ -95,6 +101,7 @@ def run_worker() -> Iterator:
                 )
             )
 
+        run.stop = stack.close  # type: ignore[attr-defined]
         yield run
 
 

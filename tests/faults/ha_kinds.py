@@ -3,7 +3,10 @@
 ``hatracked`` is a short probe kind; every run of ``checkbeat.run_check`` that got past the
 lease check (not discarded) appends ``{"job", "sa", "t"}`` to ``hatest:checkruns``, so two runs
 of one (job, scheduled tick) are a double run. Cron task bodies append to ``hatest:cronruns``.
-Loaded by workers through ``CHECKBEAT_IMPORTS`` with tests/faults on PYTHONPATH.
+Loaded by workers through ``CHECKBEAT_IMPORTS`` with tests/faults on PYTHONPATH. The run
+witness is connected only where ``HA_WITNESS_URL`` names the witness Redis (those workers): the
+test modules import this one too, and a handler left in the pytest process would run after every
+in-process worker's runs of the rest of the suite.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ def hatracked(target: str, config: dict, context) -> bool:  # type: ignore[no-un
     return True
 
 
-@task_postrun.connect
 def _witness_check_run(sender: Any = None, kwargs: Any = None, retval: Any = None, **_: Any):  # type: ignore[no-untyped-def]
     if getattr(sender, "name", None) != "checkbeat.run_check" or not isinstance(kwargs, dict):
         return
@@ -38,6 +40,10 @@ def _witness_check_run(sender: Any = None, kwargs: Any = None, retval: Any = Non
         return
     record = {"job": kwargs.get("job_id"), "sa": kwargs.get("scheduled_at"), "t": time.time()}
     _client.rpush(CHECK_RUNS, json.dumps(record))
+
+
+if os.environ.get(WITNESS_ENV):
+    task_postrun.connect(_witness_check_run, weak=False)
 
 
 def witness_cron_run(task_id: str, window: str) -> None:
