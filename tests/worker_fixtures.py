@@ -75,9 +75,12 @@ def run_worker() -> Iterator:
     """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker;
     ``run_worker.stop()`` stops every worker it started so far (any left stop after the test).
 
-    Stop one worker before starting the next: in-process workers share Celery's module-level
-    shutdown flag (``celery.worker.state.should_terminate``), so stopping one also stops the
-    other mid-loop, and two workers on the same queues take each other's messages.
+    Stop one worker before starting the next. Two in-process workers share kombu's event loop
+    (``kombu.asynchronous.get_event_loop``: the second worker's Hub step takes the first's) and
+    Celery's shutdown flag (``celery.worker.state.should_terminate``): one worker's thread then
+    reads the other's BRPOP reply, and the other hangs in ``Channel.close`` waiting for it
+    (5 of 20 runs of test_run_task's two-worker test did). On the same queues they would also take
+    each other's messages. A worker process has one of each, so only tests meet this.
     """
     from contextlib import ExitStack
 
