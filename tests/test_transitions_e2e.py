@@ -232,6 +232,7 @@ def _ts(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
+@pytest.mark.slow  # a real one-minute window on the wall clock: ~85 s, a tenth of the default run
 @pytest.mark.timeout(240)
 def test_a_transition_inside_a_window_is_held_and_delivered_at_its_end(r, system):
     from datetime import UTC, datetime, timedelta
