@@ -13,7 +13,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
-from support.checks import learned
+from support.checks import learned, register_fake_worker
 
 from beat.cron_engine import Fired, Skipped, TickReport
 from beat.metrics import BeatHealth, checks_page
@@ -27,8 +27,6 @@ from celery_app.metrics.server import MetricsServer, PageError, health_page, met
 from celery_app.redis.schema import (
     CronSkipReason,
     QuarantineStep,
-    WorkerField,
-    WorkerRoleName,
     job_id,
 )
 from celery_app.settings import SettingsError, load_settings
@@ -54,20 +52,6 @@ def write_result(r, keys, uid: str, region: str, status: RunStatus, **detail) ->
         status=status, region=region, finished_at=1_790_000_000.0, latency_ms=42.0, detail=detail
     )
     r.hset(keys.last_result(uid), region, record_.to_json())
-
-
-def register_worker(r, keys, region: str, slots: int) -> None:
-    host = f"w-{region}"
-    r.hset(
-        keys.worker(host),
-        mapping={
-            WorkerField.REGION: region,
-            WorkerField.ROLE: WorkerRoleName.SHARED,
-            WorkerField.QUEUES: "",
-            WorkerField.CONCURRENCY: slots,
-        },
-    )
-    r.sadd(keys.region_workers(region), host)
 
 
 # --- the per-check exporter -------------------------------------------------------------------
@@ -134,7 +118,7 @@ def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
         store.create(uid=f"s{i}", tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
         # measured fast checks (a never-measured one would take a shared slot, as slow)
         learned(r, keys, store.params, job_id(f"s{i}", "eu"), scheduled_at=1_999_999_990.0 + i)
-    register_worker(r, keys, "eu", 2)
+    register_fake_worker(r, keys, "w-eu", region="eu", role="shared", concurrency=2, ttl=None)
     before = {
         name: value(name, region="eu", lane="fast")
         for name in ("checkbeat_dispatch_claimed_total", "checkbeat_dispatch_published_total")

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 
 import redis
 
+from bench.fake_capacity import register_capacity
 from celery_app.checks.run_contract import RunRecord, RunStatus
-from celery_app.redis.schema import JobField, Keys, WorkerField, check_queue
+from celery_app.redis.schema import JobField, Keys
 
 #: The keys of every results-history record, whichever path wrote it (worker, kill, reaper).
 RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
@@ -33,23 +34,8 @@ def register_fake_worker(
     ttl: int | None = 60,
 ) -> None:
     """Write the capacity heartbeat of a worker: role "fast" consumes the fast queue only,
-    "shared" the fast and the slow queue."""
-    lanes = ["fast"] if role == "fast" else ["fast", "slow"]
-    queues = ",".join(check_queue(region, lane) for lane in lanes)
-    pipe = client.pipeline()
-    pipe.hset(
-        keys.worker(hostname),
-        mapping={
-            WorkerField.REGION: region,
-            WorkerField.ROLE: role,
-            WorkerField.QUEUES: queues,
-            WorkerField.CONCURRENCY: concurrency,
-        },
-    )
-    if ttl:
-        pipe.expire(keys.worker(hostname), ttl)
-    pipe.sadd(keys.region_workers(region), hostname)
-    pipe.execute()
+    "shared" the fast and the slow queue (:func:`bench.fake_capacity.register_capacity`)."""
+    register_capacity(client, keys, hostname, region, concurrency, role=role, ttl_s=ttl)
 
 
 def learned(
