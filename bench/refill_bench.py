@@ -25,11 +25,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import ClassVar
 
 import redis
 
 from bench.fake_capacity import register_capacity
+from bench.round_trips import command_name, counting_client
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
@@ -44,15 +44,6 @@ KIND = "refillbench"
 REGION = "local"
 AHEAD_S = 0.02  # each refill runs this long before the job's tick (inside the 50 ms lead)
 SCAN = 200  # the refill's rate-limited scan (dispatch.REFILL_RATE_LIMITED_SCAN)
-
-
-class _Counting(redis.Connection):
-    sends: ClassVar[list[bytes]] = []
-
-    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        packed = command if isinstance(command, bytes) else b"".join(command)
-        self.sends.append(packed[:40])
-        return super().send_packed_command(command, check_health)
 
 
 def _probe(target: str, config: dict) -> dict:
@@ -88,13 +79,11 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
             now=from_unix(t0),
         )
         register_capacity(state, keys, "bench", REGION, checks)
-        sends = _Counting.sends
-        pool = redis.ConnectionPool.from_url(
-            settings.redis_url, connection_class=_Counting, decode_responses=True
-        )
         # checkbeat's client class (how it queues pipelined scripts), on counting connections
-        client_class = type(get_redis(settings.redis_url, settings))
-        dispatcher = Dispatcher(app, client=client_class(connection_pool=pool))
+        client, sends = counting_client(
+            settings.redis_url, type(get_redis(settings.redis_url, settings))
+        )
+        dispatcher = Dispatcher(app, client=client)
         # one job per tick, 0.2 s apart (phases are whole seconds: many jobs share a tick)
         jobs = state.zrange(keys.due(), 0, -1)
         ticks = [t0 + 100 + 0.2 * i for i in range(len(jobs))]
@@ -126,8 +115,9 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
             t[0] += time.process_time() - cpu0
             t[1] += len(block)
             t[2] += claimed
-            t[3] += sum(1 for s in sends if b"SCRIPT" not in s[:24].upper())
-            t[4] += sum(1 for s in sends if b"SCRIPT" in s[:24].upper())
+            script = sum(1 for s in sends if command_name(s) == "SCRIPT")
+            t[3] += len(sends) - script
+            t[4] += script
     finally:
         server.stop()
     rows = {}

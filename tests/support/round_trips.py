@@ -1,38 +1,15 @@
-"""A redis-py client that records each round trip it makes (one send, then its replies).
-
-Why: the dispatcher's cost per run is counted in round trips (each is redis-py encoding and
-parsing plus kernel time in the worker); a test asserts their number on a real redis-server.
+"""Round-trip counting for the tests: :mod:`bench.round_trips`' counting client, and which of
+its sends are the dispatcher's own.
 """
 
 from __future__ import annotations
 
 import redis
 
+from bench.round_trips import command_name, counting_client
 from celery_app.redis.scripts import lua_source
 
-
-class CountingConnection(redis.Connection):
-    """Records, per send, the packed bytes (a pipeline's commands go in one send)."""
-
-    sends: list[bytes]
-
-    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
-        packed = command if isinstance(command, bytes) else b"".join(command)
-        self.sends.append(packed)
-        return super().send_packed_command(command, check_health)
-
-
-def counting_client(url: str) -> tuple[redis.Redis, list[bytes]]:
-    """A client of ``url`` and the list its round trips are appended to (every connection)."""
-    sends: list[bytes] = []
-    connection = type("Counting", (CountingConnection,), {"sends": sends})
-    pool = redis.ConnectionPool.from_url(url, connection_class=connection, decode_responses=True)
-    return redis.Redis(connection_pool=pool), sends
-
-
-def command_name(packed: bytes) -> str:
-    """The first command of a send (``*N``, ``$len``, then the name), upper case."""
-    return packed.split(b"\r\n", 3)[2].decode().upper()
+__all__ = ["counting_client", "preload_scripts", "state_round_trips"]
 
 
 def state_round_trips(sends: list[bytes]) -> list[bytes]:

@@ -1,0 +1,37 @@
+"""A redis-py client that records each round trip it makes (one send, then its replies).
+
+Why: the dispatcher's cost per claim and per run is counted in round trips (each is redis-py
+encoding and parsing plus kernel time); the benches print their number and the tests
+(``tests/support/round_trips.py``) assert it, both on a real redis-server.
+"""
+
+from __future__ import annotations
+
+import redis
+
+
+class CountingConnection(redis.Connection):
+    """Records, per send, the packed bytes (a pipeline's commands go in one send)."""
+
+    sends: list[bytes]
+
+    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        packed = command if isinstance(command, bytes) else b"".join(command)
+        self.sends.append(packed)
+        return super().send_packed_command(command, check_health)
+
+
+def counting_client(
+    url: str, client_class: type[redis.Redis] = redis.Redis
+) -> tuple[redis.Redis, list[bytes]]:
+    """A ``client_class`` client of ``url`` and the list its round trips are appended to (every
+    connection of its pool)."""
+    sends: list[bytes] = []
+    connection = type("Counting", (CountingConnection,), {"sends": sends})
+    pool = redis.ConnectionPool.from_url(url, connection_class=connection, decode_responses=True)
+    return client_class(connection_pool=pool), sends
+
+
+def command_name(packed: bytes) -> str:
+    """The first command of a send (``*N``, ``$len``, then the name), upper case."""
+    return packed.split(b"\r\n", 3)[2].decode().upper()
