@@ -87,3 +87,58 @@ def get(tick_id: str, url: str, scheduled_at: float) -> None:
             }
         ),
     )
+
+
+#: The least a runner that keeps per-check state must write after a run, by hand: the lease
+#: still this run's, then the job's next tick and its cost EWMA, the due index, the result.
+KEPT_WRITE = """
+if redis.call('HGET', KEYS[1], 'lease') ~= ARGV[1] then return 0 end
+local ewma = tonumber(redis.call('HGET', KEYS[1], 'ewma') or ARGV[3])
+redis.call('HSET', KEYS[1], 'lease', '', 'next', ARGV[2], 'ewma', 0.8 * ewma + 0.2 * ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], KEYS[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100, '*', 'r', ARGV[4])
+redis.call('RPUSH', KEYS[4], ARGV[4])
+return 1
+"""
+KEPT_DUE = "bench:kept:due"
+_kept_write = None
+
+
+def kept_job(job_id: str) -> str:
+    return f"bench:kept:job:{job_id}"
+
+
+@app.task(name="bench.get_kept")
+def get_kept(tick_id: str, token: str, url: str, scheduled_at: float, period_s: float) -> bool:
+    """``bench.get`` plus the bookkeeping any lease-checked runner needs, written by hand: one
+    read before the probe (the job, the server's time, a first-delivery marker), one guarded
+    Lua write after it (which also appends the run to :data:`RUNS_KEY`, as ``bench.get`` does).
+    The floor ``bench.run_path_bench`` and ``precision_bench --anchor kept`` hold checkbeat to."""
+    global _kept_write
+    if _kept_write is None:
+        _kept_write = state().register_script(KEPT_WRITE)
+    job_key = kept_job(tick_id)
+    pipe = state().pipeline(transaction=False)
+    pipe.hgetall(job_key)
+    pipe.time()
+    pipe.set(f"{job_key}:started:{token}", "1", nx=True, ex=60)
+    job, (seconds, micros), first = pipe.execute()
+    if job.get(b"lease") != token.encode() or not first:
+        return False
+    wait_s = scheduled_at - (seconds + micros / 1e6)
+    if wait_s > 0:
+        time.sleep(wait_s)
+    started = time.time()
+    response = http().get(url)  # type: ignore[attr-defined]
+    record = json.dumps(
+        {
+            "id": tick_id,
+            "scheduled_at": scheduled_at,
+            "started_at": started,
+            "finished_at": time.time(),
+            "ok": response.status_code == 200,
+        }
+    )
+    keys = [job_key, KEPT_DUE, f"{job_key}:results", RUNS_KEY]
+    took_ms = (time.time() - started) * 1000.0
+    return bool(_kept_write(keys, [token, scheduled_at + period_s, took_ms, record]))

@@ -14,6 +14,12 @@ slots (one threads worker of ``--slots`` threads), task events on in both:
 - **plain Celery**: a producer in this process sends ``bench.get`` (one GET with one httpx
   client shared by the worker's threads, ``bench/plain_app.py``) at each tick, the same phases
   (the uid jitter) and period.
+- with ``--anchor kept``, instead of plain Celery: **plain + state**, the same producer sending
+  ``bench.get_kept``: ``bench.get`` plus the least per-run state any lease-checked runner keeps,
+  written by hand (one read before the probe: the job's lease, Redis's time, a first-delivery
+  marker; one guarded Lua write after it). What checkbeat's own bookkeeping costs beyond that
+  floor is checkbeat's to cut; what the floor costs over plain Celery is the price of keeping
+  state at all.
 
 Start lateness = probe start minus the tick (both on this machine's clock); an early start is a
 start before its tick (must be 0); a tick due in the window that never started is "missed".
@@ -21,11 +27,11 @@ Worker CPU per run = the worker process's user+system CPU (``/proc``) over the r
 "+ sender" adds what sends the runs: checkbeat's beat process, plain Celery's producer thread
 (checkbeat's worker refills the slot it frees, dispatching work a plain producer does outside it).
 
-``--repeat N`` runs each load N times, the two systems alternated, prints each pair's table
-and then, per metric, the median of each system and the median and range of the pairs' ratios.
+``--repeat N`` runs each load N times, the systems alternated, prints each round's table and
+then, per metric, the median of each system and the median and range of the rounds' ratios.
 Why: on this shared 2-core VM the same code gives worker-CPU ratios from 1.05x to 1.41x and p90s
-from 5 to 25 ms run to run, so one pair cannot show a change of 10%; compare medians of five or
-more pairs, alternated with the other commit's.
+from 5 to 25 ms run to run, so one round cannot show a change of 10%; compare medians of five
+or more rounds, alternated with the other commit's.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from bench import plain_app
 from bench.http_target import DelayServer
 from bench.overload_bench import REPO, Worker, base_env, percentile
 from celery_app.local.embedded_redis import RedisServer
@@ -347,6 +354,10 @@ def run_checkbeat(
 # --- plain Celery -------------------------------------------------------------------------------
 
 
+#: The anchors ``--anchor`` picks from: the system's name in the table, and its task.
+ANCHORS = {"plain": ("plain Celery", "bench.get"), "kept": ("plain + state", "bench.get_kept")}
+
+
 def run_plain(
     load: Load,
     slots: int,
@@ -354,6 +365,7 @@ def run_plain(
     redis_server: RedisServer,
     logs: Path,
     profile_dir: Path | None = None,
+    anchor: str = "plain",
 ) -> Result:
     broker_url, state_url = redis_server.url(0), redis_server.url(1)
     redis.Redis.from_url(broker_url).flushdb()
@@ -362,7 +374,7 @@ def run_plain(
     env = base_env(BENCH_BROKER_URL=broker_url, BENCH_STATE_URL=state_url)
     worker = Worker(
         "bench.plain_app", ["-Q", "checks", "-c", str(slots), "-n", "plain@precision", "-E"], env,
-        logs / f"plain-{load.name}.log",
+        logs / f"{anchor}-{load.name}.log",
     )  # fmt: skip
     producer = Celery("bench-producer", broker=broker_url)
     producer.conf.update(
@@ -374,7 +386,7 @@ def run_plain(
         cpu0 = cpu_seconds(worker.process.pid)
         spy = profile(
             worker.process.pid,
-            profile_dir and profile_dir / f"plain-{load.name}.txt",
+            profile_dir and profile_dir / f"{anchor}-{load.name}.txt",
             load.duration_s,
         )
         t0 = time.time()
@@ -386,13 +398,18 @@ def run_plain(
             for k in range(int(load.duration_s // load.period_s) + 1)
         )
         ticks = [(at, uid) for at, uid in ticks if at < end]
+        system, task = ANCHORS[anchor]
+        if anchor == "kept":  # every tick's lease, as a claim would have written it
+            for i in range(len(ticks)):
+                state.hset(plain_app.kept_job(f"t{i}"), "lease", f"t{i}")
         sender_cpu0 = thread_cpu_seconds()
         with producer.connection_for_write() as conn:
             for i, (at, _uid) in enumerate(ticks):
                 time.sleep(max(0.0, at - time.time()))
-                producer.send_task(
-                    "bench.get", args=[f"t{i}", url, at], queue="checks", connection=conn
-                )
+                args = [f"t{i}", url, at]
+                if anchor == "kept":
+                    args = [f"t{i}", f"t{i}", url, at, load.period_s]
+                producer.send_task(task, args=args, queue="checks", connection=conn)
         sender_cpu_s = thread_cpu_seconds() - sender_cpu0
         time.sleep(max(0.0, end + DRAIN_S - time.time()))
         cpu_s = cpu_seconds(worker.process.pid) - cpu0
@@ -404,7 +421,7 @@ def run_plain(
     keys = [(uid, round(at, 3)) for at, uid in ticks]
     starts = {keys[int(r["id"][1:])]: r["started_at"] for r in records if r["started_at"] <= end}
     return replace(
-        judge("plain Celery", keys, starts, cpu_s, len(records), t0, end),
+        judge(system, keys, starts, cpu_s, len(records), t0, end),
         with_sender_cpu_s=cpu_s + sender_cpu_s,
     )
 
@@ -412,47 +429,63 @@ def run_plain(
 # --- report -------------------------------------------------------------------------------------
 
 
-def print_table(load: Load, slots: int, ours: Result, plain: Result) -> dict[str, dict]:
-    a, b = ours.row(), plain.row()
+def print_table(load: Load, slots: int, results: dict[str, Result]) -> dict[str, dict]:
+    """One round's table: checkbeat, then each anchor, then checkbeat's ratio to each anchor."""
+    rows = {name: result.row() for name, result in results.items()}
+    anchors = [name for name in rows if name != "checkbeat"]
     print()
     print(
         f"load {load.name}: {load.checks} checks every {load.period_s} s = {load.rate:g} runs/s "
         f"for {load.duration_s:g} s, {slots} slots, target {TARGET} on 127.0.0.1"
     )
-    print(f"{'metric':<26}{'checkbeat':>12}{'plain Celery':>14}{'ratio':>9}")
-    for metric in a:
-        x, y = a[metric], b[metric]
-        ratio = x / y if y not in (0, 0.0) and y == y else float("nan")
-        print(f"{metric:<26}{x:>12.2f}{y:>14.2f}{ratio:>8.2f}x")
-    return {"checkbeat": a, "plain": b}
-
-
-def summarize(pairs: Sequence[dict[str, dict[str, float]]]) -> dict[str, Any]:
-    """N pairs of rows (``{"checkbeat": row, "plain": row}``, one pair per alternated run) as
-    one: each system's row of medians, each metric's ratios (median, lowest, highest; each ratio
-    from one pair) and the pairs themselves."""
-    metrics = list(pairs[0]["checkbeat"])
-    out: dict[str, Any] = {"pairs": list(pairs), "ratios": {}}
-    for system in ("checkbeat", "plain"):
-        out[system] = {m: statistics.median(p[system][m] for p in pairs) for m in metrics}
-    for m in metrics:
-        got = [(p["checkbeat"][m], p["plain"][m]) for p in pairs]
-        ratios = [x / y for x, y in got if y and y == y and x == x]
-        nan = float("nan")
-        out["ratios"][m] = (
-            (statistics.median(ratios), min(ratios), max(ratios)) if ratios else (nan, nan, nan)
+    header = "".join(f"{results[name].system:>15}" for name in rows)
+    ratio_header = "".join(f"{'/ ' + results[name].system:>17}" for name in anchors)
+    print(f"{'metric':<26}{header}{ratio_header}")
+    for metric in rows["checkbeat"]:
+        values = "".join(f"{rows[name][metric]:>15.2f}" for name in rows)
+        ratios = "".join(
+            f"{_ratio(rows['checkbeat'][metric], rows[name][metric]):>16.2f}x" for name in anchors
         )
+        print(f"{metric:<26}{values}{ratios}")
+    return rows
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs and theirs == theirs and ours == ours else float("nan")
+
+
+def summarize(rounds: Sequence[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """N rounds of rows (``{"checkbeat": row, "plain": row, ...}``, one per alternated round)
+    as one: each system's row of medians, checkbeat's ratios to each other system per metric
+    (``ratios[system][metric]``: median, lowest, highest; each ratio from one round) and the
+    rounds themselves."""
+    metrics = list(rounds[0]["checkbeat"])
+    systems = list(rounds[0])
+    nan = float("nan")
+    out: dict[str, Any] = {"rounds": list(rounds), "ratios": {}}
+    for system in systems:
+        out[system] = {m: statistics.median(r[system][m] for r in rounds) for m in metrics}
+    for system in systems[1:]:
+        out["ratios"][system] = {}
+        for m in metrics:
+            got = [_ratio(r["checkbeat"][m], r[system][m]) for r in rounds]
+            ratios = [x for x in got if x == x]
+            out["ratios"][system][m] = (
+                (statistics.median(ratios), min(ratios), max(ratios)) if ratios else (nan,) * 3
+            )
     return out
 
 
 def print_summary(load: Load, summary: dict[str, Any]) -> None:
     print()
-    print(f"load {load.name}: medians of {len(summary['pairs'])} alternated pairs")
-    print(f"{'metric':<26}{'checkbeat':>12}{'plain Celery':>14}{'ratio':>9}{'ratio range':>17}")
-    for metric, (median, low, high) in summary["ratios"].items():
-        ours, theirs = summary["checkbeat"][metric], summary["plain"][metric]
-        span = f"{low:.2f}-{high:.2f}x"
-        print(f"{metric:<26}{ours:>12.2f}{theirs:>14.2f}{median:>8.2f}x{span:>17}")
+    print(f"load {load.name}: medians of {len(summary['rounds'])} alternated rounds")
+    for system, ratios in summary["ratios"].items():
+        name = ANCHORS[system][0]
+        print(f"{'metric':<26}{'checkbeat':>12}{name:>15}{'ratio':>9}{'ratio range':>17}")
+        for metric, (median, low, high) in ratios.items():
+            ours, theirs = summary["checkbeat"][metric], summary[system][metric]
+            span = f"{low:.2f}-{high:.2f}x"
+            print(f"{metric:<26}{ours:>12.2f}{theirs:>15.2f}{median:>8.2f}x{span:>17}")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -464,11 +497,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--profile", type=Path, help="py-spy the workers into this directory")
     parser.add_argument("--slots", type=int, default=8, help="worker threads (both systems)")
     parser.add_argument(
-        "--repeat", type=int, default=1, help="pairs per load, alternated; medians printed"
+        "--repeat", type=int, default=1, help="rounds per load, alternated; medians printed"
+    )
+    parser.add_argument(
+        "--anchor",
+        choices=list(ANCHORS),
+        action="append",
+        help="what checkbeat is compared with (repeatable; default plain): plain Celery's task, "
+        "or kept, that task plus the least per-run state a lease-checked runner keeps, written "
+        "by hand (bench.get_kept)",
     )
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
+    anchors = list(dict.fromkeys(args.anchor or ["plain"]))
     if args.quick:
         loads = [QUICK]
     else:
@@ -488,13 +530,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         try:
             with DelayServer() as server:
                 for load in loads:
-                    pairs = []
+                    rounds = []
                     for _ in range(args.repeat):
                         run = (load, args.slots, server, redis_server, logs, args.profile)
-                        ours, plain = run_checkbeat(*run), run_plain(*run)
-                        pairs.append(print_table(load, args.slots, ours, plain))
-                    out[load.name] = summarize(pairs)
-                    if len(pairs) > 1:
+                        results = {"checkbeat": run_checkbeat(*run)}
+                        for anchor in anchors:
+                            results[anchor] = run_plain(*run, anchor=anchor)
+                        rounds.append(print_table(load, args.slots, results))
+                    out[load.name] = summarize(rounds)
+                    if len(rounds) > 1:
                         print_summary(load, out[load.name])
         finally:
             redis_server.stop()
