@@ -221,9 +221,9 @@ class CronScheduler(Scheduler):
             log.info(
                 "cron: fired %d, skipped %d at %s", len(report.fired), len(report.skipped), now
             )
-        mono = time.monotonic()
         for slot in self.drivers:
-            if mono >= slot.due:
+            started = time.monotonic()
+            if started >= slot.due:
                 wait = slot.driver.interval
                 try:
                     report = slot.driver.tick()
@@ -234,7 +234,10 @@ class CronScheduler(Scheduler):
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver
                     )
-                slot.due = time.monotonic() + wait
+                # The wait counts from the tick's own start (the dispatcher's is from the
+                # Redis time it read first): counted from its end, every wake-up came the
+                # tick's duration late, and work due within the lead was claimed that late.
+                slot.due = started + wait
         return self._sleep_for(self.clock())
 
     def _take_over(self, now: datetime) -> None:

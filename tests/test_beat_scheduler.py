@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from support.cron import T0, end_runs, sends
@@ -72,6 +74,44 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     assert sched.tick() == pytest.approx(min(60, sched.heartbeat_every))
     sched.close()
     assert sched.beat_id not in r.hgetall(Keys("cbtest").beat_heartbeat())
+
+
+class SlowDriver:
+    """A dispatcher-like driver whose tick takes 30 ms (of a fake monotonic clock) and asks to
+    run again 100 ms after it read its clock."""
+
+    interval = 0.5
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.started = []
+
+    def tick(self):
+        self.started.append(self.clock[0])
+        self.clock[0] += 0.030
+
+    def next_wait(self, report):
+        return 0.100
+
+
+def test_a_drivers_wait_counts_from_its_tick_start_so_slow_ticks_do_not_wake_late(
+    cron_app, monkeypatch
+):
+    mono = [1000.0]
+    fake_time = SimpleNamespace(monotonic=lambda: mono[0], perf_counter=time.perf_counter)
+    monkeypatch.setattr(scheduler_module, "time", fake_time)
+    driver = SlowDriver(mono)
+    monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [driver])
+    sched = CronScheduler(app=cron_app, clock=FakeClock(T0 + timedelta(seconds=1)))
+    sched.tick()
+    assert driver.started == [1000.0]
+    # due 100 ms after the tick's start (1000.100), not after its end (1000.130)
+    assert sched.drivers[0].due == pytest.approx(1000.100)
+    assert sched.tick() == pytest.approx(0.070)  # 30 ms of the 100 went to the tick itself
+    mono[0] = 1000.100
+    sched.tick()
+    assert driver.started == [1000.0, 1000.100]
+    sched.close()
 
 
 def test_scheduler_survives_redis_outage_and_fires_after(broker_url):
