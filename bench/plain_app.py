@@ -20,6 +20,9 @@ from workers.probes.result import ProbeContext
 from workers.target_guard import AddressPolicy
 
 RUNS_KEY = "bench:runs"
+#: How the benches name the two anchors in their tables: ``bench.get`` and ``bench.get_kept``.
+PLAIN_NAME = "plain Celery"
+KEPT_NAME = "plain + state"
 
 app = Celery("bench-plain", broker=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/0"))
 app.conf.update(

@@ -36,9 +36,6 @@ from bench.http_target import DelayServer
 from celery_app.local.embedded_redis import RedisServer
 
 TARGET = "/delay/0"
-PLAIN = "plain Celery"
-#: ``bench.get_kept``: plain Celery plus the least per-run state a lease-checked runner keeps.
-KEPT = "plain + state"
 #: A month: a run's next tick (at the check's phase) is almost never due during the bench, so
 #: its refill finds nothing to claim.
 PERIOD_S = 31 * 24 * 3600
@@ -121,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             i = next(kept)
             plain.get_kept.apply(args=[f"k{i}", f"t{i}", url, time.time(), PERIOD_S])
 
-        systems = (("checkbeat", checkbeat_run), (PLAIN, plain_run), (KEPT, kept_run))
+        plain_name, kept_name = plain.PLAIN_NAME, plain.KEPT_NAME
+        systems = (("checkbeat", checkbeat_run), (plain_name, plain_run), (kept_name, kept_run))
         rounds: dict[str, list[float]] = {name: [] for name, _ in systems}
         for r in range(args.rounds + 1):  # the first round warms them up and is not counted
             for name, run in systems:
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if written != total or kept_written != total:
         print(
             f"only {written} of {total} checkbeat runs and {kept_written} of {total} "
-            f"{KEPT} runs were written back",
+            f"{kept_name} runs were written back",
             file=sys.stderr,
         )
         return 1
@@ -150,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:14}{shown:>36}{statistics.median(values):9.3f}{min(values):8.3f}")
     print("checkbeat's ratio")
     ours = rounds["checkbeat"]
-    for name in (PLAIN, KEPT):
+    for name in (plain_name, kept_name):
         theirs = rounds[name]
         median_ratio = statistics.median(ours) / statistics.median(theirs)
         label = f"to {name}"
