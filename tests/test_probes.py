@@ -279,8 +279,8 @@ def test_a_stored_http_config_is_validated_once_and_a_bad_one_every_time(server)
 
 
 def test_runs_on_one_thread_share_no_cookies_and_each_opens_its_own_connection():
-    """The http probe reuses its client per thread: a cookie one check's server set must not
-    reach the next run (another tenant's check), and no connection is kept between runs."""
+    """Runs on one thread share nothing: a cookie one check's server set must not reach the
+    next run (another tenant's check), and no connection is kept between runs."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 

@@ -190,7 +190,7 @@ def test_a_silent_server_and_a_dripped_tls_handshake_time_out(fault_report):
         runs.append(timed(http_probe, quiet.url("/"), {}, 1.0))
         runs.append(timed(http_probe, tls.url("/", scheme="https"), {}, 1.0))
         assert tls.first_connection().sent >= 2  # the handshake really was dripped
-    assert "ConnectTimeout" in runs[1][0].error  # httpcore calls a slow handshake a connect
+    assert "ConnectTimeout" in runs[1][0].error  # a slow handshake is part of connecting
     add_row(fault_report, "http: silent server; TLS handshake dripped", runs, 1.0)
 
 

@@ -276,5 +276,5 @@ def test_basic_auth_in_a_target_is_sent_as_a_header_not_as_part_of_the_logged_ur
 
     url, auth = split_credentials("https://bob:p%40ss@[2001:db8::1]:8443/x?q=1")
     assert url == "https://[2001:db8::1]:8443/x?q=1"
-    assert auth._auth_header == "Basic " + base64.b64encode(b"bob:p@ss").decode()
+    assert auth == "Basic " + base64.b64encode(b"bob:p@ss").decode()
     assert split_credentials("https://example.com/") == ("https://example.com/", None)

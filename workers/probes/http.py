@@ -1,18 +1,11 @@
-"""The ``http`` probe: one request with httpx, judged by status code, body substring, and the
-rules of :mod:`workers.probes.http_judgement` (certificate expiry, latency, regex, JSON path).
+"""The ``http`` probe: one request (its transport: :mod:`workers.probes.http_exchange`), judged
+by status code, body substring, and the rules of :mod:`workers.probes.http_judgement`
+(certificate expiry, latency, regex, JSON path).
 
-Why a custom network backend: httpx resolves names inside its connection pool, after our check
-would have run, so a DNS server could answer with a public address to the guard and a private one
-to the connect (rebinding). The backend below is the only place a name is resolved: it vets the
-answers and connects to the vetted address, for the first request and every redirect alike.
-Proxies from the environment are ignored for the same reason (a proxy would connect for us).
-
-One :class:`~workers.deadline.Deadline` covers the run (httpx's timeout bounds each read, not the
-request): the backend resolves within it, every address tried shares it, and every socket
-operation of every connection (connect, TLS handshake, each write and each read) gets
-``min(per-op timeout, remaining)``, so a server that drips its headers or body a byte at a time
-is cut off at the deadline. Redirects are followed here, one hop at a time, so a redirect's body
-is never read; the final body is read up to :data:`MAX_BODY_BYTES` and the connection closed.
+One :class:`~workers.deadline.Deadline` covers the run: resolution, every address tried, the TLS
+handshake, each write and each read of every hop share it, so a server that drips its headers or
+body a byte at a time is cut off at the deadline. The final body is read up to
+:data:`MAX_BODY_BYTES` and the connection closed.
 
 Every https result carries the final connection's certificate expiry in its detail
 (``cert_not_after``, ``cert_days_left``), read from the TLS connection the request used.
@@ -20,43 +13,43 @@ Every https result carries the final connection's certificate expiry in its deta
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import ssl
-import threading
-import typing
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import certifi
-import httpcore
-import httpx
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, field_validator
 
 from celery_app.errors import CheckFieldError
-from workers.deadline import Deadline, DeadlineExceeded, honours_deadline
+from workers.deadline import honours_deadline
 from workers.probes import http_judgement as judge
 from workers.probes.config import parse_config
+from workers.probes.http_exchange import RedirectRefused, TooManyRedirects, fetch
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
     AddressPolicy,
     ResolutionFailed,
     TargetRefused,
     literal_address,
-    resolve_vetted,
     vet_address,
 )
 
 #: The most body a probe reads to look for ``body_contains``: reading stops there and the
 #: connection is closed, so the rest is not downloaded (the kernel may hold a few MB more).
 MAX_BODY_BYTES = 1 << 20
-#: Largest piece handed to one socket write, so a stalled send cannot outlive the deadline.
-WRITE_PIECE_BYTES = 16 * 1024
-MAX_REDIRECTS = 5
 USER_AGENT = "checkbeat-probe/1"
+#: Sent on every request unless the check's headers set them (Host is written per hop).
+DEFAULT_HEADERS = (
+    ("Accept", "*/*"),
+    ("Accept-Encoding", "gzip, deflate"),
+    ("User-Agent", USER_AGENT),
+)
 
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
@@ -222,97 +215,6 @@ def validate_http_config(
     return parsed.model_dump(mode="json")
 
 
-class DeadlineStream(httpcore.NetworkStream):
-    """A network stream whose every operation is bounded by the run's deadline as well."""
-
-    def __init__(self, inner: httpcore.NetworkStream, deadline: Deadline) -> None:
-        self._inner = inner
-        self._deadline = deadline
-
-    def _bound(self, timeout: float | None, error: type[Exception], what: str) -> float:
-        try:
-            return self._deadline.bound(timeout, what=what)
-        except DeadlineExceeded as exc:
-            raise error(str(exc)) from None
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        budget = self._bound(timeout, httpcore.ReadTimeout, "reading the response")
-        return self._inner.read(max_bytes, budget)
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        for start in range(0, len(buffer), WRITE_PIECE_BYTES):
-            budget = self._bound(timeout, httpcore.WriteTimeout, "sending the request")
-            self._inner.write(buffer[start : start + WRITE_PIECE_BYTES], budget)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        # CPython bounds a whole handshake by the socket timeout (not each recv of it).
-        budget = self._bound(timeout, httpcore.ConnectTimeout, "the TLS handshake")
-        tls = self._inner.start_tls(ssl_context, server_hostname, budget)
-        return DeadlineStream(tls, self._deadline)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class VettingNetworkBackend(httpcore.SyncBackend):
-    """httpcore backend that resolves, vets and connects to the vetted address (see module doc),
-    all within ``deadline``."""
-
-    def __init__(self, policy: AddressPolicy, deadline: Deadline) -> None:
-        self._policy = policy
-        self._deadline = deadline
-        self.connected: list[str] = []
-
-    def begin(self, deadline: Deadline) -> None:
-        """A new run on this backend: its deadline bounds every connection from now on."""
-        self._deadline = deadline
-        self.connected = []
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        deadline = self._deadline
-        try:
-            addresses = resolve_vetted(host, port, self._policy, deadline)
-        except DeadlineExceeded as exc:
-            raise httpcore.ConnectTimeout(str(exc)) from None
-        last_error: Exception | None = None
-        tried = 0
-        for address in addresses:
-            if deadline.expired:
-                break
-            budget = deadline.bound(timeout, what=f"connecting to {host}")
-            tried += 1
-            try:
-                stream = super().connect_tcp(
-                    str(address), port, budget, local_address, socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                last_error = exc
-                continue
-            self.connected.append(str(address))
-            return DeadlineStream(stream, deadline)
-        if last_error is None or deadline.expired:
-            raise httpcore.ConnectTimeout(
-                f"no address of {host} answered within {deadline.timeout_s:g} s "
-                f"(tried {tried} of {len(addresses)})"
-            ) from last_error
-        raise last_error
-
-
 @functools.cache
 def _tls_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
     """One verifying TLS context per process (and extra CA file): loading the CA bundle costs
@@ -323,69 +225,15 @@ def _tls_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
     return context
 
 
-class VettingTransport(httpx.HTTPTransport):
-    """httpx transport whose every connection goes through :class:`VettingNetworkBackend`."""
-
-    def __init__(
-        self, policy: AddressPolicy, deadline: Deadline, extra_ca_file: str | None = None
-    ) -> None:
-        # verify=<context>: httpx would otherwise load the CA bundle again (~20 ms CPU) per probe.
-        tls = _tls_context(extra_ca_file)
-        super().__init__(verify=tls, trust_env=False, retries=0)
-        self.backend = VettingNetworkBackend(policy, deadline)
-        # httpx has no public knob for the network backend, so the pool is rebuilt with one.
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=tls,
-            max_connections=4,
-            max_keepalive_connections=0,
-            retries=0,
-            network_backend=self.backend,
-        )
-
-
-class _ThreadClient(threading.local):
-    """One client and transport per thread and (policy, CA file), reused run after run.
-
-    Why: building an httpx client, transport and pool per run was a tenth of the probe's CPU.
-    What a run must not share with the previous one is reset: the deadline (the backend's,
-    so every new connection gets this run's), the addresses connected and the cookie jar (a
-    thread runs many tenants' checks). No connection outlives its run (the pool keeps none
-    alive), and a run that raised drops the client, whatever state its pool was left in."""
-
-    entry: tuple[tuple[AddressPolicy, str | None], httpx.Client, VettingTransport] | None = None
-
-    def get(
-        self, policy: AddressPolicy, extra_ca_file: str | None, deadline: Deadline
-    ) -> tuple[httpx.Client, VettingTransport]:
-        key = (policy, extra_ca_file)
-        if self.entry is None or self.entry[0] != key:
-            self.drop()
-            transport = VettingTransport(policy, deadline, extra_ca_file)
-            client = httpx.Client(transport=transport, follow_redirects=False, trust_env=False)
-            self.entry = (key, client, transport)
-        _, client, transport = self.entry
-        transport.backend.begin(deadline)
-        client.cookies.clear()
-        return client, transport
-
-    def drop(self) -> None:
-        entry, self.entry = self.entry, None
-        if entry is not None:
-            entry[1].close()
-
-
-_clients = _ThreadClient()
-
-
 def classify_http_error(exc: BaseException) -> str:
     """The error class of an exception raised while requesting."""
     if isinstance(exc, ResolutionFailed):
         return "dns"
     if isinstance(exc, TargetRefused):
         return "refused"
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+    if isinstance(exc, TimeoutError):
         return "timeout"
-    if isinstance(exc, httpx.TooManyRedirects):
+    if isinstance(exc, TooManyRedirects | RedirectRefused):
         return "status"
     cause: BaseException | None = exc
     while cause is not None:
@@ -395,11 +243,12 @@ def classify_http_error(exc: BaseException) -> str:
     return "connect"
 
 
-def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
-    """The URL without its ``user:password@`` part, and that part as basic auth.
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """The URL without its ``user:password@`` part, and that part as a basic ``Authorization``
+    header's value.
 
-    Why: httpx logs every request URL (logger ``httpx``, INFO) and errors may quote it; a
-    tenant's password must not reach the worker's log or the results history.
+    Why: errors may quote the URL; a tenant's password must not reach the worker's log or the
+    results history.
     """
     parts = urlsplit(url)
     if "@" not in parts.netloc:
@@ -407,59 +256,19 @@ def split_credentials(url: str) -> tuple[str, httpx.BasicAuth | None]:
     userinfo, _, hostport = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
     clean = urlunsplit(parts._replace(netloc=hostport))
-    return clean, httpx.BasicAuth(unquote(user), unquote(password))
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return clean, f"Basic {token}"
 
 
-def _send(
-    client: httpx.Client,
-    spec: HttpConfig,
-    url: str,
-    headers: Mapping[str, str],
-    auth: httpx.BasicAuth | None,
-    timeout: httpx.Timeout,
-) -> httpx.Response:
-    """Send the request, following redirects one hop at a time; a streaming response.
-
-    httpx's own redirect handling reads each redirect's body to the end, whatever its size;
-    here a redirect is closed unread. Same rules otherwise: httpx builds the next request (so
-    credentials are dropped on a change of origin, and it keeps ``timeout``), at most
-    :data:`MAX_REDIRECTS` hops.
-    """
-    request = client.build_request(spec.method, url, headers=headers, timeout=timeout)
-    response = client.send(request, auth=auth, stream=True, follow_redirects=False)
-    hops = 0
-    while spec.follow_redirects and response.next_request is not None:
-        response.close()
-        hops += 1
-        if hops > MAX_REDIRECTS:
-            raise httpx.TooManyRedirects(
-                "Exceeded maximum allowed redirects.", request=response.next_request
-            )
-        response = client.send(response.next_request, stream=True, follow_redirects=False)
-    return response
-
-
-def _peer_cert(response: httpx.Response) -> judge.CertExpiry | None:
-    """The certificate expiry of the connection ``response`` came on (None without TLS)."""
-    stream = response.extensions.get("network_stream")
-    if stream is None:
-        return None
-    return judge.cert_expiry(stream.get_extra_info("ssl_object"), datetime.now(UTC))
-
-
-def _read_body(response: httpx.Response, deadline: Deadline) -> bytes:
-    """Up to :data:`MAX_BODY_BYTES` of the (decoded) body; stops there, the rest is not read.
-
-    Each read is bounded by the deadline (the stream) and the deadline is checked between
-    chunks, so a dripping body raises DeadlineExceeded.
-    """
-    body = bytearray()
-    for chunk in response.iter_bytes():
-        deadline.check("reading the body")
-        body.extend(chunk[: MAX_BODY_BYTES - len(body)])
-        if len(body) >= MAX_BODY_BYTES:
-            break
-    return bytes(body)
+def request_headers(spec: HttpConfig, authorization: str | None) -> list[tuple[str, str]]:
+    """What a probe sends besides Host: the defaults, overridden by the check's own headers
+    (names compared without case), and the URL's credentials unless the check sets its own."""
+    headers = {name.lower(): (name, value) for name, value in DEFAULT_HEADERS}
+    if authorization is not None:
+        headers["authorization"] = ("Authorization", authorization)
+    for name, value in spec.headers.items():
+        headers[name.lower()] = (name, value)
+    return list(headers.values())
 
 
 @honours_deadline
@@ -468,33 +277,36 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
     result with its error class)."""
     deadline = context.run_deadline()
     try:
-        url, auth = split_credentials(check_url(target))
+        url, authorization = split_credentials(check_url(target))
         spec = _spec(config)
     except ValueError as exc:
         return ProbeResult.down("error", f"invalid config: {exc}", 0.0)
-    headers = {"User-Agent": USER_AGENT, **spec.headers}
     try:
-        client, transport = _clients.get(context.policy, context.tls_ca_file, deadline)
-        response = _send(client, spec, url, headers, auth, httpx.Timeout(context.timeout_s))
-        cert = _peer_cert(response)
+        exchange = fetch(
+            spec.method,
+            url,
+            request_headers(spec, authorization),
+            follow_redirects=spec.follow_redirects,
+            policy=context.policy,
+            tls=_tls_context(context.tls_ca_file),
+            deadline=deadline,
+        )
         try:
-            body = _read_body(response, deadline)
-        except (TimeoutError, httpx.TimeoutException):
-            _clients.drop()
+            cert = judge.cert_expiry(exchange.ssl_object, datetime.now(UTC))
+            body = exchange.read_body(MAX_BODY_BYTES)
+        except TimeoutError:
             return ProbeResult.down(
                 "timeout",
                 f"body not read within {context.timeout_s:g} s",
                 deadline.elapsed_ms(),
-                status_code=response.status_code,
+                status_code=exchange.status_code,
             )
         finally:
-            response.close()  # unread rest: httpcore closes the connection, not reused
+            exchange.close()  # the unread rest is not downloaded
         latency = deadline.elapsed_ms()
     except SoftTimeLimitExceeded:
-        _clients.drop()
         raise  # the runner records the soft limit (prefork and gevent pools raise it here)
     except Exception as exc:  # a probe never raises: every failure is a result
-        _clients.drop()
         error_class = classify_http_error(exc)
         message = f"{type(exc).__name__}: {exc}"
         if error_class == "timeout":
@@ -502,17 +314,14 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
         return ProbeResult.down(error_class, message, deadline.elapsed_ms())
     if latency > context.timeout_s * 1000.0:
         return ProbeResult.down("timeout", f"no answer within {context.timeout_s:g} s", latency)
-    detail: dict[str, Any] = {"status_code": response.status_code}
-    if transport.backend.connected:
-        detail["address"] = transport.backend.connected[-1]
+    status = exchange.status_code
+    detail: dict[str, Any] = {"status_code": status, "address": str(exchange.address)}
     if cert is not None:
         detail.update(cert.detail())
-    if response.status_code not in spec.expected_status:
-        return ProbeResult.down(
-            "status", f"status {response.status_code} is not expected", latency, **detail
-        )
+    if status not in spec.expected_status:
+        return ProbeResult.down("status", f"status {status} is not expected", latency, **detail)
     if _reads_body(spec):  # decoding costs a charset lookup per run: only when it is judged
-        text = body.decode(response.encoding or "utf-8", errors="replace")
+        text = exchange.text(body, MAX_BODY_BYTES)
         if spec.body_contains is not None and spec.body_contains not in text:
             return ProbeResult.down(
                 "body", f"body does not contain {spec.body_contains!r}", latency, **detail

@@ -1,0 +1,344 @@
+"""One HTTP/1.1 request and its redirects, over connections to vetted addresses only, within the
+run's deadline: the transport of the ``http`` probe.
+
+Why the stdlib's ``http.client`` and not httpx: the probe is the largest part of a run's worker
+CPU (issue #14). On loopback one GET through a shared httpx client costs 0.70 ms of CPU, through
+``http.client`` on a socket of ours 0.29 ms (``bench/http_client_bench.py``). ``http.client``
+writes the request line and headers (validating them) and parses the status line, headers and
+body framing (length, chunked). This module owns only what a probe must control itself:
+
+- **which address is connected**: the name is resolved and every answer vetted
+  (:func:`workers.target_guard.connect_vetted`), and the socket is connected to the vetted
+  address; there is no second lookup for a rebinding DNS server to answer differently;
+- **one deadline over every socket operation**: the connect, the TLS handshake, each write and
+  each read get what is left of the run's budget (:class:`DeadlineSocket`), so a server that
+  drips its headers or body a byte at a time is cut off at the deadline;
+- **redirects one hop at a time**: a redirect's body is never read (the connection is closed),
+  credentials (``Authorization``, a configured ``Cookie``) are not sent on once a redirect leaves
+  their origin, the cookies the redirects set are sent on the next hops (by the stdlib's cookie
+  rules), at most :data:`MAX_REDIRECTS` hops.
+
+No connection outlives its run and no proxy from the environment is used (a proxy would connect
+for us).
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.cookiejar
+import io
+import socket
+import ssl
+import urllib.request
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+
+from workers.deadline import Deadline, DeadlineExceeded
+from workers.target_guard import AddressPolicy, IPAddress, connect_vetted
+
+MAX_REDIRECTS = 5
+#: Largest piece handed to one socket write, so a stalled send cannot outlive the deadline.
+WRITE_PIECE_BYTES = 16 * 1024
+#: Most bytes asked of one socket read of the body.
+READ_PIECE_BYTES = 64 * 1024
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Header names dropped when a redirect leaves the origin the credentials were given for.
+ORIGIN_BOUND_HEADERS = frozenset({"authorization", "cookie"})
+#: Characters a request target keeps as they are; anything else (a space, non-ASCII) is
+#: percent-encoded, as a browser would send it.
+_TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
+
+
+class ConnectTimeout(TimeoutError):
+    """No vetted address accepted a connection, or the TLS handshake did not finish, in time."""
+
+
+class ReadTimeout(TimeoutError):
+    """The response (status line, headers or body) did not arrive within the deadline."""
+
+
+class WriteTimeout(TimeoutError):
+    """The request could not be sent within the deadline."""
+
+
+class TooManyRedirects(Exception):
+    """More than :data:`MAX_REDIRECTS` redirects."""
+
+
+class RedirectRefused(Exception):
+    """A redirect to somewhere a probe does not go (not http or https, no host)."""
+
+
+class DeadlineSocket:
+    """A connected socket whose every send and receive is bounded by the run's deadline: what
+    ``http.client`` writes the request to and reads the response from."""
+
+    __slots__ = ("_deadline", "sock")
+
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
+        self.sock = sock
+        self._deadline = deadline
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        for start in range(0, len(view), WRITE_PIECE_BYTES):
+            try:
+                self.sock.settimeout(self._deadline.bound(what="sending the request"))
+                self.sock.sendall(view[start : start + WRITE_PIECE_BYTES])
+            except TimeoutError as exc:
+                raise WriteTimeout(self._late("sending the request", exc)) from None
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        try:
+            self.sock.settimeout(self._deadline.bound(what="reading the response"))
+            return self.sock.recv_into(buffer, nbytes)
+        except TimeoutError as exc:
+            raise ReadTimeout(self._late("reading the response", exc)) from None
+
+    def makefile(self, mode: str = "rb", *_: Any, **__: Any) -> io.BufferedReader:
+        """What ``http.client.HTTPResponse`` reads through (it asks for ``"rb"`` only)."""
+        return io.BufferedReader(_SocketReader(self))
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _late(self, what: str, exc: TimeoutError) -> str:
+        if isinstance(exc, DeadlineExceeded):
+            return str(exc)
+        return f"{what} did not finish within {self._deadline.timeout_s:g} s"
+
+
+class _SocketReader(io.RawIOBase):
+    """The raw stream under ``http.client``'s buffered reader: every read one bounded recv."""
+
+    def __init__(self, sock: DeadlineSocket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """Where one request goes: the URL without credentials, split once."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    host_header: str
+    target: str
+
+    @classmethod
+    def of(cls, url: str) -> Hop:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RedirectRefused(f"not an http(s) URL with a host: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        hostport = parts.netloc.rpartition("@")[2]
+        if not hostport.isascii():  # an internationalised name: its ASCII form on the wire
+            ascii_host = parts.hostname.encode("idna").decode("ascii")
+            hostport = ascii_host if parts.port is None else f"{ascii_host}:{parts.port}"
+        target = parts.path or "/"
+        if parts.query:
+            target = f"{target}?{parts.query}"
+        if not target.isascii() or " " in target:
+            target = quote(target, safe=_TARGET_SAFE)
+        clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], fragment=""))
+        return cls(clean, parts.scheme, parts.hostname, port, hostport, target)
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return self.scheme, self.host.lower(), self.port
+
+
+class Exchange:
+    """The final response of a request (redirects followed), on the connection it came on."""
+
+    def __init__(
+        self, response: http.client.HTTPResponse, sock: DeadlineSocket, address: IPAddress
+    ) -> None:
+        self.response = response
+        self.address = address
+        self._sock = sock
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status
+
+    @property
+    def ssl_object(self) -> ssl.SSLSocket | None:
+        """The TLS connection the response came on (None for http)."""
+        sock = self._sock.sock
+        return sock if isinstance(sock, ssl.SSLSocket) else None
+
+    def read_body(self, limit: int) -> bytes:
+        """Up to ``limit`` bytes of the body as sent (undecoded); stops there, the rest is not
+        read. Every read is bounded by the deadline (ReadTimeout past it)."""
+        body = bytearray()
+        while len(body) < limit:
+            chunk = self.response.read1(min(READ_PIECE_BYTES, limit - len(body)))
+            if not chunk:
+                break
+            body += chunk
+        return bytes(body)
+
+    def text(self, body: bytes, limit: int) -> str:
+        """``body`` decoded (its Content-Encoding, then its charset, UTF-8 by default) to at most
+        ``limit`` bytes before the charset: a compressed body cannot expand past the cap."""
+        for coding in reversed(_codings(self.response.getheader("Content-Encoding"))):
+            body = _decompress(body, coding, limit)
+        charset = self.response.msg.get_content_charset() or "utf-8"
+        try:
+            return body.decode(charset, errors="replace")
+        except LookupError:  # a charset Python does not know: read it as UTF-8
+            return body.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        """Hang up: what was not read is not downloaded."""
+        self.response.close()
+        self._sock.close()
+
+
+def _codings(header: str | None) -> list[str]:
+    return [c.strip().lower() for c in (header or "").split(",") if c.strip()]
+
+
+def _decompress(body: bytes, coding: str, limit: int) -> bytes:
+    """One content coding undone (gzip, deflate; others are left as they are), to ``limit``."""
+    if coding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(body, limit)
+    if coding == "deflate":  # zlib-wrapped as the RFC says, or raw as some servers send it
+        try:
+            return zlib.decompressobj().decompress(body, limit)
+        except zlib.error:
+            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(body, limit)
+    return body
+
+
+def _connect(hop: Hop, policy: AddressPolicy, tls: ssl.SSLContext, deadline: Deadline) -> Any:
+    """A socket to a vetted address of ``hop``'s host, TLS-wrapped for https (verified against
+    the host's name), within ``deadline``; and the address."""
+    try:
+        sock, address = connect_vetted(
+            hop.host, hop.port, deadline.timeout_s, policy, deadline=deadline
+        )
+    except TimeoutError as exc:
+        raise ConnectTimeout(str(exc)) from None
+    if hop.scheme == "https":
+        try:
+            # CPython bounds a whole handshake by the socket timeout (not each recv of it).
+            sock.settimeout(deadline.bound(what="the TLS handshake"))
+            sock = tls.wrap_socket(sock, server_hostname=hop.host)
+        except TimeoutError as exc:
+            sock.close()
+            raise ConnectTimeout(
+                str(exc)
+                if isinstance(exc, DeadlineExceeded)
+                else f"the TLS handshake did not finish within {deadline.timeout_s:g} s"
+            ) from None
+        except BaseException:
+            sock.close()
+            raise
+    return DeadlineSocket(sock, deadline), address
+
+
+def _send(hop: Hop, method: str, headers: Iterable[tuple[str, str]], sock: DeadlineSocket) -> Any:
+    """Write the request (``http.client`` validates the target and every header) and read the
+    response's status line and headers."""
+    writer = http.client.HTTPConnection(hop.host, hop.port)
+    writer.sock = sock  # type: ignore[assignment] - it only calls sendall
+    writer.putrequest(method, hop.target, skip_host=True, skip_accept_encoding=True)
+    writer.putheader("Host", hop.host_header)
+    for name, value in headers:
+        writer.putheader(name, value)
+    writer.endheaders()
+    response = http.client.HTTPResponse(sock, method=method)  # type: ignore[arg-type]
+    response.begin()
+    return response
+
+
+def _next_method(status: int, method: str) -> str:
+    """The method of the request after a redirect: what browsers (and httpx) do."""
+    if status == 303 and method != "HEAD":
+        return "GET"
+    if status == 302 and method != "HEAD":
+        return "GET"
+    if status == 301 and method == "POST":
+        return "GET"
+    return method
+
+
+def fetch(
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    *,
+    follow_redirects: bool,
+    policy: AddressPolicy,
+    tls: ssl.SSLContext,
+    deadline: Deadline,
+) -> Exchange:
+    """Request ``url`` (without credentials: they go in ``headers``) and follow its redirects,
+    all within ``deadline``; the caller reads the final body and closes the exchange.
+
+    Raises ResolutionFailed, TargetRefused, ConnectTimeout, ReadTimeout, WriteTimeout,
+    TooManyRedirects, RedirectRefused, ``ssl.SSLError``, ``http.client.HTTPException`` or
+    ``OSError``.
+    """
+    hop = Hop.of(url)
+    jar: http.cookiejar.CookieJar | None = None
+    hops = 0
+    while True:
+        sock, address = _connect(hop, policy, tls, deadline)
+        try:
+            response = _send(hop, method, headers, sock)
+        except BaseException:
+            sock.close()
+            raise
+        location = response.getheader("Location")
+        if not (follow_redirects and response.status in REDIRECT_STATUSES and location):
+            return Exchange(response, sock, address)
+        if response.msg.get_all("Set-Cookie"):
+            jar = jar or http.cookiejar.CookieJar()
+            jar.extract_cookies(response, urllib.request.Request(hop.url))  # type: ignore[arg-type]
+        response.close()  # the redirect's body is not read
+        sock.close()
+        hops += 1
+        if hops > MAX_REDIRECTS:
+            raise TooManyRedirects(f"more than {MAX_REDIRECTS} redirects")
+        previous, hop = hop, Hop.of(urljoin(hop.url, location.strip()))
+        method = _next_method(response.status, method)
+        if not _same_origin(previous, hop):
+            headers = [(n, v) for n, v in headers if n.lower() not in ORIGIN_BOUND_HEADERS]
+        if jar is not None:
+            headers = _with_cookies(headers, jar, hop)
+
+
+def _same_origin(before: Hop, after: Hop) -> bool:
+    """Whether credentials given for ``before`` may go to ``after``: the same origin, or the
+    same host moving from http on 80 to https on 443 (as httpx allows)."""
+    if before.origin == after.origin:
+        return True
+    upgrade = (before.scheme, before.port, after.scheme, after.port) == ("http", 80, "https", 443)
+    return upgrade and before.host.lower() == after.host.lower()
+
+
+def _with_cookies(
+    headers: list[tuple[str, str]], jar: http.cookiejar.CookieJar, hop: Hop
+) -> list[tuple[str, str]]:
+    """``headers`` with the cookies the redirects set for ``hop`` added to its Cookie header."""
+    request = urllib.request.Request(hop.url)
+    jar.add_cookie_header(request)
+    cookies = request.get_header("Cookie")
+    if not cookies:
+        return headers
+    configured = [v for n, v in headers if n.lower() == "cookie"]
+    rest = [(n, v) for n, v in headers if n.lower() != "cookie"]
+    return [*rest, ("Cookie", "; ".join([*configured, cookies]))]
