@@ -25,8 +25,9 @@ from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
+from celery_app.checks.start_read import read_start
 from celery_app.redis import scripts
-from celery_app.redis.schema import LUA_FIELD_TABLES, JobField
+from celery_app.redis.schema import LUA_FIELD_TABLES, JobField, split_job_id
 from scheduling_core import LANE_FAST
 
 T0 = 1_780_000_000.0
@@ -36,8 +37,8 @@ SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA_DIR.iterdir() if p.name.end
 # Literals a script may spell: Redis commands and their options, its own reply words, Lua
 # string patterns and formats, separators. Anything else would be a key or a field name.
 COMMANDS = {
-    "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HINCRBY", "HLEN", "HMGET", "HSET", "INCR",
-    "LPUSH", "LTRIM", "SADD", "SET", "XX",
+    "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HLEN", "HMGET",
+    "HSET", "INCR", "LPUSH", "LTRIM", "SADD", "SET", "XX",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
     "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",
 }  # fmt: skip
@@ -104,8 +105,8 @@ def test_no_script_receives_a_key_prefix():
 GUARD = """
 local __declared = {}
 for _, k in ipairs(KEYS) do __declared[k] = true end
-local __KEY_ARGS = {HGET=1, HMGET=1, HSET=1, HDEL=1, HEXISTS=1, HINCRBY=1, ZADD=1, ZREM=1,
-  ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1, SREM=1,
+local __KEY_ARGS = {HGET=1, HGETALL=1, HMGET=1, HSET=1, HDEL=1, HEXISTS=1, HINCRBY=1, ZADD=1,
+  ZREM=1, ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1, SREM=1,
   SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0}
 local __FIELDS = {HGET='rest', HMGET='rest', HDEL='rest', HEXISTS='rest', HINCRBY='one',
   HSET='pairs', XADD='stream'}
@@ -239,6 +240,11 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     report = d.tick(T0 + 1)
     assert report.claims and report.rate_limited
     assert r.zcard(keys.held("eu", LANE_FAST, "acme")) + r.zcard(keys.held("eu", 1, "acme"))
+    # run_start.lua: a worker's start read of a claimed run
+    first = report.claims[0]
+    uid = split_job_id(first.job_id)[0]
+    start = read_start(r, keys, first.job_id, uid, first.lease_token, "celery-id", 60_000)
+    assert start.first_delivery and start.job_hash and start.check_hash
     for claim in report.claims:
         assert finish_run(
             r,

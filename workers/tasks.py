@@ -28,10 +28,11 @@ from celery_app.checks.run_contract import (
     RunRequest,
     max_timeout_s,
 )
+from celery_app.checks.start_read import read_start
 from celery_app.errors import CheckFieldError
 from celery_app.factory import params_of, settings_of
 from celery_app.redis.client import get_redis
-from celery_app.redis.clock import from_time_reply, server_time
+from celery_app.redis.clock import server_time
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import JobField, QuarantineStep
 from celery_app.registry import registry_of
@@ -86,22 +87,17 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
 
     client = get_redis(settings.redis_url, settings)
     keys = state_keys(settings)
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.job(request.job_id))
-    pipe.hgetall(keys.check(request.uid))
-    pipe.time()  # the server's clock: the run starts on its tick on it, never before
-    marker = keys.run_started(request.job_id, request.lease_token)
-    pipe.set(  # first delivery of this lease? (checked below, once the lease is known current)
-        marker,
+    read = read_start(
+        client,
+        keys,
+        request.job_id,
+        request.uid,
+        request.lease_token,
         self.request.id or "1",
-        nx=True,
-        ex=math.ceil(request.timeout_s + settings.dispatch_lead) + STARTED_MARKER_MARGIN_S,
+        math.ceil((request.timeout_s + settings.dispatch_lead + STARTED_MARKER_MARGIN_S) * 1000),
     )
-    pipe.get(keys.maintenance_version())  # the post-exec write plans from this read (run_start)
-    job_hash, check_hash, server_now, first_delivery, maintenance_version = pipe.execute()
     read_at = time.perf_counter()
-    if first_delivery and job_hash.get(JobField.LEASE_TOKEN) != request.lease_token:
-        client.delete(marker)  # not a run of a live lease: a bad or stale message writes nothing
+    job_hash, check_hash, first_delivery = read.job_hash, read.check_hash, read.first_delivery
     if not job_hash:
         log.error(
             "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
@@ -130,17 +126,16 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         region=request.region,
         tls_ca_file=settings.probe_tls_ca_file,
     )
-    server_now_s = from_time_reply(server_now)
     run_start.keep(
         RunStart(
             self.request.id,
             job,
-            ReadGuard.of(job_hash, maintenance_version),
-            server_now_s,
+            ReadGuard.of(job_hash, read.maintenance_version),
+            read.server_now,
             read_at,
         )
     )
-    wait_s = tick_wait(request.scheduled_at, server_now_s, time.perf_counter() - read_at)
+    wait_s = tick_wait(request.scheduled_at, read.server_now, time.perf_counter() - read_at)
     if wait_s > 0:
         time.sleep(wait_s)  # claimed within the dispatch lead: this slot is already ours
     started_at = time.time()

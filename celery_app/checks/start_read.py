@@ -1,0 +1,50 @@
+"""A check run's start read: one script call (``run_start.lua``) just before the probe.
+
+Why one call: the run needs its job (is the lease still its own?), its check (what to probe),
+Redis's time (to start on its tick, on the server's clock) and the maintenance version (the
+post-exec write plans from this read), and must mark its lease started so a second delivery of
+the same message is dropped. As five pipelined commands this cost the worker five commands to
+pack and five replies to parse on every run; as one script, one of each (issue #14).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from celery_app.redis.clock import from_time_reply
+from celery_app.redis.schema import Keys
+from celery_app.redis.scripts import run_script
+
+
+@dataclass(frozen=True, slots=True)
+class StartRead:
+    """What ``run_start.lua`` read; the hashes are empty when absent."""
+
+    job_hash: dict[str, str]
+    check_hash: dict[str, str]
+    server_now: float  # Redis's time (Unix s) when the read ran
+    first_delivery: bool  # this lease is current and no delivery of it started before
+    maintenance_version: str | None
+
+
+def _pairs(flat: list[str]) -> dict[str, str]:
+    items = iter(flat)
+    return dict(zip(items, items, strict=True))
+
+
+def read_start(
+    client: redis.Redis, keys: Keys, job_id: str, uid: str, lease_token: str, task_id: str,
+    marker_ttl_ms: int,
+) -> StartRead:  # fmt: skip
+    """Read the run of ``job_id`` under ``lease_token`` before its probe, and mark it started
+    (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before."""
+    job, check, now, first, version = run_script(
+        client,
+        "run_start",
+        [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token),
+         keys.maintenance_version()],
+        [lease_token, task_id, marker_ttl_ms],
+    )  # fmt: skip
+    return StartRead(_pairs(job), _pairs(check), from_time_reply(now), first == 1, version)
