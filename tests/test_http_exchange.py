@@ -128,6 +128,14 @@ def test_gzip_and_deflate_bodies_are_judged_decoded(site):
         assert missing.error_class == "body", path
 
 
+def test_a_body_that_is_not_what_its_encoding_says_is_a_body_failure(site):
+    site.routes["/liar"] = lambda h: (200, {"Content-Encoding": "gzip"}, b"plain text")
+    judged = probe(site.url("/liar"), {"body_contains": "plain"})
+    assert judged.error_class == "body" and "not decoded" in (judged.error or ""), judged
+    assert judged.detail["status_code"] == 200
+    assert probe(site.url("/liar")).ok  # a body no rule reads is not decoded
+
+
 def test_a_compressed_body_cannot_expand_past_the_cap(site):
     """50 MiB of zeros gzip to ~50 KB: the text judged stops at MAX_BODY_BYTES."""
     bomb = gzip.compress(b"\0" * (50 << 20))

@@ -30,7 +30,12 @@ from celery_app.errors import CheckFieldError
 from workers.deadline import honours_deadline
 from workers.probes import http_judgement as judge
 from workers.probes.config import parse_config
-from workers.probes.http_exchange import RedirectRefused, TooManyRedirects, fetch
+from workers.probes.http_exchange import (
+    BodyNotDecoded,
+    RedirectRefused,
+    TooManyRedirects,
+    fetch,
+)
 from workers.probes.result import ProbeContext, ProbeResult
 from workers.target_guard import (
     AddressPolicy,
@@ -321,7 +326,10 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
     if status not in spec.expected_status:
         return ProbeResult.down("status", f"status {status} is not expected", latency, **detail)
     if _reads_body(spec):  # decoding costs a charset lookup per run: only when it is judged
-        text = exchange.text(body, MAX_BODY_BYTES)
+        try:
+            text = exchange.text(body, MAX_BODY_BYTES)
+        except BodyNotDecoded as exc:
+            return ProbeResult.down("body", f"body not decoded: {exc}", latency, **detail)
         if spec.body_contains is not None and spec.body_contains not in text:
             return ProbeResult.down(
                 "body", f"body does not contain {spec.body_contains!r}", latency, **detail

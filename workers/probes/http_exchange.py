@@ -64,6 +64,10 @@ class WriteTimeout(TimeoutError):
     """The request could not be sent within the deadline."""
 
 
+class BodyNotDecoded(ValueError):
+    """The body's Content-Encoding says gzip or deflate, but it is not."""
+
+
 class TooManyRedirects(Exception):
     """More than :data:`MAX_REDIRECTS` redirects."""
 
@@ -94,7 +98,7 @@ class DeadlineSocket:
     def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
         try:
             self.sock.settimeout(self._deadline.bound(what="reading the response"))
-            return self.sock.recv_into(buffer, nbytes)
+            return self.sock.recv_into(buffer, nbytes) if nbytes else self.sock.recv_into(buffer)
         except TimeoutError as exc:
             raise ReadTimeout(self._late("reading the response", exc)) from None
 
@@ -191,9 +195,14 @@ class Exchange:
 
     def text(self, body: bytes, limit: int) -> str:
         """``body`` decoded (its Content-Encoding, then its charset, UTF-8 by default) to at most
-        ``limit`` bytes before the charset: a compressed body cannot expand past the cap."""
-        for coding in reversed(_codings(self.response.getheader("Content-Encoding"))):
-            body = _decompress(body, coding, limit)
+        ``limit`` bytes before the charset: a compressed body cannot expand past the cap.
+        BodyNotDecoded when it is not what its Content-Encoding says."""
+        codings = _codings(self.response.getheader("Content-Encoding"))
+        try:
+            for coding in reversed(codings):
+                body = _decompress(body, coding, limit)
+        except zlib.error as exc:
+            raise BodyNotDecoded(f"Content-Encoding {', '.join(codings)}: {exc}") from None
         charset = self.response.msg.get_content_charset() or "utf-8"
         try:
             return body.decode(charset, errors="replace")
