@@ -490,14 +490,14 @@ def warm_refill(app: Celery) -> None:
 
 class RefillNeeds:
     """The reads that tell a refill of ``region`` whether it may find anything (the server's
-    time, the first due job, whether the region has ready or held work), queued on any
-    pipeline: the post-exec write's own read round trip carries them (``prefetch`` /
-    ``prefetched``, as :class:`~celery_app.checks.health.HealthPlanner`'s), so the refill after
-    a run under spare capacity costs no round trip of its own. Read before the run's write:
-    the write only frees a slot and adds the job's next tick (a period ahead), and an older
-    ``now`` only makes the claim's cut-off earlier, never a start early."""
+    time, the first due job, whether the region has ready or held work), one script call
+    (``refill_needs.lua``) queued on any pipeline: the post-exec write's own round trip carries
+    it (``prefetch`` / ``prefetched``, as :class:`~celery_app.checks.health.HealthPlanner`'s),
+    so the refill after a run under spare capacity costs no round trip of its own. Read before
+    the run's write: the write only frees a slot and adds the job's next tick (a period ahead),
+    and an older ``now`` only makes the claim's cut-off earlier, never a start early."""
 
-    READS = 3
+    READS = 1
 
     def __init__(self, keys: Keys, region: str) -> None:
         self.keys, self.region = keys, region
@@ -505,9 +505,12 @@ class RefillNeeds:
 
     def prefetch(self, pipe: Any) -> None:
         k, region = self.keys, self.region
-        pipe.time()
-        pipe.zrange(k.due(), 0, 0, withscores=True)
-        pipe.exists(k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW), k.held_tenants(region))
+        run_script(
+            pipe,
+            "refill_needs",
+            [k.due(), k.ready(region, LANE_FAST), k.ready(region, LANE_SLOW),
+             k.held_tenants(region)],
+        )  # fmt: skip
 
     def prefetched(self, replies: list[Any]) -> None:
         self.replies = list(replies[: self.READS])
@@ -516,11 +519,12 @@ class RefillNeeds:
         """(Redis time, what the refill may find) from the replies."""
         if self.replies is None:
             raise RuntimeError("RefillNeeds.decide before its replies were read")
-        reply, first, waiting = self.replies
-        now_s = from_time_reply(reply)
-        if waiting or (first and float(first[0][1]) <= now_s):
+        time_reply, first, waiting = self.replies[0]
+        now_s = from_time_reply(time_reply)
+        first_at = float(first[1]) if first else None
+        if waiting or (first_at is not None and first_at <= now_s):
             return now_s, _Waiting.DUE
-        if first and float(first[0][1]) <= now_s + lead:
+        if first_at is not None and first_at <= now_s + lead:
             return now_s, _Waiting.AHEAD
         return now_s, _Waiting.NOTHING
 
