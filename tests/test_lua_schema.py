@@ -180,6 +180,7 @@ def guarded(monkeypatch, keys, settings) -> Guard:
     """Every script is loaded with the guard in front (run_script picks them up)."""
     guard = Guard(keys, settings)
     monkeypatch.setattr(scripts, "_script", guard.script)
+    monkeypatch.setattr(scripts, "_sha", lambda name: guard.script(name).sha)
     return guard
 
 

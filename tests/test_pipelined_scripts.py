@@ -10,9 +10,10 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
+from celery_app.redis import scripts
 from celery_app.redis.client import get_redis
 from celery_app.redis.pipelined_scripts import ScriptClient, ScriptPipeline
-from celery_app.redis.schema import JobField
+from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 from celery_app.settings import load_settings
 
@@ -199,3 +200,14 @@ def test_a_refused_script_load_is_reported_in_place_of_the_noscript(
     finally:
         limited.close()
         client.acl_deluser("noload")
+
+
+def test_a_script_called_on_a_client_is_loaded_again_after_a_flush(client: redis.Redis) -> None:
+    """Outside a pipeline run_script sends EVALSHA alone; a NOSCRIPT (a restart, a failover,
+    a SCRIPT FLUSH) loads the script and calls it once more."""
+    keys = Keys("flushed")
+    client.zadd(keys.due(), {"a@eu": 5.0})
+    assert run_script(client, "due", [keys.due()], [10.0, 100]) == "a@eu"
+    client.script_flush()
+    assert run_script(client, "due", [keys.due()], [10.0, 100]) == "a@eu"
+    assert client.script_exists(scripts._sha("due")) == [True]
