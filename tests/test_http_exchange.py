@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from workers.deadline import Deadline
-from workers.probes.http import MAX_BODY_BYTES, _tls_context, http_probe
+from workers.probes.http import MAX_BODY_BYTES, http_probe, tls_context
 from workers.probes.http_exchange import Hop, fetch
 from workers.probes.result import ProbeContext
 from workers.target_guard import AddressPolicy
@@ -142,7 +142,7 @@ def test_a_compressed_body_cannot_expand_past_the_cap(site):
     site.routes["/bomb"] = lambda h: (200, {"Content-Encoding": "gzip"}, bomb)
     deadline = Deadline(5.0)
     exchange = fetch(
-        "GET", site.url("/bomb"), [], follow_redirects=True, policy=OPEN, tls=_tls_context(),
+        "GET", site.url("/bomb"), [], follow_redirects=True, policy=OPEN, tls=tls_context(None),
         deadline=deadline,
     )  # fmt: skip
     try:

@@ -1,9 +1,12 @@
 """Warm a check worker up before it registers its slots, so its first runs start on their tick.
 
 Why: the first run of each pool thread used to pay for one-time work (the CA bundle, the refill
-dispatcher and its broker connection, the routes of the run task): 0.3-0.6 s per first run on a
-loaded machine, all eight threads at once, and the ticks due meanwhile started late. Done here,
-in the worker's start-up, before any slot is offered to the dispatcher.
+dispatcher and its broker connection, the routes of the run task, the Lua scripts): 0.3-0.6 s
+per first run on a loaded machine, all eight threads at once, and the ticks due meanwhile
+started late. Done here, in the worker's start-up, before any slot is offered to the dispatcher.
+Each object is built with the arguments the runs use (a cached call with other arguments is
+another cache entry: the CA bundle was warmed for ``_tls_context()`` while the probe asked for
+``_tls_context(None)``, so the first runs loaded it again, each thread its own).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import logging
 from typing import Any
 
 from celery_app.checks.dispatch import warm_refill
-from workers.probes.http import _tls_context
+from celery_app.factory import settings_of
+from celery_app.redis.scripts import build_all
+from workers.probes.http import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +25,8 @@ log = logging.getLogger(__name__)
 def warm_up(app: Any) -> None:
     """Build the per-process objects every run uses; a failure only costs the first runs time."""
     try:
-        _tls_context()
+        tls_context(settings_of(app).probe_tls_ca_file)
+        build_all()
         warm_refill(app)
     except Exception as exc:  # the runs build them again when they need them
         log.warning("checkbeat: warming the worker up failed (%s); the first runs do it", exc)

@@ -101,6 +101,14 @@ def _script(name: str) -> Script:
     return Script(redis.Redis(), lua_source(name))
 
 
+def build_all() -> None:
+    """Read, assemble and hash every script now (a worker's warm-up): the first calls of each
+    would otherwise do it, racing, in several pool threads at once."""
+    for entry in resources.files("celery_app").joinpath("redis", "lua").iterdir():
+        if entry.name.endswith(".lua"):
+            _sha(entry.name[: -len(".lua")])
+
+
 @cache
 def _sha(name: str) -> str:
     # Fixed at load: a Script's own ``sha`` is rewritten by redis-py's reloads (bytes on a

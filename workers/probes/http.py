@@ -221,7 +221,7 @@ def validate_http_config(
 
 
 @functools.cache
-def _tls_context(extra_ca_file: str | None = None) -> ssl.SSLContext:
+def tls_context(extra_ca_file: str | None) -> ssl.SSLContext:
     """One verifying TLS context per process (and extra CA file): loading the CA bundle costs
     ~20 ms a probe. ``extra_ca_file`` (CHECKBEAT_PROBE_TLS_CA_FILE) is trusted as well."""
     context = ssl.create_default_context(cafile=certifi.where())
@@ -293,7 +293,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
             request_headers(spec, authorization),
             follow_redirects=spec.follow_redirects,
             policy=context.policy,
-            tls=_tls_context(context.tls_ca_file),
+            tls=tls_context(context.tls_ca_file),
             deadline=deadline,
         )
         try:

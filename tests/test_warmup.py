@@ -1,0 +1,34 @@
+"""The worker's warm-up builds what its first runs use, with the arguments the runs use."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from bench.http_target import DelayServer
+from celery_app.factory import settings_of
+from celery_app.redis import scripts
+from workers.probes.http import http_probe, tls_context
+from workers.probes.result import ProbeContext
+from workers.target_guard import AddressPolicy
+from workers.warmup import warm_up
+
+
+def test_after_the_warm_up_a_first_run_builds_no_tls_context_and_no_script(dispatcher_app):
+    tls_context.cache_clear()
+    scripts._script.cache_clear()
+    scripts._sha.cache_clear()
+    warm_up(dispatcher_app)
+    lua = resources.files("celery_app").joinpath("redis", "lua")
+    assert scripts._sha.cache_info().currsize == len(
+        [entry for entry in lua.iterdir() if entry.name.endswith(".lua")]
+    )
+    built = tls_context.cache_info()
+    settings = settings_of(dispatcher_app)
+    context = ProbeContext(
+        5.0, AddressPolicy(allow_private=True), tls_ca_file=settings.probe_tls_ca_file
+    )
+    with DelayServer() as server:
+        assert http_probe(server.url("/delay/0"), {}, context).ok
+    after = tls_context.cache_info()
+    assert (after.misses, after.currsize) == (built.misses, built.currsize) == (1, 1)
+    assert after.hits == built.hits + 1
