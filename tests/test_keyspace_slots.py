@@ -34,7 +34,7 @@ from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.store import FireRequest
 from celery_app.factory import create_app, settings_of
-from celery_app.redis import keyspace
+from celery_app.redis import keyspace, scripts
 from celery_app.redis.pipelined_scripts import ScriptPipeline
 from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CronStateField, Keys, check_queue
 from celery_app.redis.scripts import lua_source
@@ -106,7 +106,8 @@ def _script_names() -> dict[str, str]:
 
 @pytest.fixture
 def tagged_calls(monkeypatch):
-    """The process's ``state_keys`` give tagged names; every script call's KEYS are recorded."""
+    """The process's ``state_keys`` give tagged names; every script call's KEYS are recorded
+    (on a client, on checkbeat's pipelines and on any other pipeline)."""
     monkeypatch.setattr(keyspace, "is_cluster_url", lambda url: True)
     by_source = _script_names()
     calls: dict[str, list[list[str]]] = defaultdict(list)
@@ -124,8 +125,15 @@ def tagged_calls(monkeypatch):
         calls[by_source[source]].append([str(k) for k in keys])
         return queue(self, sha, source, keys, args)
 
+    direct = scripts._call_on_client
+
+    def calling(client, name, script, keys, args):  # type: ignore[no-untyped-def]
+        calls[name].append([str(k) for k in keys])
+        return direct(client, name, script, keys, args)
+
     monkeypatch.setattr(Script, "__call__", recording)
     monkeypatch.setattr(ScriptPipeline, "queue_script", queueing)
+    monkeypatch.setattr(scripts, "_call_on_client", calling)
     return calls
 
 

@@ -130,6 +130,17 @@ def _call_kind(cls: type) -> str:
     return "client"
 
 
+def _call_on_client(
+    client: Any, name: str, script: Script, keys: Sequence[Any], args: Sequence[Any]
+) -> Any:
+    """EVALSHA ``name`` on ``client``; on NOSCRIPT the script is loaded and called again."""
+    try:
+        return client.evalsha(_sha(name), len(keys), *keys, *args)
+    except NoScriptError:
+        client.script_load(script.script)
+        return client.evalsha(_sha(name), len(keys), *keys, *args)
+
+
 def run_script(
     client: redis.Redis | redis.client.Pipeline,
     name: str,
@@ -147,11 +158,7 @@ def run_script(
     """
     script, kind = _script(name), _call_kind(type(client))
     if kind == "client":
-        try:
-            return client.evalsha(_sha(name), len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(script.script)
-            return client.evalsha(_sha(name), len(keys), *keys, *args)
+        return _call_on_client(client, name, script, keys, args)
     if kind == "bare" and client.takes_bare_scripts():  # type: ignore[union-attr]
         return client.queue_script(_sha(name), script.script, keys, args)  # type: ignore[union-attr]
     if kind == "cluster":
