@@ -73,3 +73,26 @@ def test_register_leaves_a_transport_someone_else_registered_alone(monkeypatch):
     kombu_redis.register()
     assert TRANSPORT_ALIASES["redis"] == "their.module:Transport"
     assert TRANSPORT_ALIASES["rediss"] == kombu_redis.TRANSPORT
+
+
+def test_closing_a_channel_after_its_transport_let_go_is_a_connection_error_not_a_crash(
+    broker_url, redis_url
+):
+    """Seen in CI (tests/faults/test_broker_outage.py): the broker went away with a message
+    unacked; closing the consumer's connection restored the unacked messages after kombu had
+    dropped the pool and detached the transport, and kombu's AttributeError ended the worker.
+    Here the channel is put in that state, and kombu's own close of it must not raise."""
+    broker = redis.Redis.from_url(broker_url)
+    broker.delete("kombu-close")
+    conn = app_for(broker_url, redis_url).connection_for_write()
+    queue = conn.SimpleQueue("kombu-close")
+    queue.put({"n": 1})
+    message = queue.get(timeout=5)  # delivered, not acked
+    channel = conn.default_channel
+    assert channel.qos._delivered
+    channel._disconnect_pools()
+    conn.transport.client = None  # what the worker's log showed at the crash
+    conn.maybe_close_channel(channel)  # ignores connection errors only
+    assert broker.hexists("unacked", message.delivery_tag)  # not lost: the restore waits
+    broker.hdel("unacked", message.delivery_tag)
+    broker.zrem("unacked_index", message.delivery_tag)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
@@ -27,9 +28,25 @@ TRANSPORT = "celery_app.redis.kombu_redis:Transport"
 
 class SharedClient:
     """Mixin for a kombu Redis channel: ``_create_client`` returns the one client of the
-    channel's current pool (the asynchronous client kombu already keeps once)."""
+    channel's current pool (the asynchronous client kombu already keeps once), and no pool is
+    built for a connection that is gone (see :meth:`_get_pool`)."""
 
     _shared_client: Any = None
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        """kombu's, unless the transport has let go of its connection: then a connection error.
+
+        Why: when the broker goes away with a message unacked, the consumer closes its
+        connection, and the channel's close restores the unacked messages, asking for a pool
+        after kombu dropped the old one and detached the transport. kombu then fails with
+        ``AttributeError: 'NoneType' object has no attribute 'hostname'``, which Celery's
+        consumer does not catch: the worker exited (seen in tests/faults/test_broker_outage.py,
+        kombu issue #582). A connection error is what the close ignores; the worker reconnects,
+        and the unacked messages stay in Redis for the transport's own restore.
+        """
+        if self.connection.client is None:  # type: ignore[attr-defined]
+            raise redis.exceptions.ConnectionError("the broker connection is closed")
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[misc]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
