@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 import zlib
@@ -203,12 +204,14 @@ def test_a_redirect_without_a_location_is_the_response(site):
     assert result.ok and result.detail["status_code"] == 302
 
 
-def test_a_malformed_response_is_a_connect_failure_and_a_head_reads_no_body(site):
+def test_a_head_request_reads_no_body(site):
     site.routes["/head"] = lambda h: (200, {}, b"body")
-    head = probe(site.url("/head"), {"method": "HEAD"})
-    assert head.ok and head.detail["status_code"] == 200
-    import socket
+    head = probe(site.url("/head"), {"method": "HEAD", "body_contains": "body"})
+    assert head.error_class == "body"  # the body a GET would get was not read
+    assert head.detail["status_code"] == 200 and site.seen[-1][0] == "HEAD"
 
+
+def test_a_malformed_response_is_a_connect_failure():
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
 

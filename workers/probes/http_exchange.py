@@ -145,7 +145,7 @@ class Hop:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RedirectRefused(f"not an http(s) URL with a host: {url!r}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
-        hostport = parts.netloc.rpartition("@")[2]
+        hostport = netloc = parts.netloc.rpartition("@")[2]  # never the credentials
         if not hostport.isascii():  # an internationalised name: its ASCII form on the wire
             ascii_host = parts.hostname.encode("idna").decode("ascii")
             hostport = ascii_host if parts.port is None else f"{ascii_host}:{parts.port}"
@@ -154,7 +154,7 @@ class Hop:
             target = f"{target}?{parts.query}"
         if not target.isascii() or " " in target:
             target = quote(target, safe=_TARGET_SAFE)
-        clean = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], fragment=""))
+        clean = urlunsplit(parts._replace(netloc=netloc, fragment=""))
         return cls(clean, parts.scheme, parts.hostname, port, hostport, target)
 
     @property
@@ -336,7 +336,7 @@ def _same_origin(before: Hop, after: Hop) -> bool:
     if before.origin == after.origin:
         return True
     upgrade = (before.scheme, before.port, after.scheme, after.port) == ("http", 80, "https", 443)
-    return upgrade and before.host.lower() == after.host.lower()
+    return upgrade and before.origin[1] == after.origin[1]
 
 
 def _with_cookies(
