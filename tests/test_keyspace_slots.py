@@ -15,7 +15,6 @@ import inspect
 import time
 from collections import defaultdict
 from datetime import timedelta
-from importlib import resources
 
 import pytest
 from celery.contrib.testing.worker import start_worker
@@ -99,9 +98,7 @@ def test_every_key_is_in_the_slot_of_its_half_and_plain_names_are_unchanged():
 
 
 def _script_names() -> dict[str, str]:
-    lua = resources.files("celery_app").joinpath("redis", "lua")
-    names = [p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua")]
-    return {lua_source(name): name for name in names}
+    return {lua_source(name): name for name in scripts.script_names()}
 
 
 @pytest.fixture

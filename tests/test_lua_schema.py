@@ -12,7 +12,6 @@ guard.
 from __future__ import annotations
 
 import re
-from importlib import resources
 
 import pytest
 import redis
@@ -31,8 +30,7 @@ from celery_app.redis.schema import LUA_FIELD_TABLES, JobField, split_job_id
 from scheduling_core import LANE_FAST
 
 T0 = 1_780_000_000.0
-LUA_DIR = resources.files("celery_app").joinpath("redis", "lua")
-SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA_DIR.iterdir() if p.name.endswith(".lua"))
+SCRIPTS = scripts.script_names()
 
 # Literals a script may spell: Redis commands and their options, its own reply words, Lua
 # string patterns and formats, separators. Anything else would be a key or a field name.

@@ -101,12 +101,17 @@ def _script(name: str) -> Script:
     return Script(redis.Redis(), lua_source(name))
 
 
+def script_names() -> list[str]:
+    """The name of every script in ``celery_app/redis/lua`` (not its includes)."""
+    lua = resources.files("celery_app").joinpath("redis", "lua")
+    return sorted(e.name[: -len(".lua")] for e in lua.iterdir() if e.name.endswith(".lua"))
+
+
 def build_all() -> None:
     """Read, assemble and hash every script now (a worker's warm-up): the first calls of each
     would otherwise do it, racing, in several pool threads at once."""
-    for entry in resources.files("celery_app").joinpath("redis", "lua").iterdir():
-        if entry.name.endswith(".lua"):
-            _sha(entry.name[: -len(".lua")])
+    for name in script_names():
+        _sha(name)
 
 
 @cache
