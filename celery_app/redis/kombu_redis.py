@@ -6,7 +6,8 @@ builds its whole response-callback table each time (about 0.3 ms here). A worker
 five such calls per message (the unacked record, the ack, the task events), over a millisecond of
 a check run's worker CPU. A ``redis.Redis`` is thread-safe (each command takes a connection from
 the pool), so the channel keeps one per pool and builds a new one only when kombu replaced the
-pool (after a connection error).
+pool (after a connection error). It also refuses to build a pool for a connection kombu has
+let go of (:meth:`SharedClient._get_pool`): a connection error there, not a worker exit.
 
 Registered as kombu's ``redis`` and ``rediss`` transports by :func:`register` (the app factory
 and ``install`` call it), unless something else registered those names already; the Sentinel
