@@ -23,7 +23,8 @@ slots (one threads worker of ``--slots`` threads), task events on in both:
 
 Start lateness = probe start minus the tick (both on this machine's clock); an early start is a
 start before its tick (must be 0); a tick due in the window that never started is "missed".
-Worker CPU per run = the worker process's user+system CPU (``/proc``) over the runs it made;
+Worker CPU per run = the worker process's user+system CPU (``/proc``) over the runs it made,
+both systems running their ticks to the end of the drain (the same runs in each window);
 "+ sender" adds what sends the runs: checkbeat's beat process, plain Celery's producer thread
 (checkbeat's worker refills the slot it frees, dispatching work a plain producer does outside it).
 
@@ -394,13 +395,16 @@ def run_plain(
         )
         t0 = time.time()
         end = t0 + load.duration_s
-        # The instants checkbeat would run them at (its own phases), sent when due.
+        # The instants checkbeat would run them at (its own phases), sent when due. Sent on
+        # through the drain, as checkbeat's checks keep running then: both CPU windows hold
+        # the same runs (judged: only the ticks before ``end``).
+        stop = end + DRAIN_S
         ticks = sorted(
             (load.first_tick(uid, load.created_at(i, t0)) + k * load.period_s, uid)
             for i, uid in enumerate(load.uids())
-            for k in range(int(load.duration_s // load.period_s) + 1)
+            for k in range(int((stop - t0) // load.period_s) + 1)
         )
-        ticks = [(at, uid) for at, uid in ticks if at < end]
+        ticks = [(at, uid) for at, uid in ticks if at < stop]
         system, task = ANCHORS[anchor]
         if anchor == "kept":  # every tick's lease, as a claim would have written it
             leases = state.pipeline(transaction=False)
@@ -416,7 +420,7 @@ def run_plain(
                     args = [f"t{i}", f"t{i}", url, at, load.period_s]
                 producer.send_task(task, args=args, queue="checks", connection=conn)
         sender_cpu_s = thread_cpu_seconds() - sender_cpu0
-        time.sleep(max(0.0, end + DRAIN_S - time.time()))
+        time.sleep(max(0.0, stop - time.time()))
         cpu_s = cpu_seconds(worker.process.pid) - cpu0
         if spy is not None:
             spy.wait(30)
