@@ -1,13 +1,15 @@
-"""Refill benchmark: the CPU and Redis round trips of a refill that finds work due within the
-lead (``Dispatcher.refill``'s AHEAD path), the merged path against the separate one.
+"""Refill benchmark: the CPU and Redis round trips of a claim of work due within the lead
+(``Dispatcher._promote_claim``, which beat's dispatcher runs as jobs enter the lead and a refill
+runs after due work when slots are left), the merged path against the separate one.
 
 Reproduce (from the repository root, ~20 s, needs nothing but the venv):
 
     .venv/bin/python -m bench.refill_bench
 
-Why: under spare capacity most runs end with such a refill in the worker (promote what is due
-within ``CHECKBEAT_DISPATCH_LEAD``, claim it), so its cost is part of the worker's CPU per run
-(issue #14). On a private redis-server, N checks are created; then, job by job in due order, at
+Why: until the refill left the lead's jobs to beat (issue #14), most runs under spare capacity
+ended with such a claim in the worker (promote what is due within ``CHECKBEAT_DISPATCH_LEAD``,
+claim it), so its cost was part of the worker's CPU per run; it is still beat's per job.
+On a private redis-server, N checks are created; then, job by job in due order, at
 an instant 20 ms before its tick (the due index spread: one job due per refill), (a)
 ``promote`` then ``claim`` (what main did: the due ids, the promote, the region's state, the
 candidates, the claim) and (b) the merged ``Dispatcher._promote_claim`` (the due ids with the

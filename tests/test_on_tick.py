@@ -82,14 +82,19 @@ def test_no_slot_waits_for_a_tick_while_due_work_waits(r, keys, app, broker):
     assert r.zscore(keys.due(), "soon@eu") is not None
 
 
-def test_a_refill_takes_a_job_due_within_the_lead_and_nothing_else(r, keys, app, broker):
+def test_a_refill_takes_what_waits_and_leaves_the_lead_to_beat(r, keys, app, broker):
     from celery_app.redis.clock import server_time
 
     now = server_time(r)
+    _check(r, keys, app, "overdue", now - 1.0)
     _check(r, keys, app, "soon", now + 0.15)  # inside the 0.2 s lead
     _check(r, keys, app, "later", now + 30.0)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     dispatcher = Dispatcher(app, client=r)
-    assert [c.job_id for c in dispatcher.refill("eu")] == ["soon@eu"]
-    assert dispatcher.refill("eu") == ()  # nothing due, ready or held: nothing claimed
+    # due work waits: the refill claims it, then (slots left) the lead's job after it
+    assert [c.job_id for c in dispatcher.refill("eu")] == ["overdue@eu", "soon@eu"]
+    _check(r, keys, app, "soon2", server_time(r) + 0.15)
+    # only work due within the lead: beat's, which wakes for it; the refill claims nothing
+    assert dispatcher.refill("eu") == ()
+    assert r.zscore(keys.due(), "soon2@eu") is not None
     assert r.zscore(keys.due(), "later@eu") is not None

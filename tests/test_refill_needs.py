@@ -37,16 +37,18 @@ def _needs_read_with(r, keys, other_key: str) -> RefillNeeds:
     return needs
 
 
-def test_prefetched_needs_claim_what_the_refills_own_read_would(r, keys, app, broker):
+def test_prefetched_needs_leave_work_due_within_the_lead_to_beat(r, keys, app, broker):
     now = server_time(r)
-    _check(r, keys, app, "soon", now + 0.15)  # inside the 0.2 s lead
+    _check(r, keys, app, "soon", now + 0.15)  # inside the 0.2 s lead, not due yet
     _check(r, keys, app, "later", now + 30.0)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     dispatcher = Dispatcher(app, client=r)
     needs = _needs_read_with(r, keys, keys.job("soon@eu"))
-    assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == ["soon@eu"]
-    # read again: only "later" (30 s ahead) is left, so nothing is claimed or promoted
-    assert dispatcher.refill("eu", needs=_needs_read_with(r, keys, keys.job("x"))) == ()
+    assert needs.decide()[1] is False  # nothing waits: due, ready or held
+    assert dispatcher.refill("eu", needs=needs) == ()
+    assert r.zscore(keys.due(), "soon@eu") is not None  # neither promoted nor claimed
+    # beat's dispatcher, woken as "soon" enters the lead, claims it (and not "later")
+    assert [c.job_id for c in dispatcher.tick().claims] == ["soon@eu"]
     assert r.zscore(keys.due(), "later@eu") is not None
 
 
@@ -61,4 +63,4 @@ def test_prefetched_needs_see_due_work(r, keys, app, broker):
 
 def test_needs_without_their_replies_are_an_error(keys):
     with pytest.raises(RuntimeError, match="before its replies"):
-        RefillNeeds(keys, "eu").decide(0.05)
+        RefillNeeds(keys, "eu").decide()

@@ -1,6 +1,7 @@
-"""A refill that finds work due within the lead: three state round trips (the due ids with the
-region's state, the promote with the candidates, the claim), and still never more claims than
-free slots nor a job twice when refillers race."""
+"""A refill's round trips: none when only work due within the lead exists (beat's dispatcher
+takes it), three when work waits (the due ids with the region's state, the promote with the
+candidates, the claim); and never more claims than free slots nor a job twice when refillers
+race."""
 
 from __future__ import annotations
 
@@ -42,55 +43,66 @@ def _needs(r, keys) -> RefillNeeds:
     return needs
 
 
-def test_a_refill_of_work_due_within_the_lead_makes_three_round_trips(
+def test_a_refill_with_only_lead_work_makes_no_round_trip_and_claims_nothing(
     r, keys, app, broker, redis_url
 ):
     now = server_time(r)
     _checks(r, keys, app, ["soon"], now + 0.3)  # inside the 0.5 s lead, not due yet
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
-    preload_scripts(r, *SCRIPTS)
     client, sends = counting_client(redis_url)
     dispatcher = Dispatcher(app, client=client)
     dispatcher.claim(now, ("eu",))  # the claimer learns the region's workers (as after a run)
     sends.clear()
-    claims = dispatcher.refill("eu", needs=_needs(r, keys))
-    assert [c.job_id for c in claims] == ["soon@eu"]
-    # due ids + state; promote + candidates; the claim (main: due, promote, state, top, claim)
-    assert len(state_round_trips(sends)) == 3
-    assert r.zscore(keys.leases("eu", claims[0].lane), "soon@eu") is not None
+    assert dispatcher.refill("eu", needs=_needs(r, keys)) == ()
+    assert sends == []
+    assert r.zscore(keys.due(), "soon@eu") is not None  # left for beat's lead claim
 
 
-def test_a_refill_whose_lead_jobs_were_promoted_meanwhile_skips_the_promote(
-    r, keys, app, broker, redis_url
-):
+def test_a_refill_of_due_work_makes_three_round_trips(r, keys, app, broker, redis_url):
     now = server_time(r)
-    _checks(r, keys, app, ["soon"], now + 0.3)
-    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
+    _checks(r, keys, app, ["late"], now - 0.3)  # due, waiting for a slot
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
     preload_scripts(r, *SCRIPTS)
     client, sends = counting_client(redis_url)
     dispatcher = Dispatcher(app, client=client)
     dispatcher.claim(now, ("eu",))
-    needs = _needs(r, keys)  # says: only work due within the lead
-    Dispatcher(app, client=r).promote(now + 0.5)  # another worker promoted it, claimed nothing
     sends.clear()
-    assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == ["soon@eu"]
+    claims = dispatcher.refill("eu", needs=_needs(r, keys))
+    assert [c.job_id for c in claims] == ["late@eu"]
+    # due ids + state; promote + candidates; the claim (no lead claim: no slot left)
+    assert len(state_round_trips(sends)) == 3
+    assert r.zscore(keys.leases("eu", claims[0].lane), "late@eu") is not None
+
+
+def test_a_refill_of_work_promoted_meanwhile_skips_the_promote(r, keys, app, broker, redis_url):
+    now = server_time(r)
+    _checks(r, keys, app, ["ready"], now + 0.3)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
+    preload_scripts(r, *SCRIPTS)
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    dispatcher.claim(now, ("eu",))
+    Dispatcher(app, client=r).promote(now + 0.5)  # beat promoted it, claimed nothing
+    needs = _needs(r, keys)  # says: ready work waits
+    sends.clear()
+    assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == ["ready@eu"]
     promote_sha = _script("promote").sha.encode()
     assert not any(promote_sha in s for s in sends)
     assert len(state_round_trips(sends)) == 3
 
 
-def test_racing_lead_refills_never_exceed_the_free_slots_nor_take_a_job_twice(
+def test_racing_refills_never_exceed_the_free_slots_nor_take_a_job_twice(
     r, keys, app, broker, redis_url
 ):
-    """Four refillers whose reads all said 'work due within the lead' run at once, round after
-    round, on one region with 3 slots of which some are still in flight."""
+    """Four refillers whose reads all said 'work waits' run at once, round after round, on one
+    region with 3 slots of which some are still in flight."""
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=3)
     clients = [redis.Redis.from_url(redis_url, decode_responses=True) for _ in range(4)]
     dispatchers = [Dispatcher(app, client=c) for c in clients]
     seen: set[str] = set()
     for round_ in range(6):
         in_flight = r.zcard(keys.leases("eu", 0)) + r.zcard(keys.leases("eu", 1))
-        _checks(r, keys, app, [f"r{round_}j{i}" for i in range(5)], server_time(r) + 0.3)
+        _checks(r, keys, app, [f"r{round_}j{i}" for i in range(5)], server_time(r) - 0.1)
         needs = [_needs(r, keys) for _ in dispatchers]
         got = _at_once(dispatchers, needs)
         ids = [c.job_id for batch in got for c in batch]

@@ -46,7 +46,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
 from typing import Any
 
 import redis
@@ -108,15 +107,6 @@ class TickReport:
     slots: dict[str, RegionSlots] = field(default_factory=dict)
     published: int = 0
     next_due: float | None = None  # the earliest job still in the due index (Redis time)
-
-
-class _Waiting(Enum):
-    """What a refill may find: due (or ready, or held) work, only jobs due within the lead,
-    or nothing."""
-
-    DUE = "due"
-    AHEAD = "ahead"
-    NOTHING = "nothing"
 
 
 def _as_unix(now: float | datetime) -> float:
@@ -196,22 +186,24 @@ class Dispatcher:
     ) -> tuple[Claim, ...]:
         """Promote what is due and fill the free slots of ``region`` now; the claims published.
 
-        It runs after every finished run, and under spare capacity there is mostly nothing to
-        take: one round trip (the server's time, the first due job, whether the region has
-        ready or held work) settles that, and also gives the time the claim runs on. ``needs``:
-        that round trip's replies, read already with the run's own write (:class:`RefillNeeds`),
-        so a refill that finds nothing costs no round trip at all."""
+        It runs after every finished run, for work that waits: due, ready or held. Under spare
+        capacity there is mostly none: one round trip (the server's time, the first due job,
+        whether the region has ready or held work) settles that, and also gives the time the
+        claim runs on. ``needs``: that round trip's replies, read already with the run's own
+        write (:class:`RefillNeeds`), so a refill that finds nothing costs no round trip at all.
+
+        Jobs due only within the lead are not a refill's: beat's dispatcher wakes as they enter
+        it (:meth:`next_wait`) and claims them in batches. Why: near capacity (150 runs/s) the
+        refill took such a job after almost every run, one job and three round trips at a time,
+        and the worker's CPU per run was 1.08-1.09x plain Celery's; left to beat, 0.94-0.98x,
+        and the worker and beat together spend less (``bench/PRECISION_RESULTS.md``)."""
         if now is None:
-            now_s, waiting = needs.decide(self.lead) if needs else self._refill_needs(region)
-            if waiting is _Waiting.NOTHING:
+            now_s, waiting = needs.decide() if needs else self._refill_needs(region)
+            if not waiting:
                 return ()
         else:
-            now_s, waiting = _as_unix(now), _Waiting.DUE
-        scan = REFILL_RATE_LIMITED_SCAN
-        if waiting is _Waiting.AHEAD:  # nothing due or ready: straight to the lead's jobs
-            claimed = self._promote_claim(now_s, now_s + self.lead, (region,), scan)[1]
-        else:
-            claimed = self._fill(now_s, (region,), scan)[1]
+            now_s = _as_unix(now)
+        claimed = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1]
         self.publish(claimed.claims)
         return claimed.claims
 
@@ -273,13 +265,13 @@ class Dispatcher:
             claimer = self._claimers[region] = RegionClaimer(self.redis, self.keys, region)
         return claimer
 
-    def _refill_needs(self, region: str) -> tuple[float, _Waiting]:
-        """(Redis time, what a refill of ``region`` may find): one round trip."""
+    def _refill_needs(self, region: str) -> tuple[float, bool]:
+        """(Redis time, whether work waits in ``region``): one round trip."""
         needs = RefillNeeds(self.keys, region)
         pipe = self.redis.pipeline(transaction=False)
         needs.prefetch(pipe)
         needs.prefetched(pipe.execute())
-        return needs.decide(self.lead)
+        return needs.decide()
 
     def promote(self, now_s: float) -> int:
         """Move the jobs due at ``now_s`` into their ready indexes; how many moved."""
@@ -515,18 +507,14 @@ class RefillNeeds:
     def prefetched(self, replies: list[Any]) -> None:
         self.replies = list(replies[: self.READS])
 
-    def decide(self, lead: float) -> tuple[float, _Waiting]:
-        """(Redis time, what the refill may find) from the replies."""
+    def decide(self) -> tuple[float, bool]:
+        """(Redis time, whether work waits now: a job due, or ready or held work) from the
+        replies. Work due only within the lead is beat's (see :meth:`Dispatcher.refill`)."""
         if self.replies is None:
             raise RuntimeError("RefillNeeds.decide before its replies were read")
         time_reply, first, waiting = self.replies[0]
         now_s = from_time_reply(time_reply)
-        first_at = float(first[1]) if first else None
-        if waiting or (first_at is not None and first_at <= now_s):
-            return now_s, _Waiting.DUE
-        if first_at is not None and first_at <= now_s + lead:
-            return now_s, _Waiting.AHEAD
-        return now_s, _Waiting.NOTHING
+        return now_s, bool(waiting) or (bool(first) and float(first[1]) <= now_s)
 
 
 def refill_after_run(

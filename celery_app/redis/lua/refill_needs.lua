@@ -1,4 +1,4 @@
--- Read-only: what a refill of one region may find, in one command (celery_app.checks.dispatch
+-- Read-only: whether work waits in one region (a job due, ready or held work), in one command (celery_app.checks.dispatch
 -- RefillNeeds): queued on the post-exec write's own round trip after every run, so three
 -- pipelined commands were three to pack and three replies to parse on every run.
 -- KEYS: 1 due zset, 2 ready fast, 3 ready slow, 4 the region's held tenants
