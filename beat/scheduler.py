@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine
+from beat.dispatch_wake import WakeListener
 from beat.metrics import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.clock import clock_from_env
@@ -44,6 +45,7 @@ from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
+from celery_app.redis.scripts import load_all
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,9 @@ class Driver(Protocol):
 
     A driver reads its own clock: the check dispatcher schedules on Redis's time, not beat's
     (which runs the cron engine and may be a test clock), so beats and workers agree.
+
+    A driver with a ``wake_channel`` (a pub/sub channel name) also runs as soon as a message
+    comes on it (the check store's writes: :mod:`beat.dispatch_wake`).
     """
 
     interval: float
@@ -129,6 +134,9 @@ class CronScheduler(Scheduler):
         self._last_sweep: datetime | None = None
         self._last_heartbeat = float("-inf")
         self.observer: BeatObserver | None = None
+        self.waker: WakeListener | None = None
+        # A caller that drives the clock also drives the ticks: tick() must return at once.
+        self._may_wait = clock is None
         kwargs.pop("schedule_filename", None)
         super().__init__(app, *args, **kwargs)
 
@@ -166,15 +174,32 @@ class CronScheduler(Scheduler):
             log.warning("cron: could not prune old heartbeats and claims: %s", exc)
         now = time.monotonic()
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
+        channels = [c for s in self.drivers if (c := getattr(s.driver, "wake_channel", None))]
+        self.waker = WakeListener(client, channels) if channels and self._may_wait else None
+        load_all(client)  # a first claim's candidates are read in order (see load_all)
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
         self.observer = self.observer or BeatObserver(app, self.beat_id, [t.id for t in tasks])
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """Run what is due; return the seconds to sleep (Celery's Service sleeps that long)."""
+        """Run what is due; return the seconds to sleep (Celery's Service sleeps that long).
+        With wake channels the sleep is taken here, cut short by a message (see
+        :meth:`_wait`), and 0 is returned: Celery's loop ticks again at once."""
         with finish_tick_before_stopping():
             started = time.perf_counter()
             sleep = self._tick()
-            return self.observer.ticked(started, sleep) if self.observer else sleep
+            sleep = self.observer.ticked(started, sleep) if self.observer else sleep
+        return self._wait(sleep)
+
+    def _wait(self, sleep: float) -> float:
+        """Wait ``sleep`` on the drivers' wake channels; a message makes those drivers due."""
+        if self.waker is None or sleep <= MIN_SLEEP:
+            return sleep
+        if self.waker.wait(sleep):
+            now = time.monotonic()
+            for slot in self.drivers:
+                if getattr(slot.driver, "wake_channel", None):
+                    slot.due = now
+        return 0.0
 
     def sync(self) -> None:
         """Nothing to persist: the state lives in Redis as it happens."""
@@ -182,6 +207,8 @@ class CronScheduler(Scheduler):
     def close(self) -> None:
         if self.observer is not None:
             self.observer.stop()
+        if self.waker is not None:
+            self.waker.close()
         try:
             self.store.client.hdel(self.store.keys.beat_heartbeat(), self.beat_id)
         except Exception:

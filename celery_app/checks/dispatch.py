@@ -132,6 +132,8 @@ class Dispatcher:
         self.interval = settings.dispatch_interval
         self.lead = settings.dispatch_lead
         self.keys = state_keys(settings)
+        #: beat runs this driver at once when the check store publishes here (a written tick)
+        self.wake_channel = self.keys.dispatch_wake()
         self.redis = client or get_redis(settings.redis_url, settings)
         self.params = Params.from_settings(settings)
         self.regions = tuple(regions or settings.regions)

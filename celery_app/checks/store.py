@@ -12,6 +12,7 @@ Definitions and their validation live in :mod:`celery_app.checks.definition`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -46,6 +47,8 @@ from celery_app.redis.scripts import run_script
 from celery_app.registry import SHARED, Registry, registry_of
 from celery_app.settings import Settings
 from scheduling_core import Params
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -235,6 +238,15 @@ class CheckStore:
             status = self._apply(changes)
         return status
 
+    def _wake_dispatch(self) -> None:
+        """Tell sleeping beats that ticks were written: a new check's first tick may come
+        before a beat's planned wake-up (up to ``CHECKBEAT_DISPATCH_INTERVAL`` away), and its
+        first run would start that late. Lost, beat dispatches it at that wake-up anyway."""
+        try:
+            self.redis.publish(self.keys.dispatch_wake(), "")
+        except redis.RedisError as exc:
+            log.warning("checkbeat: could not wake the dispatcher: %s", exc)
+
     def _now(self, now: datetime | None) -> datetime:
         return now or from_unix(time.time())
 
@@ -244,6 +256,7 @@ class CheckStore:
         status = self._create([defn], self._now(now))
         if status[0] == StoreStatus.EXISTS:
             raise CheckExists(f"check {defn.uid!r} already exists (use update)")
+        self._wake_dispatch()
         return defn
 
     def create_many(
@@ -279,6 +292,8 @@ class CheckStore:
             batches.append(batch)
         if batches:
             flush()
+        if count:
+            self._wake_dispatch()
         return count
 
     def _write(self, uid: str, make: Any, now: datetime | None) -> CheckDefinition | None:
@@ -290,6 +305,7 @@ class CheckStore:
             jobs = self._read_jobs(ids)
             status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
             if status[0] == StoreStatus.OK:
+                self._wake_dispatch()
                 return new
             if status[0] == StoreStatus.MISSING:
                 raise CheckNotFound(uid)

@@ -278,6 +278,11 @@ class Keys:
         """ZSET job -> scheduled_at: jobs waiting for their tick."""
         return f"{self._checks}:due"
 
+    def dispatch_wake(self) -> str:
+        """Pub/sub channel (not a key): the check store wrote a job's tick; beats sleeping past
+        it wake and dispatch (``beat.dispatch_wake``)."""
+        return f"{self._checks}:dispatch-wake"
+
     def ready(self, region: str, lane: int) -> str:
         """ZSET job -> effective_scheduled_at: due jobs of a (region, lane), in WFQ order."""
         return f"{self._checks}:ready:{region}:{LANE_NAMES[lane]}"
