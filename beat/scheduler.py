@@ -176,7 +176,7 @@ class CronScheduler(Scheduler):
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
         channels = [c for s in self.drivers if (c := getattr(s.driver, "wake_channel", None))]
         self.waker = WakeListener(client, channels) if channels and self._may_wait else None
-        load_all(client)  # a first claim's candidates are read in order (see load_all)
+        load_all(client)  # no first call re-run after a NOSCRIPT (see load_all)
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
         self.observer = self.observer or BeatObserver(app, self.beat_id, [t.id for t in tasks])
 

@@ -30,7 +30,7 @@ def warm_up(app: Any) -> None:
         settings = settings_of(app)
         tls_context(settings.probe_tls_ca_file)
         build_all()
-        load_all(get_redis(settings.redis_url, settings))  # the refill's first claim too
+        load_all(get_redis(settings.redis_url, settings))  # no NOSCRIPT re-runs in the runs
         warm_refill(app)
     except Exception as exc:  # the runs build them again when they need them
         log.warning("checkbeat: warming the worker up failed (%s); the first runs do it", exc)

@@ -668,10 +668,9 @@ def promote_and_read(
     promoted). The number moved. Nothing due: no promote, and no candidates read unless
     ``read_if_none_due``.
 
-    If the candidates missed some promoted jobs all the same (a script re-run after NOSCRIPT
-    runs after the pipeline's other commands), the claim only misses those until the next
-    one. More due than one batch: the rest is promoted by :func:`promote_due` and the claims
-    read again."""
+    A promote re-run after NOSCRIPT runs after the pipeline's other commands: the candidates
+    read are then dropped and each claim reads its own. More due than one batch: the rest is
+    promoted by :func:`promote_due` and the claims read again."""
     pipe = client.pipeline(transaction=False)
     run_script(pipe, "due", keys=[keys.due()], args=[repr(now_s), batch])
     counts = [r.queue_state(pipe) for r in rounds]
@@ -700,6 +699,11 @@ def promote_and_read(
             moved = _promoted(ids, reply, into)
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.read_replies(part, now_s)
+    if ids and getattr(pipe, "reran_scripts", False):
+        # the promote got NOSCRIPT and ran again after the candidates were read: they may miss
+        # what it moved, so each claim reads them again (redis/pipelined_scripts.py)
+        for r in rounds:
+            r.discard_read()
     if len(due) >= batch:  # a backlog: promote the rest
         moved += promote_due(client, keys, now_s, batch, into)
         for r in rounds:

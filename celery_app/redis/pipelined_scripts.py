@@ -18,8 +18,10 @@ after a failed call is sent again after the re-run (a ``WAIT`` writes nothing): 
 the re-run's writes too, and its reply is the smaller acknowledgement of the two. No pipeline of
 checkbeat has a later command read what a script in it wrote (the WAITs of complete_runs_each,
 run_replicated and the cron claim are the only later commands that depend on one), but one:
-``claiming.promote_and_read`` reads the candidates (``top.lua``) after ``promote.lua``, and a
-read that misses a re-run promote only leaves those jobs to the next claim. Keep it so.
+``claiming.promote_and_read`` reads the candidates (``top.lua``) after ``promote.lua``: when
+:attr:`ScriptPipeline.reran_scripts` says a call was re-run, it has the claim read them again
+(the promoted jobs left the due index, so "the next claim" could be a whole dispatch interval
+away). Keep it so.
 
 A ``transaction=True`` pipeline (MULTI/EXEC), or one that WATCHes, keeps redis-py's
 ``SCRIPT EXISTS`` first: a call re-run after EXEC would no longer be atomic with the rest.
@@ -41,6 +43,8 @@ class ScriptPipeline(Pipeline):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sources: dict[str, str] = {}
+        #: the last execute() re-ran calls that got NOSCRIPT (after the pipeline's other commands)
+        self.reran_scripts = False
 
     def reset(self) -> None:
         super().reset()
@@ -60,6 +64,7 @@ class ScriptPipeline(Pipeline):
         if not sources or not self.takes_bare_scripts():
             return super().execute(raise_on_error)
         stack = self.command_stack  # reset() in super().execute() replaces the list, keeps this
+        self.reran_scripts = False
         replies = super().execute(raise_on_error=False)
         for reply in replies:
             if isinstance(reply, NoScriptError):
@@ -81,6 +86,7 @@ class ScriptPipeline(Pipeline):
         ]
         if not failed:
             return
+        self.reran_scripts = True
         waits = [i for i in range(failed[0] + 1, len(stack)) if stack[i][0][0] == "WAIT"]
         shas = list(dict.fromkeys(stack[i][0][1] for i in failed))
         rerun = Pipeline(self.connection_pool, self.response_callbacks, False, self.shard_hint)

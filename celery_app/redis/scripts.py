@@ -118,11 +118,11 @@ def build_all() -> None:
 
 
 def load_all(client: Any) -> None:
-    """``SCRIPT LOAD`` every script on ``client``'s server (beat's start): a script first met
-    in a pipeline is loaded and run again after the pipeline's other commands, and the claim
-    candidates read after a promote in one pipeline then missed what it promoted (a job
-    promoted within the lead waited in its ready index for the next tick). Only a start-up
-    cost saved: a failure is logged, and the first calls load the scripts as before."""
+    """``SCRIPT LOAD`` every script on ``client``'s server (beat's and a worker's start): a
+    script first met in a pipeline is otherwise loaded and run again in one more round trip,
+    after the pipeline's other commands (``redis/pipelined_scripts.py``), and a claim whose
+    candidates missed a re-run promote reads them again. Only start-up cost saved: a failure
+    is logged, and the first calls load the scripts as before."""
     try:
         for name in script_names():
             client.script_load(_script(name).script)
