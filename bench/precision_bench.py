@@ -246,6 +246,7 @@ def run_checkbeat(
     redis_server: RedisServer,
     logs: Path,
     profile_dir: Path | None = None,
+    settings_env: Sequence[tuple[str, str]] = (),
 ) -> Result:
     from celery_app.checks.definition import validate_definition
     from celery_app.checks.store import CheckStore
@@ -267,6 +268,7 @@ def run_checkbeat(
         "CHECKBEAT_FAST_LANE_RESERVED": "0",
         "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",
         "CHECKBEAT_RESULTS_HISTORY": "1000",
+        **dict(settings_env),
     }
     settings = load_settings(
         redis_url=state_url,
@@ -516,7 +518,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         "or kept, that task plus the least per-run state a lease-checked runner keeps, written "
         "by hand (bench.get_kept)",
     )
+    parser.add_argument(
+        "--checkbeat-env",
+        metavar="CHECKBEAT_NAME=VALUE",
+        action="append",
+        default=[],
+        help="a setting for checkbeat's worker and beat (repeatable), e.g. "
+        "CHECKBEAT_DISPATCH_LEAD=0; the bench's own settings are kept unless named",
+    )
     args = parser.parse_args(argv)
+    settings_env = []
+    for item in args.checkbeat_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("CHECKBEAT_"):
+            parser.error(f"--checkbeat-env takes CHECKBEAT_NAME=VALUE, not {item!r}")
+        settings_env.append((name, value))
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, not {args.repeat}")
     anchors = list(dict.fromkeys(args.anchor or ["plain"]))
@@ -542,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
                     rounds = []
                     for _ in range(args.repeat):
                         run = (load, args.slots, server, redis_server, logs, args.profile)
-                        results = {"checkbeat": run_checkbeat(*run)}
+                        results = {"checkbeat": run_checkbeat(*run, settings_env)}
                         for anchor in anchors:
                             results[anchor] = run_plain(*run, anchor=anchor)
                         rounds.append(print_table(load, args.slots, results))
