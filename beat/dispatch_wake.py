@@ -4,8 +4,9 @@ Why: beat sleeps until its next due job enters the dispatch lead, and at most
 ``CHECKBEAT_DISPATCH_INTERVAL``. A check created meanwhile may have its first tick before that
 wake-up, and its first run then started up to the interval late; at 150 runs/s the first runs of
 a mass creation started 0.2-0.45 s late and, each next tick counting from a late start, bunched
-into a burst a period later that was 50-90 ms late (``bench/PRECISION_RESULTS.md``). The check
-store publishes on the channel after every write; beat waits on it instead of sleeping.
+into a burst a period later that was 50-90 ms late (``bench/PRECISION_RESULTS.md``). Every
+batch the check store's ``store.lua`` writes PUBLISHes on the channel, in the same call (no
+round trip of its own, nothing written without it); beat waits on it instead of sleeping.
 
 A lost message or a broken subscription only costs what it cost before: beat wakes at its
 planned time. A connection error is logged once and the wait becomes a sleep; the next wait

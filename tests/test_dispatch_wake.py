@@ -17,6 +17,7 @@ from support.processes import Processes
 
 from beat.dispatch_wake import MIN_WAKE_GAP_S, WakeListener
 from celery_app.checks.store import CheckStore
+from celery_app.errors import CheckExists
 from celery_app.redis.clock import server_time
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import JobField
@@ -87,11 +88,11 @@ def test_a_broken_subscription_sleeps_instead_and_subscribes_again(r, keys, capl
     waker.close()
 
 
-@pytest.mark.parametrize("write", ["create", "create_many", "update"])
+@pytest.mark.parametrize("write", ["create", "create_many", "update", "delete"])
 def test_every_write_of_the_store_wakes_the_dispatcher(r, keys, store, test_kind, write):
     channel = keys.dispatch_wake()
     fields = dict(uid="w1", tenant="acme", kind=test_kind, target="x", period=60)
-    if write == "update":
+    if write in ("update", "delete"):
         store.create(**fields)
     waker = WakeListener(r, [channel])
     try:
@@ -102,11 +103,38 @@ def test_every_write_of_the_store_wakes_the_dispatcher(r, keys, store, test_kind
             from celery_app.checks.definition import validate_definition
 
             store.create_many([validate_definition(store.settings, **fields)])
-        else:
+        elif write == "update":
             store.update("w1", period=120)
+        else:
+            store.delete("w1")
         assert waker.wait(10) is True
     finally:
         waker.close()
+
+
+def test_a_refused_write_wakes_no_one(r, keys, store, test_kind):
+    """The publish is part of the write's own ``store.lua`` call: a batch refused (here: the
+    uid is taken) writes nothing and publishes nothing."""
+    channel = keys.dispatch_wake()
+    fields = dict(uid="w1", tenant="acme", kind=test_kind, target="x", period=60)
+    store.create(**fields)
+    subscriber = r.pubsub(ignore_subscribe_messages=True)
+    try:
+        subscriber.subscribe(channel)
+        wait_for(lambda: _subscribers(r, channel) == 1, 10, what="the subscription")
+        with pytest.raises(CheckExists):
+            store.create(**fields)
+        store.update("w1", period=120)  # a write that lands after it: the only message
+        messages = []
+        wait_for(
+            lambda: messages.append(subscriber.get_message(timeout=0.1)) or any(messages),
+            10,
+            what="the update's wake-up",
+        )
+        assert len([m for m in messages if m]) == 1
+        assert subscriber.get_message(timeout=0.2) is None
+    finally:
+        subscriber.close()
 
 
 def test_a_check_created_while_beat_sleeps_is_claimed_on_its_first_tick(

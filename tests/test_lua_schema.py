@@ -36,7 +36,7 @@ SCRIPTS = scripts.script_names()
 # string patterns and formats, separators. Anything else would be a key or a field name.
 COMMANDS = {
     "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HLEN", "HMGET",
-    "HSET", "INCR", "LPUSH", "LTRIM", "SADD", "SET", "XX",
+    "HSET", "INCR", "LPUSH", "LTRIM", "PUBLISH", "SADD", "SET", "XX",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
     "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",
 }  # fmt: skip
@@ -105,7 +105,9 @@ local __declared = {}
 for _, k in ipairs(KEYS) do __declared[k] = true end
 local __KEY_ARGS = {HGET=1, HGETALL=1, HMGET=1, HSET=1, HDEL=1, HEXISTS=1, HINCRBY=1, ZADD=1,
   ZREM=1, ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1, SREM=1,
-  SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0}
+  SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0, PUBLISH=0}
+-- channels are not keys (not declared); a script may publish only on checkbeat's own
+local __CHANNELS = {['%(wake)s'] = true}
 local __FIELDS = {HGET='rest', HMGET='rest', HDEL='rest', HEXISTS='rest', HINCRBY='one',
   HSET='pairs', XADD='stream'}
 local __allowed = {}
@@ -119,13 +121,17 @@ local function __guarded(cmd, ...)
   local args = {...}
   local spec = __KEY_ARGS[cmd]
   if spec == nil then error('guard: the guard does not know ' .. cmd) end
+  if cmd == 'PUBLISH' and not __CHANNELS[args[1]] then
+    error('guard: PUBLISH on an unknown channel ' .. tostring(args[1]))
+  end
   for i = 1, (spec == 'all') and #args or spec do
     if not __declared[args[i]] then
       error('guard: ' .. cmd .. ' touches undeclared key ' .. tostring(args[i]))
     end
   end
   for _, a in ipairs(args) do
-    if type(a) == 'string' and string.sub(a, 1, %(plen)d) == '%(prefix)s' and not __declared[a] then
+    if type(a) == 'string' and string.sub(a, 1, %(plen)d) == '%(prefix)s' and not __declared[a]
+        and not __CHANNELS[a] then
       error('guard: ' .. cmd .. ' passes undeclared key ' .. a)
     end
   end
@@ -157,6 +163,7 @@ class Guard:
             "fields": " ".join(sorted(fields)),
             "prefix": prefix,
             "plen": len(prefix),
+            "wake": keys.dispatch_wake(),
         }
         self.ran: set[str] = set()
         self._loaded: dict[str, Script] = {}

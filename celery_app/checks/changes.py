@@ -73,7 +73,12 @@ def encode_changes(keys: Keys, changes: Sequence[CheckChange]) -> tuple[list[str
     """(KEYS, ARGV[1]) of one ``store.lua`` call applying ``changes`` atomically."""
     table = KeyTable()
     encoded = [_change(keys, table, ch) for ch in changes]
-    payload = {"checks": table(keys.checks()), "due": table(keys.due()), "changes": encoded}
+    payload = {
+        "checks": table(keys.checks()),
+        "due": table(keys.due()),
+        "wake": keys.dispatch_wake(),
+        "changes": encoded,
+    }
     return table.keys, json.dumps(payload, separators=(",", ":"))
 
 

@@ -238,15 +238,6 @@ class CheckStore:
             status = self._apply(changes)
         return status
 
-    def _wake_dispatch(self) -> None:
-        """Tell sleeping beats that ticks were written: a new check's first tick may come
-        before a beat's planned wake-up (up to ``CHECKBEAT_DISPATCH_INTERVAL`` away), and its
-        first run would start that late. Lost, beat dispatches it at that wake-up anyway."""
-        try:
-            self.redis.publish(self.keys.dispatch_wake(), "")
-        except redis.RedisError as exc:
-            log.warning("checkbeat: could not wake the dispatcher: %s", exc)
-
     def _now(self, now: datetime | None) -> datetime:
         return now or from_unix(time.time())
 
@@ -256,7 +247,6 @@ class CheckStore:
         status = self._create([defn], self._now(now))
         if status[0] == StoreStatus.EXISTS:
             raise CheckExists(f"check {defn.uid!r} already exists (use update)")
-        self._wake_dispatch()
         return defn
 
     def create_many(
@@ -292,8 +282,6 @@ class CheckStore:
             batches.append(batch)
         if batches:
             flush()
-        if count:
-            self._wake_dispatch()
         return count
 
     def _write(self, uid: str, make: Any, now: datetime | None) -> CheckDefinition | None:
@@ -305,7 +293,6 @@ class CheckStore:
             jobs = self._read_jobs(ids)
             status = self._apply([plan_change(old, new, jobs, self._now(now), self.params)])
             if status[0] == StoreStatus.OK:
-                self._wake_dispatch()
                 return new
             if status[0] == StoreStatus.MISSING:
                 raise CheckNotFound(uid)

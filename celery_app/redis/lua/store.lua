@@ -4,8 +4,9 @@
 -- to them by number in the payload.
 -- KEYS: every key the batch touches: check hashes, the checks set, tenants' check sets, job
 --       hashes, the due index, ready, lease and held indexes, results streams, last-result hashes
--- ARGV: 1 JSON {"checks": k, "due": k, "changes": [change, ...]}, k a KEYS number; a change is
---   {uid, check: k, expect: -1 (must not exist) | version, op: "put" | "delete",
+-- ARGV: 1 JSON {"checks": k, "due": k, "wake": channel, "changes": [change, ...]}: k a KEYS
+--   number; channel the one sleeping beats listen on (a batch that wrote PUBLISHes on it);
+--   a change is {uid, check: k, expect: -1 (must not exist) | version, op: "put" | "delete",
 --    fields: {CheckField: value} (put), tenant_add: k | 0, tenant_remove: k | 0,
 --    drop: [k] (delete: results, last result),
 --    remove: [job], jobs: [job + {fields: {JobField: value}, place, off, sa, ea}]}
@@ -114,4 +115,6 @@ for _, ch in ipairs(batch.changes) do
     end
   end
 end
+-- Sleeping beats dispatch now: a new tick may come before their planned wake-up.
+redis.call('PUBLISH', batch.wake, '')
 return {'ok'}
