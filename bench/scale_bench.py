@@ -12,8 +12,8 @@ so each is measured alone), in this process and with checkbeat's own functions:
 * check path, per run: beat's promote + claim (Lua) + publish (LPUSH fast path); a worker's
   lease check (HGETALL job + check, one pipeline) and post-exec (``finish_run``: job and TIME,
   ``complete.lua``, then ``refill``: promote + claim + publish for the freed slot). The broker
-  side of a delivery (kombu's BRPOP, unacked bookkeeping, ack) is measured separately with
-  kombu's own consumer on a sample of messages.
+  side of a delivery (kombu's BRPOP; check queues are consumed without acks, so no unacked
+  bookkeeping) is measured separately with kombu's own consumer on a sample of messages.
 * cron path, per firing: ``fire`` (claim Lua with the pending record, publish, confirm), the
   worker's ``run_started`` (run key, ``cron_start.lua``) and ``run_finished``.
 
@@ -163,14 +163,15 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
         depths = {q: broker.llen(q) for q in sorted(broker.keys("checks.*"))}
         queued = sum(depths.values())
         # the broker side of a delivery, with kombu's own consumer, from every lane's queue
-        # (a check's first run is in the slow lane: it was never measured)
+        # (a check's first run is in the slow lane: it was never measured), consumed as a
+        # check worker does: without acks (workers.worker_step.consume_without_acks)
         sample = min(queued, 300)
         consume_meter = ServerMeter(broker)
         left = sample
         with app.connection_for_read() as conn:
             for name, depth in depths.items():
                 queue = conn.SimpleQueue(
-                    name if isinstance(name, str) else name.decode(), no_ack=False
+                    name if isinstance(name, str) else name.decode(), no_ack=True
                 )
                 for _ in range(min(depth, left)):
                     queue.get(timeout=5).ack()

@@ -96,3 +96,41 @@ def test_closing_a_channel_after_its_transport_let_go_is_a_connection_error_not_
     assert broker.hexists("unacked", message.delivery_tag)  # not lost: the restore waits
     broker.hdel("unacked", message.delivery_tag)
     broker.zrem("unacked_index", message.delivery_tag)
+
+
+def _broker_calls(broker: redis.Redis, *commands: str) -> int:
+    stats = broker.info("commandstats")
+    return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in commands)
+
+
+def test_a_queue_consumed_without_acks_leaves_no_unacked_copy_and_its_ack_sends_nothing(
+    broker_url, redis_url
+):
+    """checkbeat's check queues (``workers.worker_step.consume_without_acks``): kombu keeps no
+    unacked copy, and Celery's ack of every task costs no round trip. A queue consumed with
+    acks still records each delivery and removes it on the ack."""
+    from kombu import Consumer, Queue
+
+    broker = redis.Redis.from_url(broker_url)
+    app = app_for(broker_url, redis_url)
+    with app.connection_for_write() as conn:
+        for name, no_ack in (("kombu-noack", True), ("kombu-acked", False)):
+            broker.delete(name, "unacked", "unacked_index")
+            producer = conn.Producer()
+            for n in range(5):
+                producer.publish({"n": n}, routing_key=name, serializer="json")
+            got: list = []
+            queue = Queue(name, routing_key=name, no_ack=no_ack)
+            with Consumer(conn, [queue], callbacks=[lambda _body, m, got=got: got.append(m)]):
+                while len(got) < 5:
+                    conn.drain_events(timeout=5)
+                recorded = broker.hlen("unacked")
+                before = _broker_calls(broker, "multi", "zrem", "hdel")
+                for message in got:
+                    message.ack()
+                sent = _broker_calls(broker, "multi", "zrem", "hdel") - before
+            if no_ack:
+                assert recorded == 0 and sent == 0
+            else:
+                assert recorded == 5 and sent == 15  # MULTI, ZREM, HDEL per ack
+                assert broker.hlen("unacked") == 0

@@ -3,7 +3,10 @@ slots and keeps its capacity registered in Redis while it lives (real worker sub
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+import redis
 from support.polling import wait_for
 
 from celery_app.redis.schema import Keys
@@ -109,3 +112,53 @@ def test_a_role_with_explicit_queues_is_refused(r, start_worker_process):
     assert worker.process.wait(30) != 0
     assert "--role sets the queues itself" in worker.output()
     assert not registration(r, "bad@t")
+
+
+@pytest.mark.parametrize("how", ["role", "queues"])
+def test_check_queues_are_consumed_without_acks(r, broker, broker_url, start_worker_process, how):
+    """The lease is a check run's delivery guarantee (``worker_step.consume_without_acks``):
+    kombu keeps no unacked copy of a run message (that its ack sends nothing is
+    tests/test_kombu_redis.py's). Here every message is rejected (unknown jobs), by a role
+    worker and by a plain worker given the check queues with -Q."""
+    from celery import Celery
+
+    from celery_app.checks.run_contract import RUN_CHECK_TASK, run_kwargs
+
+    args = ["--role", "shared"] if how == "role" else ["-Q", "checks.eu.fast,checks.eu.slow"]
+    worker = start_worker_process(*args, "-P", "threads", "-c", "2", "-n", "noack@t", **ENV)
+    wait_for(lambda: registration(r, "noack@t"), 30, what="the worker's registration")
+    unacked_writes: list[str] = []
+    watching = threading.Event()
+    monitor = threading.Thread(
+        target=_watch_unacked, args=(broker_url, unacked_writes, watching), daemon=True
+    )
+    monitor.start()
+    assert watching.wait(10)
+    sender = Celery("sender", broker=broker_url)
+    for n, lane in enumerate(("fast", "slow", "fast")):
+        kwargs = run_kwargs(f"ghost{n}@eu", f"t{n}", 1.0, 1.0, 1.0)
+        sender.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=f"checks.eu.{lane}")
+    wait_for(
+        lambda: worker.output().count("rejected run_check") == 3,
+        30,
+        what=f"three rejections\n{worker.output()[-3000:]}",
+    )
+    broker.set("stop-watching", "1")  # the monitor's last command: it stops there
+    monitor.join(10)
+    assert unacked_writes == []
+    assert broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0
+
+
+def _watch_unacked(broker_url: str, seen: list[str], watching: threading.Event) -> None:
+    """Every broker command that records or removes a delivery in kombu's unacked hash or
+    index (not its periodic restore of old ones), until ``stop-watching``."""
+    client = redis.Redis.from_url(broker_url, decode_responses=True)
+    with client.monitor() as monitor:  # MONITOR answered: every later command is seen
+        watching.set()
+        for command in monitor.listen():
+            text = command["command"]
+            if text.startswith(("HSET unacked ", "ZADD unacked_index ", "HDEL unacked ",
+                                "ZREM unacked_index ")):  # fmt: skip
+                seen.append(text)
+            if "stop-watching" in text:
+                return

@@ -24,6 +24,18 @@ from workers.warmup import warm_up
 log = logging.getLogger(__name__)
 
 
+def consume_without_acks(app: Any, queues: Any) -> None:
+    """Consume the check queues ``queues`` with ``no_ack``: kombu keeps no unacked copy of a
+    run message and Celery's ack of it sends nothing (``kombu_redis.AcksOnlyRecorded``).
+
+    Why: the lease is a check run's delivery guarantee. A run whose worker dies is reaped at
+    its lease expiry and rescheduled; the unacked copy only came back after the visibility
+    timeout (an hour), to be dropped as stale. Recording and acking it cost two round trips
+    to the broker per run, in the worker (issue #14)."""
+    for name in queues:
+        app.amqp.queues[name].no_ack = True
+
+
 class CheckWorkerStep(bootsteps.StartStopStep):
     """Applies the role (``--role``/``--region``) and registers the worker's probe capacity."""
 
@@ -49,8 +61,6 @@ class CheckWorkerStep(bootsteps.StartStopStep):
                 w.concurrency = plan.concurrency
                 if getattr(w, "max_concurrency", None) is None:
                     w.min_concurrency = plan.concurrency
-                # Fetch only when a slot is free: the backlog waits in Redis, in WFQ order.
-                w.app.conf.worker_disable_prefetch = True
             else:
                 if checkbeat_region:
                     raise RoleError("--region only applies together with --role fast|shared")
@@ -59,6 +69,11 @@ class CheckWorkerStep(bootsteps.StartStopStep):
                 plan = role_from_queues(consumed, int(w.concurrency))
         except RoleError as exc:
             raise ImproperlyConfigured(str(exc)) from None
+        if plan is not None:
+            consume_without_acks(w.app, plan.queues)
+            # Fetch only when a slot is free: the backlog waits in Redis, in WFQ order (and
+            # kombu's prefetch limit counts only acked deliveries).
+            w.app.conf.worker_disable_prefetch = True
         self.plan = plan
         self.enabled = plan is not None
         self._settings = settings

@@ -7,7 +7,8 @@ five such calls per message (the unacked record, the ack, the task events), over
 a check run's worker CPU. A ``redis.Redis`` is thread-safe (each command takes a connection from
 the pool), so the channel keeps one per pool and builds a new one only when kombu replaced the
 pool (after a connection error). It also refuses to build a pool for a connection kombu has
-let go of (:meth:`SharedClient._get_pool`): a connection error there, not a worker exit.
+let go of (:meth:`SharedClient._get_pool`): a connection error there, not a worker exit. A
+message consumed without acks is not "acked" with a round trip either (:class:`AcksOnlyRecorded`).
 
 Registered as kombu's ``redis`` and ``rediss`` transports by :func:`register` (the app factory
 and ``install`` call it), unless something else registered those names already; the Sentinel
@@ -59,7 +60,28 @@ class SharedClient:
         return client
 
 
-class Channel(SharedClient, kombu_redis.Channel):
+class AcksOnlyRecorded:
+    """Mixin for a kombu Redis channel: the ack or reject of a message its queue delivered
+    without acks (``Queue.no_ack``: checkbeat's check queues, :mod:`workers.worker_step`)
+    sends nothing.
+
+    Why: kombu writes a delivery to its unacked hash only when the queue is consumed with acks,
+    but its ack and reject always send the MULTI/ZREM/HDEL/EXEC that removes it, and Celery
+    acks every task. A check run would pay that round trip to remove what was never written.
+    A reject that asks to requeue such a message has no copy to put back: the message is gone
+    (a check run's lease brings the job back instead).
+    """
+
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]
+            super().basic_ack(delivery_tag, multiple=multiple)  # type: ignore[misc]
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]
+            super().basic_reject(delivery_tag, requeue=requeue)  # type: ignore[misc]
+
+
+class Channel(AcksOnlyRecorded, SharedClient, kombu_redis.Channel):
     pass
 
 

@@ -13,7 +13,8 @@ discarded) and a cron message has expired.
 
 Registered as kombu's ``sentinel`` transport by :func:`register` (the app factory calls it), so
 every ``sentinel://`` broker URL of the process uses it. Its channel also keeps one redis-py
-client per pool (:class:`~celery_app.redis.kombu_redis.SharedClient`).
+client per pool (:class:`~celery_app.redis.kombu_redis.SharedClient`) and sends no ack for a
+message consumed without acks (:class:`~celery_app.redis.kombu_redis.AcksOnlyRecorded`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual.base import QoS as _VirtualQoS
 
-from celery_app.redis.kombu_redis import SharedClient
+from celery_app.redis.kombu_redis import AcksOnlyRecorded, SharedClient
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class QoS(kombu_redis.QoS):
         kombu_virtual_qos_ack(self, delivery_tag)
 
 
-class SentinelChannel(SharedClient, kombu_redis.SentinelChannel):
+class SentinelChannel(AcksOnlyRecorded, SharedClient, kombu_redis.SentinelChannel):
     QoS = QoS
 
 
