@@ -256,7 +256,7 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     first = report.claims[0]
     uid = split_job_id(first.job_id)[0]
     start = read_start(r, keys, first.job_id, uid, first.lease_token, "celery-id", 60_000)
-    assert start.first_delivery and start.job_hash and start.check_hash
+    assert start.first_delivery and start.job_hash and start.check_exists
     for claim in report.claims:
         assert finish_run(
             r,

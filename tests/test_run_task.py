@@ -276,3 +276,29 @@ def test_a_duplicated_delivery_of_one_lease_probes_the_target_once(
     ]
     marker = KEYS.run_started(job_id("dup", "local"), "tok-dup")
     assert r.ttl(marker) > 0  # it expires: no marker is kept forever
+
+
+def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, target):
+    """``run_start.lua`` returns the check's kind, target and config, not its whole hash: a
+    deleted check reads as absent, a torn one is an error that names what is missing."""
+    from celery_app.checks.start_read import read_start
+    from celery_app.redis.schema import CheckField
+
+    app = make_app(allow_private_targets=True)
+    url = target.url("/delay/0")
+    store_for(r, app.conf.checkbeat_settings).create(
+        uid="c", tenant="t", kind="http", target=url, period=60, config={"method": "HEAD"}
+    )
+    job = job_id("c", "local")
+    claim(r, KEYS, job, "tok")
+    read = read_start(r, KEYS, job, "c", "tok", "celery-id", 60_000)
+    assert read.first_delivery and read.check_exists
+    assert read.check_fields[:2] == ("http", url)
+    probe = read.probe()
+    assert (probe.kind, probe.target, probe.config["method"]) == ("http", url, "HEAD")
+
+    r.hdel(KEYS.check("c"), CheckField.KIND)  # torn: the run cannot know what to probe
+    with pytest.raises(ValueError, match="no kind or no target"):
+        read_start(r, KEYS, job, "c", "tok", "celery-id-2", 60_000).probe()
+    r.delete(KEYS.check("c"))
+    assert not read_start(r, KEYS, job, "c", "tok", "celery-id-3", 60_000).check_exists

@@ -18,7 +18,6 @@ from typing import Any
 from celery import shared_task
 from celery.exceptions import Reject
 
-from celery_app.checks.definition import decode_check
 from celery_app.checks.jobs import JobState, ReadGuard
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
@@ -97,7 +96,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         math.ceil((request.timeout_s + settings.dispatch_lead + STARTED_MARKER_MARGIN_S) * 1000),
     )
     read_at = time.perf_counter()
-    job_hash, check_hash, first_delivery = read.job_hash, read.check_hash, read.first_delivery
+    job_hash, first_delivery = read.job_hash, read.first_delivery
     if not job_hash:
         log.error(
             "checkbeat: rejected run_check %s: unknown job %s", self.request.id, request.job_id
@@ -109,8 +108,8 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if job_hash.get(JobField.LEASE_TOKEN) == request.lease_token:
             quarantine(client, keys, request.job_id, QuarantineStep.RUN, exc, server_time(client))
         return {"discarded": f"its job cannot be read ({exc})"}
-    if job.lease_token != request.lease_token or not check_hash or not first_delivery:
-        if not check_hash:
+    if job.lease_token != request.lease_token or not read.check_exists or not first_delivery:
+        if not read.check_exists:
             why = Discarded.CHECK_DELETED
         elif job.lease_token != request.lease_token:
             why = Discarded.LEASE_GONE
@@ -119,7 +118,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
         return {"discarded": str(why)}
 
-    check = decode_check(request.uid, check_hash).definition
+    check = read.probe()
     context = ProbeContext(
         timeout_s=request.timeout_s,
         policy=AddressPolicy.from_settings(settings),

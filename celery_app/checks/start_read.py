@@ -1,6 +1,7 @@
 """A check run's start read: one script call (``run_start.lua``) just before the probe.
 
-Why one call: the run needs its job (is the lease still its own?), its check (what to probe),
+Why one call: the run needs its job (is the lease still its own?), its check's kind, target and
+config (what to probe: only those, not the whole definition),
 Redis's time (to start on its tick, on the server's clock) and the maintenance version (the
 post-exec write plans from this read), and must mark its lease started so a second delivery of
 the same message is dropped. As five pipelined commands this cost the worker five commands to
@@ -9,7 +10,9 @@ pack and five replies to parse on every run; as one script, one of each (issue #
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -19,14 +22,41 @@ from celery_app.redis.scripts import run_script
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    """What a check says to probe, as a run reads it (``CheckField`` kind, target, config)."""
+
+    kind: str
+    target: str
+    config: dict[str, Any]
+
+    @classmethod
+    def of(cls, kind: str | None, target: str | None, config: str | None) -> ProbeSpec:
+        """The fields as ``run_start.lua`` read them; a ValueError when the hash is torn."""
+        if kind is None or target is None:
+            raise ValueError("the check's hash has no kind or no target")
+        loaded = json.loads(config or "{}")
+        if not isinstance(loaded, dict):
+            raise ValueError(f"the check's config is not a JSON object: {config[:100]!r}")
+        return cls(kind, target, loaded)
+
+
+@dataclass(frozen=True, slots=True)
 class StartRead:
-    """What ``run_start.lua`` read; the hashes are empty when absent."""
+    """What ``run_start.lua`` read; the job hash is empty when absent."""
 
     job_hash: dict[str, str]
-    check_hash: dict[str, str]
+    check_fields: tuple[str | None, str | None, str | None]  # kind, target, config
     server_now: float  # Redis's time (Unix s) when the read ran
     first_delivery: bool  # this lease is current and no delivery of it started before
     maintenance_version: str | None
+
+    @property
+    def check_exists(self) -> bool:
+        return any(value is not None for value in self.check_fields)
+
+    def probe(self) -> ProbeSpec:
+        """What to probe (read only for a run that goes on: a stale one decodes nothing)."""
+        return ProbeSpec.of(*self.check_fields)
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:
@@ -47,4 +77,5 @@ def read_start(
          keys.maintenance_version()],
         [lease_token, task_id, marker_ttl_ms],
     )  # fmt: skip
-    return StartRead(_pairs(job), _pairs(check), from_time_reply(now), first == 1, version)
+    kind, target, config = check
+    return StartRead(_pairs(job), (kind, target, config), from_time_reply(now), first == 1, version)

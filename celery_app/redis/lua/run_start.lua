@@ -1,15 +1,18 @@
--- The start read of one check run (workers/tasks.py), in one call: the job, its check, this
--- server's time (the run starts on its tick on it) and the maintenance version (the post-exec
--- write plans from this read), and the run's first-delivery marker, taken only while the lease
--- is this run's (a stale or forged message marks nothing).
+-- The start read of one check run (workers/tasks.py), in one call: the job, what its check says
+-- to probe (kind, target, config: nothing else of the check is the run's), this server's time
+-- (the run starts on its tick on it) and the maintenance version (the post-exec write plans
+-- from this read), and the run's first-delivery marker, taken only while the lease is this
+-- run's (a stale or forged message marks nothing).
 -- KEYS: 1 job hash, 2 check hash, 3 the run's started marker, 4 maintenance version
 --       (Keys.job, check, run_started, maintenance_version)
 -- ARGV: 1 the run's lease token, 2 the marker's value (the Celery id), 3 the marker's TTL (ms)
--- Returns {job fields and values (flat), check fields and values (flat), {seconds, micros},
---          1 if this is the lease's first delivery else 0, maintenance version or false}
+-- Returns {job fields and values (flat), {check kind, target, config} (false where absent: all
+--          three for a deleted check), {seconds, micros}, 1 if this is the lease's first
+--          delivery else 0, maintenance version or false}
 local first = 0
 if redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN) == ARGV[1] then
   if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then first = 1 end
 end
-return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[2]), redis.call('TIME'),
-        first, redis.call('GET', KEYS[4])}
+return {redis.call('HGETALL', KEYS[1]),
+        redis.call('HMGET', KEYS[2], CHECK.KIND, CHECK.TARGET, CHECK.CONFIG),
+        redis.call('TIME'), first, redis.call('GET', KEYS[4])}
