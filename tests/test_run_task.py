@@ -297,6 +297,9 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
     probe = read.probe()
     assert (probe.kind, probe.target, probe.config["method"]) == ("http", url, "HEAD")
 
+    r.hset(KEYS.check("c"), CheckField.CONFIG, "[1]")  # written by something else
+    with pytest.raises(ValueError, match="config is not a JSON object"):
+        read_start(r, KEYS, job, "c", "tok", "celery-id-1", 60_000).probe()
     r.hdel(KEYS.check("c"), CheckField.KIND)  # torn: the run cannot know what to probe
     with pytest.raises(ValueError, match="no kind or no target"):
         read_start(r, KEYS, job, "c", "tok", "celery-id-2", 60_000).probe()

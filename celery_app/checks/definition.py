@@ -295,6 +295,15 @@ def _int_of(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
+def decode_config(raw: str | None) -> dict[str, Any]:
+    """The ``CheckField.CONFIG`` value as :func:`encode_check` wrote it (absent: ``{}``); a
+    ValueError when it is not a JSON object (a hash written by something else)."""
+    config = json.loads(raw or "{}")
+    if not isinstance(config, dict):
+        raise ValueError(f"the check's config is not a JSON object: {raw[:100]!r}")
+    return config
+
+
 def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
     """Inverse of :func:`encode_check`, with the hash's version."""
     spread = h.get(CheckField.REGION_SPREAD)
@@ -307,7 +316,7 @@ def decode_check(uid: str, h: Mapping[str, str]) -> StoredCheck:
         regions=tuple(x for x in h[CheckField.REGIONS].split(",") if x),
         region_spread=float(spread) if spread not in (None, "") else None,
         plan_weight=int(h.get(CheckField.PLAN_WEIGHT) or 0),
-        config=json.loads(h.get(CheckField.CONFIG) or "{}"),
+        config=decode_config(h.get(CheckField.CONFIG)),
         enabled=h.get(CheckField.ENABLED, "1") == "1",
         failure_threshold=_int_of(h.get(CheckField.FAILURE_THRESHOLD)),
         success_threshold=_int_of(h.get(CheckField.SUCCESS_THRESHOLD)),

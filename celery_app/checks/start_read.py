@@ -10,12 +10,12 @@ pack and five replies to parse on every run; as one script, one of each (issue #
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from celery_app.checks.definition import decode_config
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
@@ -34,10 +34,7 @@ class ProbeSpec:
         """The fields as ``run_start.lua`` read them; a ValueError when the hash is torn."""
         if kind is None or target is None:
             raise ValueError("the check's hash has no kind or no target")
-        loaded = json.loads(config or "{}")
-        if not isinstance(loaded, dict):
-            raise ValueError(f"the check's config is not a JSON object: {config[:100]!r}")
-        return cls(kind, target, loaded)
+        return cls(kind, target, decode_config(config))
 
 
 @dataclass(frozen=True, slots=True)
