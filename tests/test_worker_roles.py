@@ -134,17 +134,20 @@ def test_check_queues_are_consumed_without_acks(r, broker, broker_url, start_wor
     )
     monitor.start()
     assert watching.wait(10)
-    sender = Celery("sender", broker=broker_url)
-    for n, lane in enumerate(("fast", "slow", "fast")):
-        kwargs = run_kwargs(f"ghost{n}@eu", f"t{n}", 1.0, 1.0, 1.0)
-        sender.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=f"checks.eu.{lane}")
-    wait_for(
-        lambda: worker.output().count("rejected run_check") == 3,
-        30,
-        what=f"three rejections\n{worker.output()[-3000:]}",
-    )
-    broker.set("stop-watching", "1")  # the monitor's last command: it stops there
-    monitor.join(10)
+    try:
+        sender = Celery("sender", broker=broker_url)
+        for n, lane in enumerate(("fast", "slow", "fast")):
+            kwargs = run_kwargs(f"ghost{n}@eu", f"t{n}", 1.0, 1.0, 1.0)
+            sender.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=f"checks.eu.{lane}")
+        wait_for(
+            lambda: worker.output().count("rejected run_check") == 3,
+            30,
+            what=f"three rejections\n{worker.output()[-3000:]}",
+        )
+    finally:
+        broker.set("stop-watching", "1")  # the monitor's last command: it stops there
+        monitor.join(10)
+    assert not monitor.is_alive()  # it saw every command up to the marker
     assert unacked_writes == []
     assert broker.hlen("unacked") == 0 and broker.zcard("unacked_index") == 0
 
@@ -162,3 +165,47 @@ def _watch_unacked(broker_url: str, seen: list[str], watching: threading.Event) 
                 seen.append(text)
             if "stop-watching" in text:
                 return
+
+
+@pytest.mark.parametrize(("how", "slots"), [("role", 3), ("queues", 2)])
+def test_a_check_worker_without_acks_fetches_only_into_free_slots(
+    r, broker, broker_url, make_app, start_worker_process, target, claim, how, slots
+):
+    """Without acks kombu's prefetch limit counts nothing, so a check worker fetches only into
+    free slots (``worker_disable_prefetch``), a role worker and a plain -Q one alike: while its
+    slots run 3 s probes, the other runs wait in the broker, and then they all run."""
+    from celery import Celery
+
+    from celery_app.checks.jobs import read_job
+    from celery_app.checks.run_contract import RUN_CHECK_TASK
+    from celery_app.checks.store import CheckStore
+    from celery_app.redis.schema import check_queue, job_id
+
+    app = make_app(regions=["eu", "us"], allow_private_targets=True)
+    store = CheckStore(r, KEYS, app.conf.checkbeat_settings)
+    slow = target.url("/delay/3000")
+    runs = slots + 3
+    messages = []
+    for n in range(runs):
+        store.create(uid=f"s{n}", tenant="t", kind="http", target=slow, period=3600,
+                     regions=["eu"])  # fmt: skip
+        job = job_id(f"s{n}", "eu")
+        queue = check_queue("eu", read_job(r, KEYS, job).lane)
+        messages.append((claim(r, KEYS, job, f"tok{n}"), queue))
+    args = ["--role", "shared"] if how == "role" else ["-Q", "checks.eu.fast,checks.eu.slow"]
+    start_worker_process(
+        *args, "-P", "threads", "-c", str(slots), "-n", "slots@t",
+        CHECKBEAT_ALLOW_PRIVATE_TARGETS="1", **ENV,
+    )  # fmt: skip
+    wait_for(lambda: registration(r, "slots@t"), 30, what="the worker's registration")
+    sender = Celery("sender", broker=broker_url)
+    for kwargs, queue in messages:
+        sender.send_task(RUN_CHECK_TASK, kwargs=kwargs, queue=queue)
+
+    def queued() -> int:
+        return broker.llen("checks.eu.fast") + broker.llen("checks.eu.slow")
+
+    wait_for(lambda: target.hits("/delay/3000") == slots, 30, what="the slots to fill")
+    assert queued() == runs - slots  # the rest was not fetched into memory
+    wait_for(lambda: target.hits("/delay/3000") == runs, 60, what="every run")
+    assert queued() == 0
