@@ -177,7 +177,7 @@ _REGION = re.compile(r"(?=.*[A-Za-z0-9])[A-Za-z0-9_\-]{1,64}")
 
 
 def _described(text: str, name: str) -> str:
-    """A field's description with its allowed range, so the README table states it too."""
+    """A field's description with its allowed range, so the configuration table states it too."""
     return f"{text} Allowed: {BOUNDS[name].text()}."
 
 
@@ -896,7 +896,8 @@ def _default_text(value: Any) -> str:
 
 
 def settings_markdown() -> str:
-    """The README's configuration table, generated so it cannot drift from the code."""
+    """The configuration table of docs/configuration.md, generated so it cannot drift from the
+    code."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, info in Settings.model_fields.items():
         default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
