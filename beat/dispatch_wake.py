@@ -2,9 +2,8 @@
 
 Why: beat sleeps until its next due job enters the dispatch lead, and at most
 ``CHECKBEAT_DISPATCH_INTERVAL``. A check created meanwhile may have its first tick before that
-wake-up, and its first run then started up to the interval late; at 150 runs/s the first runs of
-a mass creation started 0.2-0.45 s late and, each next tick counting from a late start, bunched
-into a burst a period later that was 50-90 ms late (``bench/PRECISION_RESULTS.md``). Every
+wake-up, and its first run would start up to the interval late; the first runs of a mass
+creation, each next tick counting from a late start, would bunch into a burst a period later. Every
 batch the check store's ``store.lua`` writes PUBLISHes on the channel, in the same call (no
 round trip of its own, nothing written without it); beat waits on it instead of sleeping.
 

@@ -1,9 +1,9 @@
 """One registry for what user code declares: check kinds, cron tasks, the tenants provider and
 the transition hooks (``@on_transition``).
 
-Why one: these used to live in three places (a module dict, Celery's shared tasks, an attribute
-of whichever app was current at import), so an app built later, like the one ``checkbeat up``
-builds with ``fresh_app()``, silently lost a ``@tenants_provider`` registered at import.
+Why one: an app built after the declarations, like the one ``checkbeat up`` builds with
+``fresh_app()``, must see a ``@tenants_provider`` registered at import; a declaration kept in a
+module dict or on whichever app was current at import would be lost to it.
 
 Two scopes, the pattern of Celery's ``shared_task``: a decorator without ``app=`` (``@check_kind``,
 ``@cron``, ``@tenants_provider``) writes a *shared* entry that the registry of every app includes,

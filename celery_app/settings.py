@@ -464,7 +464,7 @@ class Settings(BaseSettings):
         ),
     )
 
-    # --- scheduling knobs (the seed's Params; 0 = off) ------------------------------------
+    # --- scheduling knobs (scheduling_core.Params; 0 = off) -------------------------------
     slow_threshold_ms: float = Field(
         0.0,
         description=_described(

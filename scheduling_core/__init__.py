@@ -1,8 +1,8 @@
 """Pure scheduling math for checkbeat: no I/O, no Celery, no Redis; standard library only.
 
-A port of the Go ``scheduling`` seed: cost-aware, plan-weighted ordering (WFQ deadlines),
-cost-aware execution timeouts, lanes with hysteresis, phase alignment of recurring jobs, and
-the five-field cron parser (``parse``, ``Schedule``, ``CronError``), exact to cronie.
+Cost-aware, plan-weighted ordering (WFQ deadlines), cost-aware execution timeouts, lanes with
+hysteresis, phase alignment of recurring jobs, and the five-field cron parser (``parse``,
+``Schedule``, ``CronError``), exact to cronie.
 Instants are timezone-aware datetimes, durations timedeltas, cost and delay float ms.
 """
 

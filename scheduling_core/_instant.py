@@ -1,8 +1,8 @@
 """Exact instant arithmetic on aware datetimes.
 
 Python adds a timedelta to an aware datetime, and subtracts two datetimes sharing one tzinfo,
-on the *wall clock*; across a DST change that is off by the change. The seed's Go
-``time.Time`` arithmetic is absolute, so every sum and difference here goes through UTC and
+on the *wall clock*; across a DST change that is off by the change. Scheduling needs absolute
+time (a period is elapsed seconds), so every sum and difference here goes through UTC and
 results are returned in the caller's zone.
 
 Sums saturate at :data:`EARLIEST` and :data:`LATEST` instead of raising OverflowError: a huge

@@ -20,7 +20,7 @@ COST_OFFSET_WEIGHT: Final = 2
 
 #: Flat per-check execution ceiling when no check timeout is configured. It is also the value
 #: a timed-out run's cost sample is pinned to and the basis of MAX_DEPRIORITIZE_OFFSET, so the
-#: three stay consistent. (The seed's "flat-30s" phrase is a slip: the ceiling is 15 s.)
+#: three stay consistent.
 DEFAULT_EXECUTION_TIMEOUT: Final = timedelta(seconds=15)
 
 #: Smoothing factor for the cost and delay EWMAs: value = α·sample + (1−α)·prev. Modest, so

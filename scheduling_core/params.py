@@ -56,7 +56,7 @@ class Params:
 
     Construction checks types (a plain number where a timedelta belongs would otherwise fail
     deep inside a method) and converts integer thresholds to float; it does not check ranges,
-    which is the settings loader's job, as in the seed.
+    which is the settings loader's job.
     """
 
     slow_threshold_ms: float = 0.0

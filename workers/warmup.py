@@ -1,13 +1,13 @@
 """Warm a check worker up before it registers its slots, so its first runs start on their tick.
 
-Why: the first run of each pool thread used to pay for one-time work (the CA bundle, the refill
-dispatcher and its broker connection, the routes of the run task, the Lua scripts, read here
-and loaded on the server): 0.3-0.6 s per first run on a loaded machine, all eight threads at
-once, and the ticks due meanwhile started late. Done here, in the worker's start-up, before
+Why: otherwise the first run of each pool thread pays for one-time work (the CA bundle, the
+refill dispatcher and its broker connection, the routes of the run task, the Lua scripts, read
+here and loaded on the server), all threads at once, and the ticks due meanwhile start late.
+Done here, in the worker's start-up, before
 any slot is offered to the dispatcher.
 Each object is built with the arguments the runs use (a cached call with other arguments is
-another cache entry: the CA bundle was warmed for ``_tls_context()`` while the probe asked for
-``_tls_context(None)``, so the first runs loaded it again, each thread its own).
+another cache entry: warming ``_tls_context()`` does nothing for a probe that asks for
+``_tls_context(None)``).
 """
 
 from __future__ import annotations

@@ -590,8 +590,8 @@ class RegionClaimer:
 class FirstRound:
     """The first round of one region's claim, read on pipelines that other reads share.
 
-    Why: a refill that finds work due within the lead used to pay a round trip each for the due
-    ids, the promote, the region's state, the candidates and the claim. The state does not
+    Why: read one after another, the due ids, the promote, the region's state, the candidates
+    and the claim would cost a round trip each. The state does not
     depend on the promote, so it rides with the due ids; the candidates do, so they ride after
     the promote on its pipeline (:func:`promote_and_read`). The claim script still re-validates
     everything read, so reading earlier only risks a round with fewer claims, never a wrong one.

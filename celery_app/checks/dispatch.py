@@ -195,10 +195,9 @@ class Dispatcher:
         write (:class:`RefillNeeds`), so a refill that finds nothing costs no round trip at all.
 
         Jobs due only within the lead are not a refill's: beat's dispatcher wakes as they enter
-        it (:meth:`next_wait`) and claims them in batches. Why: near capacity (150 runs/s) the
-        refill took such a job after almost every run, one job and three round trips at a time,
-        and the worker's CPU per run was 1.08-1.09x plain Celery's; left to beat, 0.94-0.98x,
-        and the worker and beat together spend less (``bench/PRECISION_RESULTS.md``)."""
+        it (:meth:`next_wait`) and claims them in batches. Why: near capacity such a job comes
+        due after almost every run; a refill would take it one job and three round trips at a
+        time, where beat takes a batch in the same three."""
         if now is None:
             now_s, waiting = needs.decide() if needs else self._refill_needs(region)
             if not waiting:

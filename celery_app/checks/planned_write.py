@@ -1,7 +1,7 @@
 """The post-exec write in one round trip, planned from what the run read when it started.
 
-Why: the write after a run used to read the job, Redis's time and the maintenance version
-first (one round trip), then call ``complete.lua`` (another). The run already read the job and
+Why: the write needs the job, Redis's time and the maintenance version, and reading them first
+would cost a round trip of its own before ``complete.lua``. The run already read the job and
 the maintenance version, with Redis's time, a moment before its probe, and nothing but its own
 completion changes a leased job, so the worker plans the write from that read (the server's
 time advanced by the worker's monotonic clock since) and ``complete.lua`` checks, atomically,

@@ -4,7 +4,7 @@ A job its tenant's bucket turns away moves to the tenant's held index (``Keys.he
 old effective deadline, never re-anchored; tokens release held jobs oldest deadline first, so
 the next token goes to whichever of the tenant's due jobs has waited longest. With a bucket
 smaller than the tenant's demand every check still runs, within ceil(demand / rate) windows,
-instead of the same checks losing every window (the seed's 7.5-hour starvation). Each tick a
+instead of the same checks losing every window for hours. Each tick a
 held job misses is counted as a skipped run (``sk``) and its scheduled_at moves on to the latest
 tick. Held jobs are out of the ready index, so they never hold back other tenants' claims.
 
