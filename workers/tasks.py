@@ -21,7 +21,6 @@ from celery.exceptions import Reject
 from celery_app.checks.jobs import JobState, ReadGuard
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
-from celery_app.checks.redaction import check_secrets
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
@@ -153,7 +152,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         finished_at=time.time(),
         worker=self.request.hostname or "",
         queue=(self.request.delivery_info or {}).get("routing_key") or "",
-        secrets=check_secrets(check.target, check.config),
+        secrets=read.secrets(),
     )
     run_start.finish(self.request.id, outcome)  # the post-exec write takes it (workers.post_exec)
     return outcome.summary()

@@ -36,6 +36,7 @@ from celery_app.checks.manifest import FORMAT_VERSION, Manifest, ManifestError, 
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.redaction import (
     MASK,
+    holds_mask,
     is_masked_target,
     masked_paths,
     redact_config,
@@ -195,6 +196,8 @@ def _unmasked(
 ) -> CheckDefinition:
     """``defn`` with the export's masks given the stored secrets back; a problem for each mask
     left."""
+    if not holds_mask(defn.target, defn.config):
+        return defn
     if old is not None:
         target, config = restore_masked(
             defn.target, defn.config, old.definition.target, old.definition.config
