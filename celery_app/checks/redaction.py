@@ -267,7 +267,7 @@ def _secret_values(target: str, config: Mapping[str, Any]) -> Iterator[str]:
 def _credential_key_values(value: Any) -> Iterator[str]:
     if isinstance(value, Mapping):
         for k, v in value.items():
-            if is_credential_name(str(k)) and isinstance(v, str | int) and v is not True:
+            if is_credential_name(str(k)) and isinstance(v, str | int) and not isinstance(v, bool):
                 yield str(v)
             else:
                 yield from _credential_key_values(v)
@@ -305,8 +305,9 @@ def check_secrets(target: str, config: Mapping[str, Any]) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=8192)
 def stored_check_secrets(target: str, config_text: str) -> tuple[str, ...]:
     """:func:`check_secrets` of a check as its hash stores it (the config as JSON text), once
-    per distinct check and process: a run needs them for every result, and working out every
-    form of every header value costs a fifth of a probe's CPU."""
+    per distinct check and process: every run needs them for its result, and they change only
+    with the check (its stored text is the key), so no run works out every form of every header
+    value again."""
     try:
         config = json.loads(config_text or "{}")
     except ValueError:
@@ -314,7 +315,7 @@ def stored_check_secrets(target: str, config_text: str) -> tuple[str, ...]:
     return check_secrets(target, config if isinstance(config, dict) else {})
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=8192)
 def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(s) for s in secrets))
 
