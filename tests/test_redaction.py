@@ -13,6 +13,7 @@ import json
 import pytest
 import yaml
 
+from celery_app.checks.definition import decode_config
 from celery_app.checks.redaction import (
     MASK,
     check_secrets,
@@ -118,6 +119,15 @@ def test_a_runs_result_is_scrubbed_where_it_is_built(target):
     record = json.dumps(outcome.record().as_dict())
     assert "Invalid header value" in record and MASK in record
     assert BEARER not in record and PASSWORD not in record
+
+
+def test_a_torn_config_is_refused_without_quoting_it():
+    """A config hash that is not a JSON object (written by something else) fails the run's
+    start read; the error reaches a log line or a quarantine record, so it names no value."""
+    with pytest.raises(ValueError) as refused:
+        decode_config(json.dumps([f"Bearer {BEARER}"]))
+    assert "not a JSON object (a JSON list)" in str(refused.value)
+    assert BEARER not in str(refused.value)
 
 
 @pytest.fixture
