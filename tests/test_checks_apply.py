@@ -344,15 +344,24 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
     assert len(before) == 3 + 5 + 1 + 3  # checks, jobs, the bucket, 3 window scopes
     path = tmp_path / "exported.yaml"
     path.write_text(exported)
+    assert "user:***@h1.example" in exported and "user:pw@" not in exported
     assert "no changes (3 check(s) already match)" in cli("apply", "-f", str(path), "--prune")
-    assert state(r, keys) == before
-    # to a fresh store and back out: the same text
+    assert state(r, keys) == before  # the masked password stood for the stored one
+    # to a fresh store and back out: the same text; a masked file has no password to give it
+    full = cli("export", "--include-secrets")
+    assert "user:pw@h1.example" in full
     r.flushdb()
+    refused = cli("apply", "-f", str(path), ok=False)
+    assert "checks[0].target (uid 'h1'): is '***', the mask `checks export` writes" in refused
+    assert r.dbsize() == 0
+    path.write_text(full)
     assert "applied: 3 created, 0 updated, 0 deleted, 1 rate limit(s) changed, 4 window(s)" in (
         cli("apply", "-f", str(path))
     )
+    assert store.get("h1").definition.target == "https://user:pw@h1.example/x"
     assert windows(r, keys) == stored_windows
     assert cli("export") == exported
+    assert cli("export", "--include-secrets") == full
     assert not store.get("t1").definition.enabled
     one = yaml.safe_load(cli("export", "--tenant", "acme"))
     assert [c["uid"] for c in one["checks"]] == ["h1"] and "tenants" not in one

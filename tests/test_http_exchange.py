@@ -13,8 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from celery_app.errors import CheckFieldError
 from workers.deadline import Deadline
-from workers.probes.http import MAX_BODY_BYTES, http_probe, tls_context
+from workers.probes.http import MAX_BODY_BYTES, http_probe, tls_context, validate_http_config
 from workers.probes.http_exchange import Hop, fetch
 from workers.probes.result import ProbeContext
 from workers.target_guard import AddressPolicy
@@ -172,6 +173,78 @@ def test_a_redirect_carries_the_cookies_set_on_the_way_and_keeps_credentials_at_
     away = other.headers_of("/away")
     assert "authorization" not in away
     assert away["cookie"] == "s=1"  # the jar's rules: a cookie's host does not name a port
+
+
+#: Headers a key may travel in; every one is the check's own, so none may leave its origin.
+KEY_HEADERS = {
+    "Authorization": "Bearer a-token",
+    "Proxy-Authorization": "Basic cHJveHk6cHc=",
+    "X-Api-Key": "xak-1",
+    "Api-Key": "ak-2",
+    "X-Auth-Token": "xat-3",
+    "X-Tenant-Custom": "custom-4",
+    "Cookie": "mine=2",
+}
+
+
+def _hops(site, other):  # type: ignore[no-untyped-def]
+    """/start -> /same (same origin) -> the other server's /away -> its /back -> site's /end:
+    two servers on 127.0.0.1 on two ports are two origins."""
+    site.routes["/start"] = lambda h: (302, {"Location": "/same"}, b"")
+    site.routes["/same"] = lambda h: (307, {"Location": other.url("/away")}, b"")
+    other.routes["/away"] = lambda h: (302, {"Location": "/back"}, b"")
+    other.routes["/back"] = lambda h: (302, {"Location": site.url("/end")}, b"")
+    site.routes["/end"] = lambda h: (200, {}, b"ok")
+
+
+def test_no_header_of_the_check_follows_a_redirect_to_another_origin(site, other):
+    """Every configured header (API-key ones, a custom one, a cookie) and the URL's credentials
+    go to the target's origin, on its own redirects too; not to another origin, nor back to the
+    first one from there (that hop's URL was the other origin's choice)."""
+    _hops(site, other)
+    result = probe(site.url("/start"), {"headers": KEY_HEADERS})
+    assert result.ok, result
+    lowered = {name.lower(): value for name, value in KEY_HEADERS.items()}
+    for path in ("/start", "/same"):
+        sent = site.headers_of(path)
+        assert {name: sent.get(name) for name in lowered} == lowered, path
+    for server, path in ((other, "/away"), (other, "/back"), (site, "/end")):
+        sent = server.headers_of(path)
+        assert not set(lowered) & set(sent), (path, sent)
+        assert sent["user-agent"] == "checkbeat-probe/1"  # the defaults still go
+    site.seen.clear()
+    other.seen.clear()
+    with_password = site.url("/start").replace("//", "//bob:pw-in-url@", 1)
+    assert probe(with_password).ok
+    assert site.headers_of("/same")["authorization"].startswith("Basic ")
+    assert "authorization" not in other.headers_of("/away")
+
+
+def test_redirect_headers_all_sends_the_checks_headers_to_every_origin(site, other):
+    _hops(site, other)
+    config = {"headers": KEY_HEADERS, "redirect_headers": "all"}
+    assert probe(site.url("/start").replace("//", "//bob:pw-in-url@", 1), config).ok
+    away = other.headers_of("/away")
+    for name, value in KEY_HEADERS.items():
+        assert away[name.lower()] == value
+    site.seen.clear()
+    other.seen.clear()
+    url_only = {"headers": {"X-Api-Key": "xak-1"}, "redirect_headers": "all"}
+    assert probe(site.url("/start").replace("//", "//bob:pw-in-url@", 1), url_only).ok
+    away = other.headers_of("/away")
+    assert away["x-api-key"] == "xak-1"
+    assert "authorization" not in away  # the URL's credentials belong to the URL's origin
+
+
+@pytest.mark.parametrize("value", ["everywhere", True, None])
+def test_redirect_headers_is_validated_at_write_naming_the_field(value):
+    with pytest.raises(CheckFieldError) as refused:
+        validate_http_config("http://127.0.0.1/", {"redirect_headers": value})
+    assert refused.value.field == "config.redirect_headers"
+    assert "same-origin" in str(refused.value) and "all" in str(refused.value)
+    for allowed in ("same-origin", "all"):
+        config = validate_http_config("http://127.0.0.1/", {"redirect_headers": allowed})
+        assert config["redirect_headers"] == allowed
 
 
 def test_303_and_302_turn_a_post_into_a_get_and_307_keeps_it(site):

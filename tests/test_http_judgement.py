@@ -76,7 +76,7 @@ def test_the_degraded_reason_reaches_the_run_record(short_cert):
     result = http_probe(url, config(url, tls_min_days=30), ctx(short_cert))
     request = RunRequest("c1@eu", "tok", 1_780_000_000.0, 1_780_000_000.0, 5.0)
     outcome = RunOutcome.of_probe(
-        request, result, duration_ms=1.0, started_at=1.0, finished_at=2.0, worker="w"
+        request, result, duration_ms=1.0, started_at=1.0, finished_at=2.0, worker="w", secrets=()
     )
     summary = outcome.summary()  # the task's return value: short, for the log line and Flower
     assert summary == {"job_id": "c1@eu", "status": "up", "latency_ms": outcome.latency_ms,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery_app.checks.redaction import scrub, scrub_value
 from celery_app.checks.run_contract import RunRecord, RunRequest, RunStatus
 from celery_app.redis.schema import split_job_id
 from workers.probes.result import ProbeResult
@@ -52,7 +53,13 @@ class RunOutcome:
         finished_at: float,
         worker: str,
         queue: str = "",
+        secrets: tuple[str, ...],
     ) -> RunOutcome:
+        """The outcome of a probe's ``result``: the one place a run's result is built, so the
+        one place its texts are scrubbed of the check's ``secrets``
+        (:func:`celery_app.checks.redaction.check_secrets`): a probe, or a library it calls,
+        may quote a header value or a password in an error, and what is built here goes to the
+        results stream, the last result, transitions and hooks."""
         return cls(
             job_id=request.job_id,
             lease_token=request.lease_token,
@@ -62,14 +69,14 @@ class RunOutcome:
             duration_ms=round(duration_ms, 3),
             timed_out=result.timed_out,
             error_class=result.error_class,
-            error=result.error,
+            error=scrub(result.error, secrets) if result.error else result.error,
             started_at=started_at,
             finished_at=finished_at,
             worker=worker,
             timeout_s=request.timeout_s,
             queue=queue,
-            detail=dict(result.detail),
-            degraded=result.degraded,
+            detail=scrub_value(dict(result.detail), secrets),
+            degraded=scrub(result.degraded, secrets) if result.degraded else result.degraded,
         )
 
     @classmethod

@@ -152,6 +152,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         finished_at=time.time(),
         worker=self.request.hostname or "",
         queue=(self.request.delivery_info or {}).get("routing_key") or "",
+        secrets=read.secrets(),
     )
     run_start.finish(self.request.id, outcome)  # the post-exec write takes it (workers.post_exec)
     return outcome.summary()

@@ -300,7 +300,9 @@ def decode_config(raw: str | None) -> dict[str, Any]:
     ValueError when it is not a JSON object (a hash written by something else)."""
     config = json.loads(raw or "{}")
     if not isinstance(config, dict):
-        raise ValueError(f"the check's config is not a JSON object: {raw[:100]!r}")
+        # Named by its JSON type, not quoted: a config holds the check's secrets.
+        kind = type(config).__name__
+        raise ValueError(f"the check's config is not a JSON object (a JSON {kind})")
     return config
 
 

@@ -15,6 +15,7 @@ maintenance window by its identity (scope, cron, duration, timezone; its id is t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -31,9 +32,17 @@ from celery_app.checks.definition import CheckDefinition, StoredCheck, decode_ch
 from celery_app.checks.jobs import from_unix, read_jobs
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.maintenance import MaintenanceStore, Window
-from celery_app.checks.manifest import FORMAT_VERSION, Manifest, gc_paused
+from celery_app.checks.manifest import FORMAT_VERSION, Manifest, ManifestError, Problem, gc_paused
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
-from celery_app.checks.redaction import redact_config, redact_target
+from celery_app.checks.redaction import (
+    MASK,
+    holds_mask,
+    is_masked_target,
+    masked_paths,
+    redact_config,
+    redact_target,
+    restore_masked,
+)
 from celery_app.checks.store import CheckStore, plan_change
 from celery_app.errors import CheckFieldError
 from celery_app.redis.schema import maintenance_scope
@@ -164,28 +173,64 @@ def read_stored(store: CheckStore, tenant: str | None = None) -> dict[str, Store
     return out
 
 
-def plan_manifest(store: CheckStore, manifest: Manifest, *, prune: bool = False) -> Plan:
+def plan_manifest(
+    store: CheckStore, manifest: Manifest, *, prune: bool = False, source: str = "<file>"
+) -> Plan:
     """The diff between the store and ``manifest``. With ``prune``, stored checks of the file's
     tenants (:meth:`Manifest.scope`) that the file does not list are deleted, and so are the
     rate limits of tenants in its ``tenants`` section that name none. Windows: see
-    :func:`_plan_windows`."""
+    :func:`_plan_windows`.
+
+    A secret written as the export's mask (``***``: ``checks export`` without
+    ``--include-secrets``) stands for the stored check's secret in that place
+    (:func:`~celery_app.checks.redaction.restore_masked`), so a masked export applies to its
+    store without a change; a mask with no stored secret behind it refuses the file
+    (ManifestError naming ``source``), nothing written: ``***`` is not a credential to probe
+    with."""
     with gc_paused():
-        return _plan(store, manifest, prune)
+        return _plan(store, manifest, prune, source)
 
 
-def _plan(store: CheckStore, manifest: Manifest, prune: bool) -> Plan:
+def _unmasked(
+    defn: CheckDefinition, index: int, old: StoredCheck | None, problems: list[Problem]
+) -> CheckDefinition:
+    """``defn`` with the export's masks given the stored secrets back; a problem for each mask
+    left."""
+    if not holds_mask(defn.target, defn.config):
+        return defn
+    if old is not None:
+        target, config = restore_masked(
+            defn.target, defn.config, old.definition.target, old.definition.config
+        )
+        defn = dataclasses.replace(defn, target=target, config=config)
+    why = (
+        f"is {MASK!r}, the mask `checks export` writes, and the store has no secret there to "
+        "keep: write the value (or export with --include-secrets)"
+    )
+    if is_masked_target(defn.target):
+        problems.append(Problem(("checks", index, "target"), why, uid=defn.uid))
+    for path in masked_paths(defn.config):
+        problems.append(Problem(("checks", index, f"config.{path}"), why, uid=defn.uid))
+    return defn
+
+
+def _plan(store: CheckStore, manifest: Manifest, prune: bool, source: str) -> Plan:
     stored = read_stored(store)
     plan = Plan()
     listed = set()
-    for defn in manifest.checks:
+    problems: list[Problem] = []
+    for index, given in enumerate(manifest.checks):
+        old = stored.get(given.uid)
+        defn = _unmasked(given, index, old, problems)
         listed.add(defn.uid)
-        old = stored.get(defn.uid)
         if old is None:
             plan.creates.append(defn)
         elif old.definition != defn:
             plan.updates.append((old, defn))
         else:
             plan.unchanged += 1
+    if problems:
+        raise ManifestError(source, problems)
     if prune:
         scope = manifest.scope()
         plan.deletes = [
@@ -388,11 +433,16 @@ class _Defaults:
         return small if same else config
 
 
-def export_manifest(store: CheckStore, tenant: str | None = None) -> dict[str, Any]:
+def export_manifest(
+    store: CheckStore, tenant: str | None = None, *, include_secrets: bool = False
+) -> dict[str, Any]:
     """The store (one tenant's part) as a checks-as-code document: applying it to the same
-    store changes nothing."""
+    store changes nothing. Secrets are written as :data:`~celery_app.checks.redaction.MASK`
+    (:func:`~celery_app.checks.redaction.redact_target`, ``redact_config``) unless
+    ``include_secrets``; a masked file applied to the same store keeps the stored secrets
+    (:func:`plan_manifest`)."""
     with gc_paused():
-        return _export(store, tenant)
+        return _export(store, tenant, include_secrets)
 
 
 def _window_entries(windows: list[Window]) -> list[dict[str, Any]]:
@@ -401,7 +451,7 @@ def _window_entries(windows: list[Window]) -> list[dict[str, Any]]:
     return [{"cron": w.cron, "duration": w.duration_s, "timezone": w.timezone} for w in ordered]
 
 
-def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
+def _export(store: CheckStore, tenant: str | None, include_secrets: bool) -> dict[str, Any]:
     stored = read_stored(store, tenant)
     defaults = _Defaults(store)
     windows: dict[str, list[Window]] = {}
@@ -414,7 +464,7 @@ def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
             "uid": d.uid,
             "tenant": d.tenant,
             "kind": d.kind,
-            "target": d.target,
+            "target": d.target if include_secrets else redact_target(d.target),
             "period": d.period,
             "regions": list(d.regions),
         }
@@ -425,6 +475,8 @@ def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
         if not d.enabled:
             entry["enabled"] = False
         config = defaults.minimal(d)
+        if config and not include_secrets:
+            config = redact_config(config)
         if config:
             entry["config"] = config
         if own := windows.get(maintenance_scope(uid=d.uid)):
@@ -452,12 +504,17 @@ def _export(store: CheckStore, tenant: str | None) -> dict[str, Any]:
     return document
 
 
-def dump_manifest(document: Mapping[str, Any]) -> str:
+def dump_manifest(document: Mapping[str, Any], *, include_secrets: bool = False) -> str:
     """The YAML text of an exported document (block style, keys in the documented order)."""
+    secrets = (
+        "# Secrets are included (--include-secrets): keep this file as you keep them.\n"
+        if include_secrets
+        else f"# Secrets are written as {MASK!r}: applying this file keeps the stored ones\n"
+        "# (export with --include-secrets for a file that carries them).\n"
+    )
     head = (
         "# checkbeat checks-as-code (docs/checks-as-code.md); apply with\n"
-        "#   celery -A <app> checks apply -f <this file> [--dry-run] [--prune]\n"
-        "# Targets are written as stored: credentials in a URL are included.\n"
+        "#   celery -A <app> checks apply -f <this file> [--dry-run] [--prune]\n" + secrets
     )
     with gc_paused():
         body = yaml.dump(document, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from celery_app.checks.definition import decode_config
+from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
@@ -54,6 +55,12 @@ class StartRead:
     def probe(self) -> ProbeSpec:
         """What to probe (read only for a run that goes on: a stale one decodes nothing)."""
         return ProbeSpec.of(*self.check_fields)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The check's secrets, what its run's result is scrubbed of
+        (:func:`~celery_app.checks.redaction.stored_check_secrets`, cached per check)."""
+        _kind, target, config = self.check_fields
+        return stored_check_secrets(target or "", config or "")
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:

@@ -23,7 +23,12 @@ from celery_app.checks.ratelimit import (
     get_rate_limit,
     set_rate_limit,
 )
-from celery_app.checks.redaction import redact_definition, redact_target
+from celery_app.checks.redaction import (
+    check_secrets,
+    redact_definition,
+    redact_target,
+    scrub_value,
+)
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
 from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
@@ -128,8 +133,8 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
     except (CheckFieldError, CheckExists) as exc:
         raise _fail(exc) from None
     click.echo(
-        f"added {defn.uid} ({defn.kind} {defn.target}) every {defn.period}s in "
-        f"{','.join(defn.regions)}"
+        f"added {defn.uid} ({defn.kind} {escape(redact_target(defn.target))}) "
+        f"every {defn.period}s in {','.join(defn.regions)}"
     )
 
 
@@ -261,15 +266,23 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
         }
         for entry_id, f in store.redis.xrevrange(keys.results(uid), count=history)
     ]
-    return {
-        "check": redact_definition(stored.definition.as_dict()),
-        "version": stored.version,
-        "state": read_check_health(store, uid).as_dict(),
-        "maintenance": maintenance_summary(store, stored.definition),
-        "transitions": read_transitions(store.redis, keys.check_transitions(uid), count=history),
-        "jobs": jobs,
-        "results": recent,
-    }
+    # Records are scrubbed when a run is built (RunOutcome.of_probe); scrubbing what is shown
+    # as well keeps a secret out of the output whatever wrote the record.
+    secrets = check_secrets(stored.definition.target, stored.definition.config)
+    return scrub_value(
+        {
+            "check": redact_definition(stored.definition.as_dict()),
+            "version": stored.version,
+            "state": read_check_health(store, uid).as_dict(),
+            "maintenance": maintenance_summary(store, stored.definition),
+            "transitions": read_transitions(
+                store.redis, keys.check_transitions(uid), count=history
+            ),
+            "jobs": jobs,
+            "results": recent,
+        },
+        secrets,
+    )
 
 
 @checks.command("show")

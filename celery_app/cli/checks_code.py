@@ -55,7 +55,11 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
         shown = "\n".join(escape(line) for line in str(exc).splitlines())  # one a line
         raise click.ClickException(shown) from None
     validated = time.perf_counter()
-    plan = plan_manifest(store, manifest, prune=prune)
+    try:
+        plan = plan_manifest(store, manifest, prune=prune, source=source)
+    except ManifestError as exc:
+        shown = "\n".join(escape(line) for line in str(exc).splitlines())
+        raise click.ClickException(shown) from None
     planned = time.perf_counter()
     if dry_run:
         for line in plan.lines():
@@ -80,12 +84,19 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
 @click.command("export")
 @click.option("-f", "--file", "path", default="-", show_default=True, help="Where; - = stdout.")
 @click.option("--tenant", help="Only this tenant's checks, rate limit and windows.")
+@click.option(
+    "--include-secrets",
+    is_flag=True,
+    help="Write URL passwords, credential query values and header values as stored "
+    "(default: '***', which apply keeps as stored).",
+)
 @click.pass_context
-def export(ctx: click.Context, path: str, tenant: str | None) -> None:
+def export(ctx: click.Context, path: str, tenant: str | None, include_secrets: bool) -> None:
     """Write the store's checks, rate limits and maintenance windows in the checks-file format
-    (apply-able)."""
+    (apply-able; secrets masked unless --include-secrets)."""
     store = CheckStore.for_app(load_app(ctx))
-    text = dump_manifest(export_manifest(store, tenant))
+    document = export_manifest(store, tenant, include_secrets=include_secrets)
+    text = dump_manifest(document, include_secrets=include_secrets)
     if path == "-":
         click.echo(text, nl=False)
         return

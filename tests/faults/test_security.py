@@ -8,27 +8,36 @@ is built with.
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import ssl
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import redis
+import yaml
 from fault_procs import LogLines, Processes, process_env
 from support.polling import wait_for
+from support.recording_server import RecordingServer
+from support.redis_monitor import RedisMonitor
 
+from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
 from celery_app.clock import TEST_CLOCK_ENV, Clock
+from celery_app.errors import CheckFieldError
 from celery_app.factory import create_app
-from celery_app.local.embedded_redis import RedisServer
+from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.publish import make_publisher
 from celery_app.redis.schema import Keys, job_id
 from celery_app.redis.tls import redis_tls_kwargs
@@ -278,3 +287,220 @@ def test_basic_auth_in_a_target_is_sent_as_a_header_not_as_part_of_the_logged_ur
     assert url == "https://[2001:db8::1]:8443/x?q=1"
     assert auth == "Basic " + base64.b64encode(b"bob:p@ss").decode()
     assert split_credentials("https://example.com/") == ("https://example.com/", None)
+
+
+# --- a canary secret in every field of a check leaves through no channel ----------------------
+
+CANARY = "CNRY4q7ZKx"
+CANARY_HEADERS = {
+    "Authorization": f"Bearer {CANARY}-auth",
+    "X-Api-Key": f"{CANARY}-key",
+    "X-Tenant-Thing": f"{CANARY}-custom",
+}
+ECHOED = ("authorization", "x-api-key", "x-tenant-thing")
+
+
+def _canary_target(server, path: str) -> str:
+    """A URL of ``server`` with the canary as its password and as a credential query value."""
+    url = server.url(path).replace("//", f"//bob:{CANARY}-pw@", 1)
+    return f"{url}?page=1&api_key={CANARY}-q"
+
+
+def _leaks(texts) -> list[str]:
+    """The texts quoting the canary (as is, or as the basic-auth token of the URL's userinfo)."""
+    basic = base64.b64encode(f"bob:{CANARY}-pw".encode()).decode()
+    return [t[:300] for t in texts if CANARY in t or basic in t]
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return reply.read().decode()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_canary_secret_in_every_field_leaves_through_no_channel(
+    tmp_path, r, broker, redis_server, fault_report
+):
+    """One check carries the canary in its URL password, a credential-named query value, its
+    Authorization, X-Api-Key and a custom header; its target fails every run, alternately by
+    echoing the headers it got into a redirect the probe refuses (an error text quoting the
+    secrets) and by redirecting to another origin that answers 500. A second check carries the
+    same plus a header value ending in a newline (what a YAML block scalar gives), which
+    http.client refuses quoting it: its request never leaves, so it is its own check. Real beat
+    and worker processes run both; the canary must then be in no channel: results, last
+    results, transitions, hook payloads, logs, /metrics, every CLI command that shows checks,
+    and every command the broker and the state store were sent (MONITOR)."""
+    import canary_hooks
+
+    with RecordingServer() as origin, RecordingServer() as elsewhere:
+
+        def start(headers, n):  # type: ignore[no-untyped-def]
+            if n % 2 == 0:  # echo what came, into a Location the probe refuses to follow
+                echo = "/".join(quote(headers.get(name, ""), safe="") for name in ECHOED)
+                return 302, {"Location": f"ftp://127.0.0.1/{echo}"}, b""
+            return 302, {"Location": "/same"}, b""
+
+        origin.routes["/start"] = start
+        origin.routes["/same"] = lambda h, n: (307, {"Location": elsewhere.url("/away")}, b"")
+        origin.routes["/cli"] = lambda h, n: (200, {}, b"ok")
+        elsewhere.routes["/away"] = lambda h, n: (500, {}, b"down")
+
+        ports = {"worker": free_port(), "beat": free_port()}
+        env = process_env(
+            (tmp_path,),
+            CHECKBEAT_IMPORTS="canary_hooks",
+            CHECKBEAT_ALLOW_PRIVATE_TARGETS="1",
+            CHECKBEAT_DISPATCH_INTERVAL="0.2",
+        )
+        settings = load_settings(allow_private_targets=True)
+        store = CheckStore(r, Keys(settings.key_prefix), settings)
+        keys = store.keys
+        store.create(
+            uid="canary",
+            tenant="acme",
+            kind="http",
+            target=_canary_target(origin, "/start"),
+            period=1,
+            config={"headers": CANARY_HEADERS},
+            failure_threshold=1,
+        )
+        uids = ["canary"]
+        newline = {**CANARY_HEADERS, "X-Multiline": f"{CANARY}-nl\n"}
+        try:
+            store.create(
+                uid="canary-nl",
+                tenant="acme",
+                kind="http",
+                target=_canary_target(origin, "/start"),
+                period=1,
+                config={"headers": newline},
+                failure_threshold=1,
+            )
+            uids.append("canary-nl")
+        except CheckFieldError as exc:  # refused at write: it cannot reach a run then
+            assert exc.field.startswith("config.headers"), exc
+            assert CANARY not in str(exc)
+        added = _cli(
+            env, tmp_path, "checks", "add", "canary-cli", "--tenant", "acme", "--kind", "http",
+            "--target", _canary_target(origin, "/cli"), "--period", "3600",
+            "--config", json.dumps({"headers": CANARY_HEADERS}),
+        )  # fmt: skip
+        assert "added canary-cli (http http://bob:***@127.0.0.1:" in added
+
+        procs = Processes(tmp_path, env)
+        with RedisMonitor(redis_server.port) as monitor:
+            try:
+                procs.worker(
+                    "-P", "threads", "-c", "4", "-Q", QUEUES,
+                    CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{ports['worker']}",
+                )  # fmt: skip
+                procs.beat(CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{ports['beat']}")
+
+                def payloads() -> list[dict]:
+                    return [json.loads(p) for p in r.lrange(canary_hooks.PAYLOADS, 0, -1)]
+
+                def errors(uid: str) -> list[str]:
+                    rows = r.xrange(keys.results(uid))
+                    return [json.loads(f["result"]).get("error") or "" for _, f in rows]
+
+                wait_for(
+                    lambda: (
+                        {p["uid"] for p in payloads()} >= set(uids)
+                        and len(errors("canary")) >= 4
+                        and any("status 500" in e for e in errors("canary"))
+                        and all(errors(uid) for uid in uids)
+                    ),
+                    90,
+                    what="failed runs and a delivered transition of every canary check",
+                )
+                metrics = [
+                    _get(f"http://127.0.0.1:{ports['worker']}/metrics"),
+                    _get(f"http://127.0.0.1:{ports['beat']}/metrics"),
+                    _get(f"http://127.0.0.1:{ports['beat']}/metrics/checks?page=0"),
+                ]
+                full = yaml.safe_load(_cli(env, tmp_path, "checks", "export", "--include-secrets"))
+                entry = next(c for c in full["checks"] if c["uid"] == "canary")
+                entry["period"] = 2
+                entry["target"] = entry["target"].replace(f"{CANARY}-pw", f"{CANARY}-pw2")
+                entry["config"]["headers"]["X-Api-Key"] = f"{CANARY}-key2"
+                changed = tmp_path / "changed.yaml"
+                changed.write_text(yaml.safe_dump(full))
+                outputs = {
+                    "checks add": added,
+                    **{
+                        " ".join(args): _cli(env, tmp_path, *args)
+                        for args in [
+                            ("checks", "list"),
+                            ("checks", "list", "--json"),
+                            *(("checks", "show", uid) for uid in uids),
+                            *(("checks", "show", uid, "--json") for uid in uids),
+                            ("checks", "export"),
+                            *(("checks", "transitions", uid) for uid in uids),
+                            ("checks", "transitions", "--tenant", "acme", "--json"),
+                            ("checks", "diagnose"),
+                            ("checks", "diagnose", "--json"),
+                            ("checks", "apply", "-f", str(changed), "--dry-run"),
+                        ]
+                    },
+                }
+            finally:
+                procs.stop_all()
+        logs = {proc.log.name: proc.output() for proc in procs.started}
+        stored = {
+            uid: {
+                "results": [f["result"] for _, f in r.xrange(keys.results(uid))],
+                "last": r.hgetall(keys.last_result(uid)),
+                "transitions": [
+                    json.dumps(t) for t in read_transitions(r, keys.check_transitions(uid), 100)
+                ],
+            }
+            for uid in uids
+        }
+        tenant_transitions = [
+            json.dumps(t) for t in read_transitions(r, keys.tenant_transitions("acme"), 100)
+        ]
+        hooked = r.lrange(canary_hooks.PAYLOADS, 0, -1)
+
+        # what was measured is real: the secrets were sent where they belong and quoted back
+        at_origin = json.dumps(origin.requests())
+        assert f"{CANARY}-key" in at_origin and f"{CANARY}-q" in at_origin
+        away = elsewhere.requests()
+        assert away and not _leaks([json.dumps(away)])  # the other origin got none
+        canary_errors = " ".join(
+            json.loads(x).get("error") or "" for x in stored["canary"]["results"]
+        )
+        assert "RedirectRefused" in canary_errors  # the echo, its secrets masked one by one
+        assert "ftp://127.0.0.1/***/***/***" in canary_errors
+        assert "status 500 is not expected" in canary_errors
+        if "canary-nl" in uids:
+            nl_errors = " ".join(stored["canary-nl"]["results"])
+            assert "Invalid header value b'***" in nl_errors
+        assert {json.loads(p)["to_state"] for p in hooked} == {"down"}
+        assert 'check="canary"' in metrics[2]
+        assert "~ update canary: " in outputs[f"checks apply -f {changed} --dry-run"]
+        monitored = monitor.texts()
+        assert any("checkbeat.run_check" in t for t in monitored)
+        assert any("checkbeat.deliver_transition" in t for t in monitored)
+        assert any('"lease_token"' in t for t in monitored)  # a run_check body, decoded
+
+        channels = {
+            **{f"{uid} {name}": texts for uid, data in stored.items() for name, texts in
+               [("results", data["results"]), ("last result", list(data["last"].values())),
+                ("transitions", data["transitions"])]},
+            "tenant transitions": tenant_transitions,
+            "@on_transition payloads": hooked,
+            **{f"log {name}": [text] for name, text in logs.items()},
+            "metrics": metrics,
+            **{f"`{cmd}`": [text] for cmd, text in outputs.items()},
+            "broker and state commands (MONITOR)": monitored,
+        }  # fmt: skip
+        leaked = {name: found for name, texts in channels.items() if (found := _leaks(texts))}
+        assert not leaked, leaked
+        fault_report.add(
+            "canary secret in every field of a check: beat + worker + CLI",
+            channels=len(channels),
+            runs=sum(len(d["results"]) for d in stored.values()),
+            monitored_commands=len(monitor.lines),
+            secret_leaks=0,
+        )

@@ -26,6 +26,7 @@ import certifi
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, field_validator
 
+from celery_app.checks.redaction import redact_target
 from celery_app.errors import CheckFieldError
 from workers.deadline import honours_deadline
 from workers.probes import http_judgement as judge
@@ -57,6 +58,10 @@ DEFAULT_HEADERS = (
 )
 
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: ``redirect_headers``: whether the check's headers follow a redirect to another origin.
+#: Why not by default: any header may carry a key (``X-Api-Key``, a custom one), and the origin
+#: a redirect names is chosen by whoever answers the target.
+RedirectHeaders = Literal["same-origin", "all"]
 
 
 class HttpConfig(BaseModel):
@@ -71,6 +76,11 @@ class HttpConfig(BaseModel):
     body_contains: str | None = Field(None, description="substring the body must contain")
     headers: dict[str, str] = Field(default_factory=dict)
     follow_redirects: bool = True
+    redirect_headers: RedirectHeaders = Field(
+        "same-origin",
+        description="which of the check's headers a redirect to another origin carries: "
+        "'same-origin' (none: they stay with the target's origin) or 'all'",
+    )
     tls_min_days: int | None = Field(
         None, ge=1, le=judge.MAX_TLS_MIN_DAYS, description="degraded below (https only)"
     )
@@ -176,14 +186,15 @@ def check_url(target: str) -> str:
     parts = urlsplit(target)
     if parts.scheme not in ("http", "https"):
         raise CheckFieldError(
-            "target", f"must be a URL starting with http:// or https://, got {target!r}"
+            "target",
+            f"must be a URL starting with http:// or https://, got {redact_target(target)!r}",
         )
     if not parts.hostname:
-        raise CheckFieldError("target", f"must be a URL with a host, got {target!r}")
+        raise CheckFieldError("target", f"must be a URL with a host, got {redact_target(target)!r}")
     try:
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
-        raise CheckFieldError("target", f"has an invalid port: {target!r}") from None
+        raise CheckFieldError("target", f"has an invalid port: {redact_target(target)!r}") from None
     return target
 
 
@@ -276,6 +287,15 @@ def request_headers(spec: HttpConfig, authorization: str | None) -> list[tuple[s
     return list(headers.values())
 
 
+def headers_elsewhere(spec: HttpConfig) -> list[tuple[str, str]]:
+    """What a probe sends once a redirect has left the target's origin: the defaults, and the
+    check's own headers only when its ``redirect_headers`` is ``all`` (the URL's credentials
+    never: they belong to the URL's origin)."""
+    if spec.redirect_headers == "all":
+        return request_headers(spec, None)
+    return list(DEFAULT_HEADERS)
+
+
 @honours_deadline
 def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) -> ProbeResult:
     """Request ``target`` once within the run's deadline; never raises (every failure is a
@@ -291,6 +311,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
             spec.method,
             url,
             request_headers(spec, authorization),
+            elsewhere=headers_elsewhere(spec),
             follow_redirects=spec.follow_redirects,
             policy=context.policy,
             tls=tls_context(context.tls_ca_file),

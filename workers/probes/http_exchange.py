@@ -13,10 +13,12 @@ body framing (length, chunked). This module owns only what a probe must control 
 - **one deadline over every socket operation**: the connect, the TLS handshake, each write and
   each read get what is left of the run's budget (:class:`DeadlineSocket`), so a server that
   drips its headers or body a byte at a time is cut off at the deadline;
-- **redirects one hop at a time**: a redirect's body is never read (the connection is closed),
-  credentials (``Authorization``, a configured ``Cookie``) are not sent on once a redirect leaves
-  their origin, the cookies the redirects set are sent on the next hops (by the stdlib's cookie
-  rules), at most :data:`MAX_REDIRECTS` hops.
+- **redirects one hop at a time**: a redirect's body is never read (the connection is closed);
+  once a redirect leaves the first URL's origin (scheme, host, port) the request goes on with
+  the headers the caller gave for other origins (the http probe: none of the check's own, unless
+  its ``redirect_headers`` says ``all``), so a key in any header stays with the origin it was
+  configured for; the cookies the redirects set are sent on the next hops (by the stdlib's cookie
+  rules); at most :data:`MAX_REDIRECTS` hops.
 
 No connection outlives its run and no proxy from the environment is used (a proxy would connect
 for us).
@@ -45,8 +47,6 @@ WRITE_PIECE_BYTES = 16 * 1024
 #: Most bytes asked of one socket read of the body.
 READ_PIECE_BYTES = 64 * 1024
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-#: Header names dropped when a redirect leaves the origin the credentials were given for.
-ORIGIN_BOUND_HEADERS = frozenset({"authorization", "cookie"})
 #: Characters a request target keeps as they are; anything else (a space, non-ASCII) is
 #: percent-encoded, as a browser would send it.
 _TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
@@ -289,6 +289,7 @@ def fetch(
     url: str,
     headers: list[tuple[str, str]],
     *,
+    elsewhere: list[tuple[str, str]] | None = None,
     follow_redirects: bool,
     policy: AddressPolicy,
     tls: ssl.SSLContext,
@@ -297,6 +298,11 @@ def fetch(
     """Request ``url`` (without credentials: they go in ``headers``) and follow its redirects,
     all within ``deadline``; the caller reads the final body and closes the exchange.
 
+    ``headers`` go to ``url``'s origin (and on a same-origin redirect); from the first redirect
+    to another origin on, every hop gets ``elsewhere`` instead (default: no header at all
+    besides Host and the redirects' cookies). Once left, the origin's headers do not come back
+    on a later hop, even to the first origin: that hop's URL was chosen by the other origin.
+
     Raises ResolutionFailed, TargetRefused, ConnectTimeout, ReadTimeout, WriteTimeout,
     TooManyRedirects, RedirectRefused, ``ssl.SSLError``, ``http.client.HTTPException`` or
     ``OSError``.
@@ -304,10 +310,11 @@ def fetch(
     hop = Hop.of(url)
     jar: http.cookiejar.CookieJar | None = None
     hops = 0
+    sent = headers
     while True:
         sock, address = _connect(hop, policy, tls, deadline)
         try:
-            response = _send(hop, method, headers, sock)
+            response = _send(hop, method, sent, sock)
         except BaseException:
             sock.close()
             raise
@@ -325,14 +332,13 @@ def fetch(
         previous, hop = hop, Hop.of(urljoin(hop.url, location.strip()))
         method = _next_method(response.status, method)
         if not _same_origin(previous, hop):
-            headers = [(n, v) for n, v in headers if n.lower() not in ORIGIN_BOUND_HEADERS]
-        if jar is not None:
-            headers = _with_cookies(headers, jar, hop)
+            headers = list(elsewhere or ())
+        sent = headers if jar is None else _with_cookies(headers, jar, hop)
 
 
 def _same_origin(before: Hop, after: Hop) -> bool:
-    """Whether credentials given for ``before`` may go to ``after``: the same origin, or the
-    same host moving from http on 80 to https on 443 (as httpx allows)."""
+    """Whether headers given for ``before`` may go to ``after``: the same origin, or the same
+    host moving from http on 80 to https on 443 (as httpx allows)."""
     if before.origin == after.origin:
         return True
     upgrade = (before.scheme, before.port, after.scheme, after.port) == ("http", 80, "https", 443)
