@@ -31,9 +31,9 @@ from pathlib import Path
 
 import redis
 
-from bench.fake_capacity import register_capacity
-from bench.http_target import DelayServer
 from celery_app.local.embedded_redis import RedisServer
+from tests.support.capacity import register_capacity
+from tests.support.http_target import DelayServer
 
 TARGET = "/delay/0"
 #: A month: a run's next tick (at the check's phase) is almost never due during the bench, so

@@ -176,3 +176,25 @@ def test_fixtures_come_from_one_mechanism():
             if plugins or from_conftest:
                 offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_tests_never_import_bench():
+    """A test never imports bench/: a bench runs as its own process (``support.benches``) and
+    what tests and benches share lives in tests/support, which benches import."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+                ("spec_from_file_location", "run_path")
+            ):
+                # a module loaded by its file path (a bench, under another name)
+                names = ["bench"] if "bench" in ast.unparse(node) else []
+            if any(name.split(".")[0] == "bench" for name in names):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, offenders

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.http_target import DelayServer
 from support.workers import Ticker, WorkerProcess, claim_by_hand
-
-from bench.http_target import DelayServer
 
 
 @pytest.fixture

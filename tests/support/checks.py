@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import redis
 
-from bench.fake_capacity import register_capacity
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import JobField, Keys
+from support.capacity import register_capacity
 
 #: The keys of every results-history record, whichever path wrote it (worker, kill, reaper).
 RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
@@ -34,7 +34,7 @@ def register_fake_worker(
     ttl: int | None = 60,
 ) -> None:
     """Write the capacity heartbeat of a worker: role "fast" consumes the fast queue only,
-    "shared" the fast and the slow queue (:func:`bench.fake_capacity.register_capacity`)."""
+    "shared" the fast and the slow queue (:func:`support.capacity.register_capacity`)."""
     register_capacity(client, keys, hostname, region, concurrency, role=role, ttl_s=ttl)
 
 
