@@ -9,6 +9,7 @@ import pytest
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
 from support.checks import at
+from support.state_db import snapshot
 
 from celery_app.checks.jobs import from_unix, read_job, to_unix
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
@@ -21,10 +22,6 @@ from scheduling_core._instant import EARLIEST, LATEST
 
 NOW = at(1_780_000_000)
 HUGE = 10**400
-
-
-def snapshot(r) -> dict[str, object]:
-    return {key: r.dump(key) for key in sorted(r.scan_iter())}
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ workers' contract), for dispatcher tests that do not need probes to run: test da
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import redis
@@ -20,7 +21,15 @@ RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
 
 
 def at(seconds: float) -> datetime:
+    """The UTC instant ``seconds`` after the epoch."""
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def results(r: redis.Redis, keys: Keys, uid: str, region: str | None = None) -> list[dict]:
+    """The run records of check ``uid``'s results history, oldest first (only ``region``'s, if
+    given)."""
+    rows = [json.loads(fields["result"]) for _id, fields in r.xrange(keys.results(uid))]
+    return [row for row in rows if region is None or row["region"] == region]
 
 
 def register_fake_worker(
