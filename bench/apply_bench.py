@@ -34,6 +34,7 @@ from pathlib import Path
 import redis
 import yaml
 
+from bench.figures import command_line
 from celery_app.checks.manifest import load_manifest
 from celery_app.checks.manifest_sync import (
     apply_plan,
@@ -169,6 +170,8 @@ def run(n: int, sample: int, out=sys.stdout, windows: bool = False) -> dict:  # 
         )
         return {
             "checks": n,
+            "sample": sample,
+            "budget_s": BUDGET_S,
             "first": first,
             "again": again,
             "changed": changed,
@@ -176,6 +179,7 @@ def run(n: int, sample: int, out=sys.stdout, windows: bool = False) -> dict:  # 
             "export_s": export_s,
             "batched_rate": batched_rate,
             "single_rate": single_rate,
+            "batched_vs_single": batched_rate / single_rate,
         }
     finally:
         server.stop()
@@ -194,4 +198,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -2,8 +2,8 @@
 
 Reproduce (from the repository root)::
 
-    /work/venv/bin/python bench/cron_bench.py            # full run, about two minutes
-    /work/venv/bin/python bench/cron_bench.py --quick    # smoke: runs in about a second
+    python -m bench.cron_bench            # full run, about two minutes
+    python -m bench.cron_bench --quick    # smoke: runs in about a second (--json: the figures)
 
 What is timed: each library parses the spec once, outside the timing; then one call answers "the
 first firing strictly after 2026-01-01 00:00 UTC". croniter: ``set_current(start)`` then
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
@@ -38,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import cronsim
 from croniter import croniter
 
+from bench.figures import command_line
 from scheduling_core.cron import parse
 
 SPECS = [
@@ -148,12 +150,36 @@ def table(rows: list[Row], out: Callable[[str], object]) -> tuple[float, float]:
     return over_croniter, over_cronsim
 
 
-def main(quick: bool = False, out: Callable[[str], object] = print) -> list[Row]:
-    """Print the tables; return the UTC rows (the ones the targets are about)."""
+def figures(rows: list[Row], speed_ups: tuple[float, float]) -> dict[str, Any]:
+    """One table's rows and geometric means, as data."""
+    return {
+        "rows": [
+            {
+                "spec": r.spec,
+                "ours us": r.ours_us,
+                "croniter us": r.croniter_us,
+                "cronsim us": r.cronsim_us,
+                "agree": r.agree,
+                "answer": r.ours.isoformat() if r.ours else None,
+            }
+            for r in rows
+        ],
+        "x croniter": speed_ups[0],
+        "x cronsim": speed_ups[1],
+    }
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], object] = print) -> dict[str, Any]:
+    """Print the tables; return their figures (the UTC table is the one the targets are
+    about)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a one-second smoke run")
+    quick = parser.parse_args(argv).quick
     rows = [bench_spec(spec, quick) for spec in SPECS]
     out(f"cron next() from {START.isoformat()} (strictly after), median us per call")
     out(f"python {sys.version.split()[0]}{'  [quick smoke: numbers are rough]' if quick else ''}")
-    over_croniter, over_cronsim = table(rows, out)
+    utc = table(rows, out)
+    over_croniter, over_cronsim = utc
     slowest = max(rows, key=lambda r: r.ours_us)
     out(
         f"targets: >= 10x over croniter ({'met' if over_croniter >= 10 else 'MISSED'}), "
@@ -164,19 +190,22 @@ def main(quick: bool = False, out: Callable[[str], object] = print) -> list[Row]
     out("")
     berlin = START.replace(tzinfo=ZoneInfo("Europe/Berlin"))
     out(f"informational, no targets: the DST-aware path, from {berlin.isoformat()}")
-    table([bench_spec(spec, quick, berlin) for spec in SPECS], out)
+    berlin_rows = [bench_spec(spec, quick, berlin) for spec in SPECS]
+    result = {"utc": figures(rows, utc), "berlin": figures(berlin_rows, table(berlin_rows, out))}
     out("")
     out("never-matching specs (ours only: croniter loops to its limit, cronsim refuses at parse)")
+    result["never"] = []
     for spec in NEVER:
         next_us, both_us, answer = bench_never(spec, quick)
         out(
             f"{spec:<18} next {next_us:6.2f} us, parse+next {both_us:6.2f} us -> {answer}"
             " (target < 100 us)"
         )
-    return rows
+        result["never"].append(
+            {"spec": spec, "next us": next_us, "parse+next us": both_us, "answer": answer}
+        )
+    return result
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a one-second smoke run")
-    main(quick=parser.parse_args().quick)
+    command_line(main)

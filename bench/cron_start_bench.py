@@ -26,6 +26,7 @@ from pathlib import Path
 import redis
 
 from bench.cron_start_app import BEAT_STAMPS_KEY, STARTS_KEY, WORKER_STAMPS_KEY
+from bench.figures import command_line
 from bench.overload_bench import REPO, Worker, base_env, percentile
 from celery_app.cron_tasks.store import parse_window_id
 from celery_app.local.embedded_redis import RedisServer
@@ -133,4 +134,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

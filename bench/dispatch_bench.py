@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.fake_capacity import register_capacity
+from bench.figures import command_line
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
@@ -33,6 +33,7 @@ from celery_app.local.embedded_redis import RedisServer
 from celery_app.publish import KombuBatchPublisher
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
+from tests.support.capacity import register_capacity
 
 REGIONS = ["eu", "us", "ap"]
 BENCH_KIND = "bench"
@@ -169,9 +170,16 @@ def run(checks: int, window: float, baseline_max: int | None, out=sys.stdout) ->
             ("make_publisher: Redis fast path (publish only)", n_base, lean_s),
             ("dispatcher: promote + claim + publish", dispatched, dispatch_s),
         ]
+        result["paths"] = {}
         for name, n, secs in rows:
             rate = n / secs if secs else 0.0
             p(f"  {name:44} {n:>9,} {secs:>8.2f} {rate:>9,.0f} {rate / apply_rate:>14.1f}x")
+            result["paths"][name] = {
+                "messages": n,
+                "seconds": secs,
+                "msg per s": rate,
+                "vs apply_async": rate / apply_rate,
+            }
         p("  target: dispatcher >= 5,000 jobs/s")
         return result
     finally:
@@ -193,4 +201,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -20,11 +20,13 @@ import http.client
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from bench.http_target import DelayServer
+from bench.figures import command_line
+from tests.support.http_target import DelayServer
 from workers.probes.http import http_probe
 from workers.probes.result import ProbeContext
 from workers.target_guard import AddressPolicy
@@ -57,7 +59,7 @@ def _systems(url: str) -> list[tuple[str, Callable[[], object]]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gets", type=int, default=2000, help="GETs per system and round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -78,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         shown = " ".join(f"{v:6.3f}" for v in values)
         print(f"{name:30}{shown:>24}  median {statistics.median(values):6.3f}")
     ours = statistics.median(rounds[systems[0][0]])
+    ratios = {}
     for name, _ in systems[1:]:
-        print(f"checkbeat http probe / {name:30}{ours / statistics.median(rounds[name]):6.2f}x")
-    return 0
+        ratios[name] = ours / statistics.median(rounds[name])
+        print(f"checkbeat http probe / {name:30}{ratios[name]:6.2f}x")
+    return {"gets": args.gets, "cpu ms per GET": rounds, "checkbeat http probe / system": ratios}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(main)

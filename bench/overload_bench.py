@@ -37,16 +37,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import redis
 from celery import Celery
 
-from bench.http_target import DelayServer
+from bench.figures import command_line
 from celery_app.local.embedded_redis import RedisServer
 from scheduling_core import jitter_for
+from tests.support.http_target import DelayServer
 
 REPO = Path(__file__).resolve().parent.parent
 ON_TIME_S = 1.0
@@ -465,8 +467,13 @@ def on_time_timeline(report: SystemReport, step: float) -> str:
     return " ".join(points)
 
 
-def print_table(reports: list[SystemReport], workload: Workload) -> dict[str, dict[str, float]]:
+def print_table(
+    reports: list[SystemReport], workload: Workload
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Prints each system's row and returns the rows and each system's ratio to the last one
+    (``ratios[name][metric]``)."""
     rows = {r.name: summarize(r, workload) for r in reports}
+    ratios_to_last: dict[str, dict[str, float]] = {name: {} for name in list(rows)[:-1]}
     names = [r.name for r in reports]
     metrics = list(next(iter(rows.values())))
     width = max(len(m) for m in metrics) + 2
@@ -486,9 +493,10 @@ def print_table(reports: list[SystemReport], workload: Workload) -> dict[str, di
         cells = "".join(f"{v:<{col}.2f}" if isinstance(v, float) else f"{v:<{col}}" for v in values)
         base = values[-1]
         ratios = ""
-        for v in values[:-1]:
+        for name, v in zip(names[:-1], values[:-1], strict=True):
             ratio = v / base if base not in (0, 0.0) and base == base else float("nan")
             ratios += f"{ratio:<10.2f}"
+            ratios_to_last[name][metric] = ratio
         print(metric.ljust(width) + cells + ratios)
     print()
     print(f"broker depth over time (every {workload.period_s} s):")
@@ -497,7 +505,7 @@ def print_table(reports: list[SystemReport], workload: Workload) -> dict[str, di
     print(f"fast checks on time, % per period of {workload.period_s} s:")
     for report in reports:
         print(f"  {report.name:<28} {on_time_timeline(report, workload.period_s)}")
-    return rows
+    return rows, ratios_to_last
 
 
 def check_targets(row: dict[str, float], workload: Workload) -> list[str]:
@@ -513,7 +521,7 @@ def check_targets(row: dict[str, float], workload: Workload) -> list[str]:
     return missed
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds, for the smoke test")
     parser.add_argument("--duration", type=float, help="seconds per system (default 90)")
@@ -542,14 +550,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                     reports.append(run_checkbeat(workload, server, redis_server, logs, args.tick))
         finally:
             redis_server.stop()
-    rows = print_table(reports, workload)
+    rows, ratios = print_table(reports, workload)
     if "c" in only and not args.quick:
         missed = check_targets(rows["(c) checkbeat"], workload)
         print(
             "\ncheckbeat targets: " + ("all met" if not missed else "MISSED: " + "; ".join(missed))
         )
-    return rows
+    return {
+        "workload": asdict(workload),
+        "systems": rows,
+        "vs (c)": ratios,
+        "broker depth": {r.name: [depth for _, depth in r.depth] for r in reports},
+    }
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 
+from bench.figures import command_line
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.pipelined_scripts import ScriptClient
 from celery_app.redis.schema import JobField, Keys
@@ -87,11 +88,11 @@ def run(pipelines: int, out: Any = sys.stdout) -> dict[str, Any]:
         server.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipelines", type=int, default=5000)
-    run(parser.parse_args(argv).pipelines)
+    return run(parser.parse_args(argv).pipelines)
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

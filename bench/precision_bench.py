@@ -42,13 +42,12 @@ import contextlib
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,10 +56,12 @@ import redis
 from celery import Celery
 
 from bench import plain_app
-from bench.http_target import DelayServer
+from bench.figures import command_line
 from bench.overload_bench import REPO, Worker, base_env, percentile
 from celery_app.local.embedded_redis import RedisServer
 from scheduling_core import first_aligned
+from tests.support.alternated_rounds import ratio, summarize
+from tests.support.http_target import DelayServer
 
 TARGET = "/delay/0"
 WARMUP_S = 1.0  # ticks in the first second are left out (processes settle)
@@ -455,36 +456,10 @@ def print_table(load: Load, slots: int, results: dict[str, Result]) -> dict[str,
     for metric in rows["checkbeat"]:
         values = "".join(f"{rows[name][metric]:>15.2f}" for name in rows)
         ratios = "".join(
-            f"{_ratio(rows['checkbeat'][metric], rows[name][metric]):>16.2f}x" for name in anchors
+            f"{ratio(rows['checkbeat'][metric], rows[name][metric]):>16.2f}x" for name in anchors
         )
         print(f"{metric:<26}{values}{ratios}")
     return rows
-
-
-def _ratio(ours: float, theirs: float) -> float:
-    return ours / theirs if theirs and theirs == theirs and ours == ours else float("nan")
-
-
-def summarize(rounds: Sequence[dict[str, dict[str, float]]]) -> dict[str, Any]:
-    """N rounds of rows (``{"checkbeat": row, "plain": row, ...}``, one per alternated round)
-    as one: each system's row of medians, checkbeat's ratios to each other system per metric
-    (``ratios[system][metric]``: median, lowest, highest; each ratio from one round) and the
-    rounds themselves."""
-    metrics = list(rounds[0]["checkbeat"])
-    systems = list(rounds[0])
-    nan = float("nan")
-    out: dict[str, Any] = {"rounds": list(rounds), "ratios": {}}
-    for system in systems:
-        out[system] = {m: statistics.median(r[system][m] for r in rounds) for m in metrics}
-    for system in systems[1:]:
-        out["ratios"][system] = {}
-        for m in metrics:
-            got = [_ratio(r["checkbeat"][m], r[system][m]) for r in rounds]
-            ratios = [x for x in got if x == x]
-            out["ratios"][system][m] = (
-                (statistics.median(ratios), min(ratios), max(ratios)) if ratios else (nan,) * 3
-            )
-    return out
 
 
 def print_summary(load: Load, summary: dict[str, Any]) -> None:
@@ -562,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
                         for anchor in anchors:
                             results[anchor] = run_plain(*run, anchor=anchor)
                         rounds.append(print_table(load, args.slots, results))
-                    out[load.name] = summarize(rounds)
+                    out[load.name] = {"load": asdict(load), **summarize(rounds)}
                     if len(rounds) > 1:
                         print_summary(load, out[load.name])
         finally:
@@ -571,4 +546,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -30,8 +30,7 @@ from pathlib import Path
 
 import redis
 
-from bench.fake_capacity import register_capacity
-from bench.round_trips import command_name, counting_client
+from bench.figures import command_line
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
@@ -41,6 +40,8 @@ from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import lua_source
 from celery_app.settings import load_settings
+from tests.support.capacity import register_capacity
+from tests.support.round_trips import command_name, counting_client
 
 KIND = "refillbench"
 REGION = "local"
@@ -153,4 +154,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -31,9 +31,10 @@ from pathlib import Path
 
 import redis
 
-from bench.fake_capacity import register_capacity
-from bench.http_target import DelayServer
+from bench.figures import command_line
 from celery_app.local.embedded_redis import RedisServer
+from tests.support.capacity import register_capacity
+from tests.support.http_target import DelayServer
 
 TARGET = "/delay/0"
 #: A month: a run's next tick (at the check's phase) is almost never due during the bench, so
@@ -68,7 +69,7 @@ def _claim(client: redis.Redis, keys, job_id: str, token: str) -> dict:  # type:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400, help="runs per system and round")
     parser.add_argument("--rounds", type=int, default=4)
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{kept_name} runs were written back",
             file=sys.stderr,
         )
-        return 1
+        raise SystemExit(1)
     print(f"one run's own path, {args.runs} runs x {args.rounds} rounds, one thread, "
           f"target {TARGET} on 127.0.0.1 (CPU ms per run)")  # fmt: skip
     print(f"{'':14}{'rounds':>36}{'median':>9}{'best':>8}")
@@ -148,13 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:14}{shown:>36}{statistics.median(values):9.3f}{min(values):8.3f}")
     print("checkbeat's ratio")
     ours = rounds["checkbeat"]
+    ratios = {}
     for name in (plain_name, kept_name):
         theirs = rounds[name]
         median_ratio = statistics.median(ours) / statistics.median(theirs)
+        ratios[name] = {"median": median_ratio, "best": min(ours) / min(theirs)}
         label = f"to {name}"
-        print(f"{label:<50}{median_ratio:8.2f}x{min(ours) / min(theirs):7.2f}x")
-    return 0
+        print(f"{label:<50}{median_ratio:8.2f}x{ratios[name]['best']:7.2f}x")
+    return {"runs": args.runs, "cpu ms per run": rounds, "checkbeat / system": ratios}
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(main)

@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import redis
 
-from bench.fake_capacity import register_capacity
+from bench.figures import command_line
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import finish_run, from_unix
@@ -56,6 +56,7 @@ from celery_app.redis.pipelined_scripts import ScriptClient
 from celery_app.redis.schema import CronOutcome, Keys
 from celery_app.settings import load_settings
 from scheduling_core import Params
+from tests.support.capacity import register_capacity
 
 REGION = "local"
 BENCH_KIND = "scalebench"
@@ -305,4 +306,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.figures import command_line
 from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import finish_run, finish_run_with_health
 from celery_app.checks.kinds import check_kind
@@ -105,4 +106,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -57,11 +57,13 @@ def store(r: redis.Redis, keys: Keys, settings: Settings, test_kind: str) -> Che
 
 
 @pytest.fixture
-def dispatcher_app(settings: Settings):
-    """A Celery app built from the test settings (broker db 0, state db 1)."""
+def dispatcher_app(settings: Settings) -> Iterator:
+    """A Celery app built from the test settings (broker db 0, state db 1), closed after."""
     from celery_app.factory import create_app
 
-    return create_app(settings)
+    app = create_app(settings)
+    yield app
+    app.close()
 
 
 @pytest.fixture
@@ -74,7 +76,7 @@ def broker(broker_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def checks_cli(dispatcher_app, store):
+def cli(dispatcher_app, store):
     """``celery -A <app> checks <args>`` in-process (click's runner): returns its output, and
     asserts it exited 0 (``ok=True``) or not (``ok=False``)."""
     from celery.bin.base import CLIContext

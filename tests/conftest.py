@@ -8,9 +8,12 @@ Every ``CHECKBEAT_*`` variable of the outer environment (a developer's shell) is
 suite sets only the three below and ``CHECKBEAT_REDIS_SERVER`` (the bundled binary)
 (:mod:`support.environment`), and resets them before each test.
 
-Fixtures are defined here and in the plugins of ``pytest_plugins``, and nowhere else: a test
-module names a fixture as an argument and imports nothing to get it. Plain helpers
-(``wait_for``, ``T0``, ...) are in the :mod:`support` package and imported by name.
+Fixtures are defined here and in the plugins of ``pytest_plugins``: a test module names a
+fixture as an argument and imports nothing to get it. A test module may keep a fixture of its
+own only for itself (used by its tests, named unlike any fixture here or in a plugin, not a copy
+of another module's); ``tests/test_layering.py::test_fixtures_come_from_one_mechanism`` holds
+the rule. Plain helpers (``wait_for``, ``T0``, ...) are in the :mod:`support` package and
+imported by name.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ if TYPE_CHECKING:
 
 pytest_plugins = [
     "beat_fixtures",  # cron_app
-    "checks_fixtures",  # settings, keys, store, test_kind, dispatcher_app, broker
-    "worker_fixtures",  # make_app, run_worker, start_worker_process, target, claim, ...
+    "checks_fixtures",  # settings, keys, store, test_kind, dispatcher_app, broker, cli
+    "worker_fixtures",  # make_app, app, run_worker, celery_worker, target, claim, ...
     "faults.fault_report",  # fault_report, and the fault suite's table
     "ha_fixtures",  # sentinel_deployment, redis_cluster
     "tls_fixtures",  # tls_redis_binary, tls_files, tls_redis, tls_sentinel_deployment

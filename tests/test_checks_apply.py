@@ -12,11 +12,6 @@ from celery_app.checks.manifest import ManifestError, load_manifest
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
 
 
-@pytest.fixture
-def cli(checks_cli):
-    return checks_cli
-
-
 def check(i: int, tenant: str = "acme", **extra) -> dict:
     return {
         "uid": f"web{i}",

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from support.checks import at, learned
 
 from celery_app.cli.checks import checks
 from celery_app.redis.schema import JobField
-
-
-@pytest.fixture
-def cli(checks_cli):
-    return checks_cli
 
 
 def test_add_list_show_update_rm(cli, r, keys, store):

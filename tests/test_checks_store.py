@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from support.checks import at
+from support.state_db import snapshot
 
 from celery_app.checks.jobs import CompletedRun, complete_runs, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
@@ -137,11 +138,11 @@ def test_weight_or_config_change_keeps_the_schedule(store):
 
 def test_invalid_update_writes_nothing(store, r):
     add(store)
-    snapshot = {k: r.dump(k) for k in r.keys("*")}
+    before = snapshot(r)
     with pytest.raises(CheckFieldError) as info:
         store.update("c1", regions=["eu", "mars"])
     assert info.value.field == "regions"
-    assert {k: r.dump(k) for k in r.keys("*")} == snapshot
+    assert snapshot(r) == before
 
 
 def test_disable_takes_jobs_out_of_every_index_and_enable_places_them(store, r, keys):

@@ -266,30 +266,3 @@ def test_match_at_next_and_none_exactly_when_never(spec: str, start: datetime) -
     else:
         assert schedule.matches(fired)
         assert schedule.next(fired) == fired  # a matching whole minute is its own next
-
-
-# -- the benchmark's smoke mode -----------------------------------------------------------------
-
-
-def test_bench_smoke_runs_and_the_three_libraries_agree() -> None:
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "bench" / "cron_bench.py"
-    spec = importlib.util.spec_from_file_location("cron_bench", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["cron_bench"] = bench  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(bench)
-    finally:
-        del sys.modules["cron_bench"]
-    lines: list[str] = []
-    rows = bench.main(quick=True, out=lines.append)
-    assert [row.spec for row in rows] == bench.SPECS
-    disagreements = [row.spec for row in rows if not row.agree]
-    assert not disagreements, disagreements
-    assert sum(line.startswith("geometric-mean speed-up") for line in lines) == 2
-    assert sum(" NO " in line for line in lines) == 0  # the Europe/Berlin table agrees too
-    assert sum("-> None" in line for line in lines) == len(bench.NEVER)

@@ -1,20 +1,32 @@
-"""The dispatch benchmark's quick mode runs end to end (no timing assertions)."""
+"""The dispatch benchmark runs end to end on 200 checks (no timing assertions): every job of
+the period is due and published, and each publishing path is compared with plain apply_async on
+the same messages."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
+from support.benches import run_bench
 
-from bench.dispatch_bench import run
+PATHS = (
+    "plain send_task/apply_async loop",
+    "kombu Producer.batch + send_task_message",
+    "make_publisher: Redis fast path (publish only)",
+    "dispatcher: promote + claim + publish",
+)
 
 
-@pytest.mark.timeout(120)
-def test_dispatch_bench_quick_mode_runs():
-    out = io.StringIO()
-    result = run(200, 60.0, None, out=out)
-    text = out.getvalue()
+@pytest.mark.slow
+def test_dispatch_bench_publishes_every_due_job_and_compares_each_path():
+    result = run_bench("dispatch_bench", "--checks", "200", "--window", "60", timeout=120)
     assert result["jobs"] == 600
     assert result["dispatched"] == 600  # every job of the period was due and published
-    assert "plain send_task/apply_async loop" in text and "vs apply_async" in text
     assert result["bytes_per_job"] > 0
+    paths = result["paths"]
+    assert tuple(paths) == PATHS
+    for name, path in paths.items():
+        assert path["messages"] == 600, name  # no --baseline-max: every message, every path
+        assert path["msg per s"] == pytest.approx(600 / path["seconds"]), name
+        assert path["vs apply_async"] == pytest.approx(
+            path["msg per s"] / result["apply_async_rate"]
+        )
+    assert paths[PATHS[0]]["vs apply_async"] == 1.0

@@ -9,7 +9,8 @@ import random
 import time
 
 import pytest
-from support.health import at, run_once
+from support.checks import at
+from support.health import run_once
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.health import read_transitions

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from support.content_server import ContentServer
+from support.http_target import DelayServer
 
-from bench.http_target import DelayServer
 from celery_app.checks.run_contract import RunRequest
 from celery_app.errors import CheckFieldError
 from workers.outcome import RunOutcome

@@ -11,11 +11,6 @@ import pytest
 from support.health import run_once
 
 
-@pytest.fixture
-def cli(checks_cli):
-    return checks_cli
-
-
 def add_check(cli, uid="web", *extra, ok=True):
     return cli(
         "add", uid, "--tenant", "acme", "--kind", "testprobe", "--target", "x",

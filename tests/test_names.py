@@ -8,6 +8,7 @@ import json
 import pytest
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
+from support.state_db import snapshot
 
 from celery_app.cli.checks import checks
 from celery_app.cli.schedule import schedule
@@ -27,10 +28,6 @@ HOSTILE = ["\x1b", "\x00", "\n", "\u202e", "\u200b", "\u2028"]
 
 
 def _noop() -> None: ...
-
-
-def snapshot(r) -> dict[str, object]:
-    return {key: r.dump(key) for key in sorted(r.scan_iter())}
 
 
 def invoke(group, app, *args: str):

@@ -31,9 +31,7 @@ def test_tick_wait_uses_a_lower_bound_of_the_server_time_and_is_bounded():
     assert tick_wait(1e9, 10.0, 0.0) == MAX_LEAD_S  # a bogus far tick never parks a slot long
 
 
-@pytest.fixture
-def app(make_app, test_kind):
-    return make_app(regions=["eu"], dispatch_lead=0.2)
+pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.2)
 
 
 def _check(r, keys, app, uid: str, scheduled_at: float) -> None:

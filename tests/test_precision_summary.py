@@ -1,14 +1,14 @@
 """bench/precision_bench.py --repeat: N alternated rounds summarized as medians, and each ratio
 taken within one round (never a median of one system over a median of the other), to each
-anchor the round ran."""
+anchor the round ran (:mod:`support.alternated_rounds`, which the bench imports)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-
-from bench.precision_bench import main, summarize
+from support.alternated_rounds import summarize
+from support.benches import bench_process
 
 
 def _pair(ours_cpu: float, plain_cpu: float, ours_p90: float, plain_p90: float) -> dict:
@@ -59,7 +59,7 @@ def test_one_pair_is_its_own_summary():
     assert got["ratios"]["plain"]["worker CPU per run ms"][0] == pytest.approx(9.5 / 7.6)
 
 
-def test_repeat_below_one_is_refused_naming_the_option(capsys):
-    with pytest.raises(SystemExit):
-        main(["--repeat", "0"])
-    assert "--repeat must be at least 1, not 0" in capsys.readouterr().err
+def test_repeat_below_one_is_refused_naming_the_option():
+    done = bench_process("precision_bench", "--repeat", "0", timeout=60)
+    assert done.returncode == 2
+    assert "--repeat must be at least 1, not 0" in done.stderr

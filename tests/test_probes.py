@@ -7,8 +7,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from support.http_target import BODY, DelayServer
 
-from bench.http_target import BODY, DelayServer
 from celery_app.checks.kinds import (
     check_kind,
     get_kind,

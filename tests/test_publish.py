@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from celery.contrib.testing.worker import start_worker
 from support.cron import T0, store_of
 from support.polling import wait_for
 
@@ -23,7 +22,6 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.cron_tasks.publish import CronHeader, CronPublisher, cron_message
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.store import FireRequest, window_deadline
-from celery_app.factory import create_app
 from celery_app.publish import BatchPublisher, TaskMessage, make_publisher
 from celery_app.redis.schema import CronOutcome, CronStateField, check_queue
 
@@ -70,13 +68,6 @@ def _assert_same(ours: dict, celerys: dict) -> None:
         assert a["expiration"] == pytest.approx(b["expiration"], abs=5000)
 
 
-@pytest.fixture
-def app(settings):
-    app = create_app(settings)
-    yield app
-    app.close()
-
-
 def _publishers(app):
     fast = make_publisher(app)
     assert fast.fast is not None, "the test broker is Redis: the fast path must be on"
@@ -84,8 +75,8 @@ def _publishers(app):
 
 
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
-def test_a_check_message_is_the_one_send_task_publishes(app, broker, path):
-    publisher = _publishers(app)[path]
+def test_a_check_message_is_the_one_send_task_publishes(celery_app, broker, path):
+    publisher = _publishers(celery_app)[path]
     queue = check_queue("eu", "fast")
     kwargs = {"job": "chk-1@eu", "lease_token": "17.3", "scheduled_at": 1780000000.25}
     message = TaskMessage(
@@ -93,7 +84,7 @@ def test_a_check_message_is_the_one_send_task_publishes(app, broker, path):
     )
     (task_id,) = publisher.publish([message])
     ours = _only(broker, queue)
-    app.send_task(
+    celery_app.send_task(
         "checkbeat.run_check", kwargs=kwargs, queue=queue, time_limit=20.5, soft_time_limit=15
     )
     _assert_same(ours, _only(broker, queue))
@@ -101,12 +92,12 @@ def test_a_check_message_is_the_one_send_task_publishes(app, broker, path):
 
 
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
-def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, broker, path):
-    cron("* * * * *", app=app, id="reports", name="pub.reports", queue=CRON_QUEUE)(_noop)
-    cron("* * * * *", app=app, id="tenanted", name="pub.tenanted", per_tenant=True)(_noop)
-    tasks = cron_tasks(app)
+def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(celery_app, broker, path):
+    cron("* * * * *", app=celery_app, id="reports", name="pub.reports", queue=CRON_QUEUE)(_noop)
+    cron("* * * * *", app=celery_app, id="tenanted", name="pub.tenanted", per_tenant=True)(_noop)
+    tasks = cron_tasks(celery_app)
     grace = timedelta(seconds=60)
-    sender = CronPublisher(app, grace, _publishers(app)[path])
+    sender = CronPublisher(celery_app, grace, _publishers(celery_app)[path])
     window = datetime.now(UTC).replace(second=0, microsecond=0)
     requests = [
         FireRequest(tasks["reports"], GLOBAL_TENANT, window),
@@ -121,7 +112,7 @@ def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, b
         assert ours["headers"][CronHeader.MANUAL] is True
         message = cron_message(req, grace, manual=True)
         assert message.expires == window_deadline(window, grace)
-        app.send_task(
+        celery_app.send_task(
             req.task.name,
             kwargs=message.kwargs,
             expires=message.expires,
@@ -132,9 +123,9 @@ def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, b
         _assert_same(ours, _only(broker, queue))
 
 
-def test_a_route_the_fast_path_cannot_take_goes_through_celery(app, broker):
-    app.conf.task_routes = [{"pub.prio": {"queue": "celery", "priority": 5}}]
-    publisher = make_publisher(app)
+def test_a_route_the_fast_path_cannot_take_goes_through_celery(celery_app, broker):
+    celery_app.conf.task_routes = [{"pub.prio": {"queue": "celery", "priority": 5}}]
+    publisher = make_publisher(celery_app)
     assert publisher.destination("pub.prio", None)[0] is None
     assert publisher.destination("pub.plain", None)[0] == "celery"
     ids = publisher.publish([TaskMessage("pub.plain"), TaskMessage("pub.prio")])
@@ -151,11 +142,11 @@ def test_a_route_the_fast_path_cannot_take_goes_through_celery(app, broker):
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
 def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
-    app, settings, r, keys, store, broker, path
+    request, celery_app, settings, r, keys, store, broker, path
 ):
     ran: list[str] = []
 
-    @cron("* * * * *", app=app, id="nightly", name="pub.nightly")
+    @cron("* * * * *", app=celery_app, id="nightly", name="pub.nightly")
     def nightly() -> None:
         ran.append("nightly")
 
@@ -169,42 +160,36 @@ def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
         regions=["eu"],
         now=from_unix(now - 70),
     )
-    queues = ["celery", check_queue("eu", "fast"), check_queue("eu", "slow")]
-    dispatcher = Dispatcher(app, client=r)
-    cron_store = store_of(app)
-    (task,) = cron_tasks(app).values()
-    request = FireRequest(task, GLOBAL_TENANT, T0)
-    claim = cron_store.claim([request], now=T0, owner="test")
-    publisher = _publishers(app)[path]
-    with start_worker(
-        app,
-        pool="threads",
-        concurrency=2,
-        perform_ping_check=False,
-        queues=queues,
-        shutdown_timeout=20,
-    ):
-        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
-        dispatcher.promote(now)
-        claims = dispatcher.claim(now).claims
-        assert len(claims) == 1
-        messages = [cron_message(request, settings.cron_grace), *dispatcher.messages(claims)]
-        ids = publisher.publish(messages)
-        cron_store.confirm_sent(claim)
-        assert len(set(ids)) == 2
-        state_key = keys.cron_state("nightly", GLOBAL_TENANT)
-        wait_for(
-            lambda: (
-                r.hget(state_key, CronStateField.OUTCOME) == CronOutcome.SUCCESS
-                and read_job(r, keys, "c1@eu").runs == 1
-            ),
-            timeout=30,
-            what="the cron run recorded and the check run completed",
-        )
+    dispatcher = Dispatcher(celery_app, client=r)
+    cron_store = store_of(celery_app)
+    (task,) = cron_tasks(celery_app).values()
+    window = FireRequest(task, GLOBAL_TENANT, T0)
+    claim = cron_store.claim([window], now=T0, owner="test")
+    publisher = _publishers(celery_app)[path]
+    # The in-process worker (celery.contrib.pytest's celery_worker) starts once pub.nightly is
+    # registered: a worker builds its task table when it starts.
+    request.getfixturevalue("celery_worker")
+    wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+    dispatcher.promote(now)
+    claims = dispatcher.claim(now).claims
+    assert len(claims) == 1
+    messages = [cron_message(window, settings.cron_grace), *dispatcher.messages(claims)]
+    ids = publisher.publish(messages)
+    cron_store.confirm_sent(claim)
+    assert len(set(ids)) == 2
+    state_key = keys.cron_state("nightly", GLOBAL_TENANT)
+    wait_for(
+        lambda: (
+            r.hget(state_key, CronStateField.OUTCOME) == CronOutcome.SUCCESS
+            and read_job(r, keys, "c1@eu").runs == 1
+        ),
+        timeout=30,
+        what="the cron run recorded and the check run completed",
+    )
     assert ran == ["nightly"]
     state = r.hgetall(state_key)
     assert state[CronStateField.CELERY_ID] == ids[0]
-    assert state[CronStateField.LAST_RUN_WINDOW] == request.window_id
+    assert state[CronStateField.LAST_RUN_WINDOW] == window.window_id
     assert read_job(r, keys, "c1@eu").lease_token is None
     assert json.loads(r.hget(keys.last_result("c1"), "eu"))["status"] == "up"
 

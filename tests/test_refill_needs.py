@@ -11,10 +11,7 @@ from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
 from celery_app.redis.clock import server_time
 
-
-@pytest.fixture
-def app(make_app, test_kind):
-    return make_app(regions=["eu"], dispatch_lead=0.2)
+pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.2)
 
 
 def _check(r, keys, app, uid: str, scheduled_at: float) -> None:

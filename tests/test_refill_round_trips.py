@@ -20,9 +20,7 @@ from celery_app.redis.scripts import _script
 SCRIPTS = ("due", "promote", "top", "claim")
 
 
-@pytest.fixture
-def app(make_app, test_kind):
-    return make_app(regions=["eu"], dispatch_lead=0.5)
+pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.5)
 
 
 def _checks(r, keys, app, uids: list[str], scheduled_at: float) -> None:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from celery.signals import task_postrun
-from support.checks import RECORD_KEYS
+from support.checks import RECORD_KEYS, results
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
@@ -44,10 +44,6 @@ def store_for(r, app_settings) -> CheckStore:
     return CheckStore(r, KEYS, app_settings)
 
 
-def results(r, uid: str) -> list[dict]:
-    return [json.loads(fields["result"]) for _id, fields in r.xrange(KEYS.results(uid))]
-
-
 def send(app, kwargs, lane: str = "fast", args=()):
     return app.send_task(
         "checkbeat.run_check", args=args, kwargs=kwargs, queue=check_queue("local", lane)
@@ -74,7 +70,7 @@ def test_a_run_records_its_result_and_folds_its_cost(
     assert state.scheduled_at > before  # placed at its next tick
     assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at, abs=0.01)
     assert r.zcard(KEYS.leases("local", 0)) == 0
-    (result,) = results(r, "web")
+    (result,) = results(r, KEYS, "web")
     assert result["status"] == "up" and result["error_class"] is None
     assert result["latency_ms"] >= 60
     assert result["region"] == "local" and result["worker"]  # the node (host in tests)
@@ -95,8 +91,8 @@ def test_errors_carry_their_class_and_a_refused_target_is_a_result(
     send(app, claim(r, KEYS, job_id("down", "local"), "a"))
     send(app, claim(r, KEYS, job_id("lo", "local"), "b"))
     wait_for(lambda: r.exists(KEYS.results("down"), KEYS.results("lo")) == 2, 20)
-    assert results(r, "down")[0]["error_class"] == "refused"  # 127.0.0.1 without permission
-    assert results(r, "lo")[0]["error_class"] == "refused"
+    assert results(r, KEYS, "down")[0]["error_class"] == "refused"  # 127.0.0.1 without permission
+    assert results(r, KEYS, "lo")[0]["error_class"] == "refused"
     assert target.hits("/status/503") == 0
 
     run_worker.stop()  # the guarded worker must not take the next message
@@ -104,7 +100,7 @@ def test_errors_carry_their_class_and_a_refused_target_is_a_result(
     run_worker(app, QUEUES)
     send(app, claim(r, KEYS, job_id("down", "local"), "c"))
     wait_for(lambda: r.xlen(KEYS.results("down")) == 2, 20)
-    last = results(r, "down")[-1]
+    last = results(r, KEYS, "down")[-1]
     assert (last["status"], last["error_class"], last["detail"]["status_code"]) == (
         "down",
         "status",

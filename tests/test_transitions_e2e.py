@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.checks import results
 from support.flip_server import FlipServer
 from support.polling import wait_for
 from support.workers import REPO, worker_env
@@ -114,11 +115,6 @@ def add(store, uid: str, target: str, **extra) -> None:
     )
 
 
-def results(r, uid: str, region: str) -> list[dict]:
-    rows = [json.loads(f["result"]) for _id, f in r.xrange(KEYS.results(uid))]
-    return [row for row in rows if row["region"] == region]
-
-
 def transitions(r, uid: str) -> list[dict]:
     return list(reversed(read_transitions(r, KEYS.check_transitions(uid), count=100)))
 
@@ -152,7 +148,7 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
     # the run that made it is the region's last result the transition records
     made_by = _ts(down["regions"]["eu"]["result"]["finished_at"])
     failed_before = [
-        row for row in results(r, "any", "eu")
+        row for row in results(r, KEYS, "any", "eu")
         if row["status"] == "down" and _ts(row["finished_at"]) <= made_by
     ]  # fmt: skip
     assert len(failed_before) == FAILURES
@@ -178,7 +174,7 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
         went_down = _ts(first_down["regions"][region]["result"]["finished_at"])
         came_up = _ts(up["regions"][region]["result"]["finished_at"])
         ok_since = [
-            row for row in results(r, "majority", region)
+            row for row in results(r, KEYS, "majority", region)
             if row["status"] == "up" and went_down < _ts(row["finished_at"]) <= came_up
         ]  # fmt: skip
         assert len(ok_since) >= SUCCESSES
@@ -255,7 +251,7 @@ def test_a_transition_inside_a_window_is_held_and_delivered_at_its_end(r, system
     wait_for(lambda: r.hget(KEYS.check_state("maint"), "o") == "down", 30, what="down, held")
     assert r.hexists(KEYS.check_state("maint"), "hu")
     assert transitions(r, "maint") == [] and delivered(r, hooks) == []
-    assert results(r, "maint", "eu")[-1]["maintenance"] is True
+    assert results(r, KEYS, "maint", "eu")[-1]["maintenance"] is True
     # still down when the window closes: beat delivers it then, once, marked as held
     end = start + timedelta(seconds=60)
     wait_for(lambda: len(delivered(r, hooks)) == 1, 60, what="the delivery at the window's end")

@@ -14,10 +14,7 @@ from celery_app.redis.clock import server_time
 from celery_app.redis.schema import JobField
 from scheduling_core import LANE_FAST, LANE_SLOW
 
-
-@pytest.fixture
-def app(make_app, test_kind):
-    return make_app(regions=["eu"], pool_size=2, fast_lane_reserved=1)
+pytestmark = pytest.mark.app_settings(regions=["eu"], pool_size=2, fast_lane_reserved=1)
 
 
 def _create(r, keys, app, uid: str, *, measured: bool, at: float) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import redis
+from support.http_target import DelayServer
 
-from bench.http_target import DelayServer
 from celery_app.factory import settings_of
 from celery_app.redis import scripts
 from workers.probes.http import http_probe, tls_context

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.http_target import DelayServer
 from support.workers import Ticker, WorkerProcess, claim_by_hand
-
-from bench.http_target import DelayServer
 
 
 @pytest.fixture
@@ -42,6 +41,50 @@ def target() -> Iterator[DelayServer]:
 
 
 # --- in-process workers on a per-test app ---------------------------------------------------
+
+# celery.contrib.pytest's in-process worker (pytest-celery's plugin re-exports celery.contrib's
+# fixtures, then names its own Docker-container worker ``celery_worker``: no containers run here,
+# so the in-process one takes the name back). It serves ``celery_app``, below.
+from celery.contrib.pytest import celery_worker  # noqa: E402, F401
+
+
+@pytest.fixture
+def celery_app(dispatcher_app):
+    """The app ``celery_worker`` serves: checkbeat's own app on the test settings (its tasks,
+    signals and post-exec write), not celery.contrib's bare test app."""
+    return dispatcher_app
+
+
+@pytest.fixture
+def celery_worker_pool() -> str:
+    """Threads: the worker runs in the test's process and sees the tasks it registered."""
+    return "threads"
+
+
+@pytest.fixture
+def celery_worker_parameters(settings) -> dict:
+    """``celery_worker`` consumes what a shared worker of the first test region does (cron's
+    ``celery`` queue and the region's fast and slow check queues: a worker serves one region);
+    no ping task (checkbeat's app registers none)."""
+    from celery_app.redis.schema import check_queue
+
+    region = settings.regions[0]
+    lanes = [check_queue(region, lane) for lane in ("fast", "slow")]
+    return {
+        "concurrency": 2,
+        "perform_ping_check": False,
+        "shutdown_timeout": 20,
+        "queues": ["celery", *lanes],
+    }
+
+
+@pytest.fixture
+def app(make_app, test_kind, request: pytest.FixtureRequest):
+    """The app a module's tests share: ``make_app`` with the settings its ``app_settings``
+    marker names (``pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.2)``),
+    the test kind registered."""
+    marker = request.node.get_closest_marker("app_settings")
+    return make_app(**(marker.kwargs if marker else {}))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 from fault_procs import LogLines
 from support.cron_spec_errors import FIELD_ERRORS
 from support.polling import wait_for
+from support.state_db import snapshot
 
 from celery_app.checks.jobs import finish_run, from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
@@ -41,11 +42,6 @@ OTHER_BAD_SPECS = [
     "@minutely",
 ]
 BAD_SPECS = [spec for spec, *_ in FIELD_ERRORS] + OTHER_BAD_SPECS
-
-
-def snapshot(r) -> dict[str, object]:
-    """Every key of the state db with its type and a dump (to prove nothing was written)."""
-    return {key: r.dump(key) for key in sorted(r.scan_iter())}
 
 
 @pytest.mark.parametrize("spec", BAD_SPECS)

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.cron import recorded_runs
 from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
@@ -162,7 +163,7 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     finally:
         procs.stop_all()
 
-    counts = Counter(tuple(m.split("|")) for m in r.lrange(RUNS, 0, -1))
+    counts = Counter(recorded_runs(r, RUNS))
     duplicates = {key: n for key, n in counts.items() if n > 1}
     judged = [key for k in range(WINDOWS) for key in _expected(first + timedelta(minutes=k))]
     missed = [key for key in judged if counts[key] == 0]

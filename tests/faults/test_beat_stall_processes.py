@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.cron import recorded_runs
 from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
@@ -65,14 +66,6 @@ for task_id in {TASK_IDS!r}:
 """
 
 
-def _runs(r: redis.Redis) -> list[tuple[str, str, float]]:
-    out = []
-    for raw in r.lrange(RUNS, 0, -1):
-        task, window, at = raw.split("|")
-        out.append((task, window, float(at)))
-    return out
-
-
 def _stall(variant: str, beat_pid: int, redis_url: str) -> None:
     started = time.monotonic()
     if variant == "sigstop":
@@ -109,7 +102,7 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
         beat = procs.beat()
 
         def windows_run(task: str) -> set[str]:
-            return {w for t, w, _ in _runs(r) if t == task}
+            return {w for t, w, _ in recorded_runs(r, RUNS) if t == task}
 
         wait_for(lambda: len(windows_run("st0")) >= 2, 60, what="two windows before the stall")
         stalled_from = clock.now()
@@ -131,7 +124,7 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
     finally:
         procs.stop_all()
 
-    runs = _runs(r)
+    runs = [(task, window, float(at)) for task, window, at in recorded_runs(r, RUNS)]
     per_window = Counter((task, window) for task, window, _ in runs)
     early = [(t, w, at) for t, w, at in runs if at < parse_window_id(w).timestamp()]
     # Late: started past the window's deadline by more than another window (slack for a loaded

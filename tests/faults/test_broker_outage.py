@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.cron import recorded_runs
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
@@ -59,12 +60,8 @@ for i in range({TASKS}):
 """
 
 
-def _runs(r: redis.Redis) -> Counter:
-    return Counter(r.lrange(RUNS, 0, -1))
-
-
 def _windows_run_after(r: redis.Redis, since: datetime) -> list[str]:
-    by_window = Counter(member.split("|")[1] for member in _runs(r))
+    by_window = Counter(window for _task, window in recorded_runs(r, RUNS))
     first = window_id(window_start(since) + timedelta(minutes=1))
     return [w for w, n in by_window.items() if n == TASKS and w >= first]
 
@@ -94,7 +91,11 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
         try:
             procs.worker("-P", "threads", "-c", "4", "-Q", QUEUES, "-n", "outage@w")
             beat = procs.beat()
-            wait_for(lambda: len(_runs(r)) >= 2 * TASKS, 60, what="two windows before the outage")
+            wait_for(
+                lambda: len(recorded_runs(r, RUNS)) >= 2 * TASKS,
+                60,
+                what="two windows before the outage",
+            )
             results_before = r.xlen(KEYS.results("steady"))
             assert results_before > 0
 
@@ -133,7 +134,7 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
     finally:
         broker_server.stop()
 
-    counts = _runs(r)
+    counts = Counter(recorded_runs(r, RUNS))
     duplicates = {k: n for k, n in counts.items() if n > 1}
     # Windows that started while the broker was down: each either ran once (a tick that blocked
     # in kombu's reconnect published it when the broker returned) or diagnose names it.
@@ -148,7 +149,7 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
         for task, wid in pairs
         if any(f"task '{task}'" in f and f"from {wid}" in f for f in findings)
     ]
-    ran = [(task, wid) for task, wid in pairs if counts[f"{task}|{wid}"]]
+    ran = [(task, wid) for task, wid in pairs if counts[(task, wid)]]
     unaccounted = [p for p in pairs if p not in reported and p not in ran]
     fault_report.add(
         label,

@@ -20,7 +20,7 @@ import pytest
 import redis
 from fault_procs import Processes, process_env
 from support.clock_steps import run_stepped
-from support.cron import T0, sends
+from support.cron import T0, recorded_runs, sends
 from support.polling import wait_for
 
 from celery_app.clock import TEST_CLOCK_ENV, Clock
@@ -93,10 +93,6 @@ def _procs(tmp_path, rate: float, grace_s: int, **env: str) -> tuple[Processes, 
 def _noop() -> None: ...
 
 
-def _runs(r: redis.Redis) -> Counter:
-    return Counter(tuple(m.split("|")) for m in r.lrange(RUNS, 0, -1))
-
-
 def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker_url, fault_report):
     redis.Redis.from_url(broker_url).flushdb()
     r.sadd(KEYS.tenants(), *TENANTS)
@@ -113,7 +109,7 @@ def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker
         assert sends(broker_url) == {}
         procs.beat()
         wait_for(
-            lambda: all(_runs(r)[key] for key in claimed),
+            lambda: all(Counter(recorded_runs(r, RUNS))[key] for key in claimed),
             45,
             what="the survivor to take over and the worker to run the claimed windows",
         )
@@ -126,13 +122,17 @@ def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker
             for task, tenant in [(f"s{i}", GLOBAL_TENANT) for i in range(3)]
             + [("fan", t) for t in TENANTS]
         ]
-        wait_for(lambda: all(_runs(r)[key] for key in later), 45, what="two later windows")
+        wait_for(
+            lambda: all(Counter(recorded_runs(r, RUNS))[key] for key in later),
+            45,
+            what="two later windows",
+        )
         wait_for(
             lambda: not list(r.scan_iter(KEYS.cron_inflight("*", "*"))), 30, what="runs to end"
         )
     finally:
         procs.stop_all()
-    counts = _runs(r)
+    counts = Counter(recorded_runs(r, RUNS))
     judged = claimed + later
     duplicates = {key: n for key, n in counts.items() if n > 1}
     missed = [key for key in judged if counts[key] == 0]
@@ -304,7 +304,7 @@ def test_redelivered_cron_message_is_suppressed_and_recorded(
     finally:
         publisher.close()
         procs.stop_all()
-    counts = _runs(r)
+    counts = Counter(recorded_runs(r, RUNS))
     key = ("s0", GLOBAL_TENANT, window_id(window))
     suppressed = int(r.hget(KEYS.cron_stats("s0"), CronStatsField.SUPPRESSED) or 0)
     fault_report.add(

@@ -10,7 +10,6 @@ The probe is ``crash_kinds.tracked``, which logs every start and end to Redis.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -20,6 +19,7 @@ import pytest
 import redis
 from crash_kinds import probe_events
 from fault_procs import Processes, children, process_env
+from support.checks import results
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
@@ -44,10 +44,6 @@ SLACK = 0.5  # scheduling noise on a loaded 2-core machine
 
 def starts(r: redis.Redis) -> list[dict]:
     return [e for e in probe_events(r) if e["ev"] == "start"]
-
-
-def results(r: redis.Redis, uid: str) -> list[dict]:
-    return [json.loads(f["result"]) for _id, f in r.xrange(KEYS.results(uid))]
 
 
 def overlap(r: redis.Redis, killed: dict[int, float]) -> int:
@@ -88,7 +84,7 @@ def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
         assert resolved_at <= lease_expiry + TICK + SLACK
         assert state.runs == 1
         assert state.cost_ewma_ms == pytest.approx(2000.0)  # pinned to the ceiling
-        (lost,) = results(r, "victim")
+        (lost,) = results(r, KEYS, "victim")
         assert lost["status"] in ("timeout", "lost")
         # the pool's parent reports the lost child (WorkerLostError) or, if the hard time limit
         # fires first on a loaded machine, the kill: either way a run that never reported
@@ -130,7 +126,7 @@ def test_a_sigkilled_worker_is_reaped_and_a_copy_of_its_message_never_runs_twice
         wait_for(lambda: read_job(r, KEYS, job).lease_token is None, 15, what="the lease reaped")
         reaped_at = time.time()
         assert reaped_at <= lease_expiry + TICK + SLACK
-        (lost,) = results(r, "victim")
+        (lost,) = results(r, KEYS, "victim")
         assert lost["status"] == "lost"
         state = read_job(r, KEYS, job)
         assert state.runs == 1 and r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)

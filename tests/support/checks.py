@@ -7,20 +7,29 @@ workers' contract), for dispatcher tests that do not need probes to run: test da
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import redis
 
-from bench.fake_capacity import register_capacity
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import JobField, Keys
+from support.capacity import register_capacity
 
 #: The keys of every results-history record, whichever path wrote it (worker, kill, reaper).
 RECORD_KEYS = frozenset(RunRecord(RunStatus.UP, "-", finished_at=0.0).as_dict())
 
 
 def at(seconds: float) -> datetime:
+    """The UTC instant ``seconds`` after the epoch."""
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def results(r: redis.Redis, keys: Keys, uid: str, region: str | None = None) -> list[dict]:
+    """The run records of check ``uid``'s results history, oldest first (only ``region``'s, if
+    given)."""
+    rows = [json.loads(fields["result"]) for _id, fields in r.xrange(keys.results(uid))]
+    return [row for row in rows if region is None or row["region"] == region]
 
 
 def register_fake_worker(
@@ -34,7 +43,7 @@ def register_fake_worker(
     ttl: int | None = 60,
 ) -> None:
     """Write the capacity heartbeat of a worker: role "fast" consumes the fast queue only,
-    "shared" the fast and the slow queue (:func:`bench.fake_capacity.register_capacity`)."""
+    "shared" the fast and the slow queue (:func:`support.capacity.register_capacity`)."""
     register_capacity(client, keys, hostname, region, concurrency, role=role, ttl_s=ttl)
 
 

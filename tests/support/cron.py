@@ -78,6 +78,13 @@ def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
     )
 
 
+def recorded_runs(r: redis.Redis, key: str) -> list[tuple[str, ...]]:
+    """The runs the fault tests' cron task bodies pushed to the list ``key``, in order: each
+    member's ``|``-separated fields (task id, then what that test records: tenant, window,
+    start time)."""
+    return [tuple(member.split("|")) for member in r.lrange(key, 0, -1)]
+
+
 def end_runs(r: redis.Redis) -> None:
     """Stand in for workers finishing every run: release all in-flight keys."""
     for key in r.scan_iter(Keys("cbtest").cron_inflight("*", "*")):

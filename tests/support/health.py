@@ -5,18 +5,14 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
 
 from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import finish_run_with_health
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import DeliveryOutcome, TransitionStart, split_job_id
+from support.checks import at
 
 _tokens = itertools.count(1)
-
-
-def at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 def run_once(

@@ -1,15 +1,43 @@
-"""Round-trip counting for the tests: :mod:`bench.round_trips`' counting client, and which of
-its sends are the dispatcher's own.
+"""A redis-py client that records each round trip it makes (one send, then its replies), and
+which of its sends are the dispatcher's own.
+
+Why: the dispatcher's cost per claim and per run is counted in round trips (each is redis-py
+encoding and parsing plus kernel time); the tests assert the number and the benches
+(``bench/refill_bench.py``) print it, both on a real redis-server.
 """
 
 from __future__ import annotations
 
 import redis
 
-from bench.round_trips import command_name, counting_client
 from celery_app.redis.scripts import lua_source
 
-__all__ = ["counting_client", "preload_scripts", "state_round_trips"]
+
+class CountingConnection(redis.Connection):
+    """Records, per send, the packed bytes (a pipeline's commands go in one send)."""
+
+    sends: list[bytes]
+
+    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        packed = command if isinstance(command, bytes) else b"".join(command)
+        self.sends.append(packed)
+        return super().send_packed_command(command, check_health)
+
+
+def counting_client(
+    url: str, client_class: type[redis.Redis] = redis.Redis
+) -> tuple[redis.Redis, list[bytes]]:
+    """A ``client_class`` client of ``url`` and the list its round trips are appended to (every
+    connection of its pool)."""
+    sends: list[bytes] = []
+    connection = type("Counting", (CountingConnection,), {"sends": sends})
+    pool = redis.ConnectionPool.from_url(url, connection_class=connection, decode_responses=True)
+    return client_class(connection_pool=pool), sends
+
+
+def command_name(packed: bytes) -> str:
+    """The first command of a send (``*N``, ``$len``, then the name), upper case."""
+    return packed.split(b"\r\n", 3)[2].decode().upper()
 
 
 def state_round_trips(sends: list[bytes]) -> list[bytes]:
