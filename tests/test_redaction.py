@@ -130,11 +130,6 @@ def test_a_torn_config_is_refused_without_quoting_it():
     assert BEARER not in str(refused.value)
 
 
-@pytest.fixture
-def cli(checks_cli):
-    return checks_cli
-
-
 def _assert_clean(text: str) -> None:
     for secret in ALL:
         assert secret not in text, (secret, text)
