@@ -11,6 +11,7 @@ firing and running; then ``checkbeat up --demo`` from the same virtualenv.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -45,6 +46,19 @@ LUA_NOT_LOADED = "could not load the Lua scripts"
 
 def outside_the_tree(path: Path) -> bool:
     return path.resolve() != REPO and REPO not in path.resolve().parents
+
+
+def processes_under(root: Path) -> list[int]:
+    """The processes whose program lies under ``root`` (the venv's python, its redis-server)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            program = (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except (OSError, ValueError):
+            continue
+        if proc.name.isdigit() and program.startswith(f"{root}/"):
+            found.append(int(proc.name))
+    return found
 
 
 def records(client: redis.Redis, key: str) -> list[dict]:
@@ -200,10 +214,19 @@ def test_checkbeat_up_demo_comes_up_from_the_wheel_and_stops_on_ctrl_c(wheel_ven
         waited(a_check_is_up, 150, "a demo check up", out_file.read_text)
         up.send_signal(signal.SIGINT)
         assert up.wait(90) == 0, out_file.read_text()
+        assert not processes_under(wheel_venv.root), "up left children behind"
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)  # its own session: up and its children
-            up.wait(30)
+        if up.poll() is None:  # a failure above: Ctrl-C stops the children in order
+            up.send_signal(signal.SIGINT)
+            try:
+                up.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait(30)
+        # Each child runs in a session of its own: any still alive is killed by its pid.
+        for pid in processes_under(wheel_venv.root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     output = out_file.read_text()
     assert "stopping beat" in output
     logs = {log.name: log.read_text(errors="replace") for log in (data_dir / "logs").glob("*.log")}
