@@ -40,6 +40,7 @@ pytest_plugins = [
     "faults.fault_report",  # fault_report, and the fault suite's table
     "ha_fixtures",  # sentinel_deployment, redis_cluster
     "tls_fixtures",  # tls_redis_binary, tls_files, tls_redis, tls_sentinel_deployment
+    "wheel_fixtures",  # distributions, wheel_venv
 ]
 
 BROKER_DB = 0

@@ -16,6 +16,9 @@ from pathlib import Path
 class UserProject:
     """Run ``celery -A <app>`` in ``root``: to completion, or as a logged background process."""
 
+    #: The interpreter that runs ``celery``: the suite's, where checkbeat is the source tree.
+    python: str = sys.executable
+
     def __init__(self, root: Path, broker_url: str, prefix: str, app: str = "proj") -> None:
         self.root, self.broker_url, self.prefix, self.app = root, broker_url, prefix, app
         self.processes: list[subprocess.Popen] = []
@@ -23,8 +26,11 @@ class UserProject:
     def pythonpath(self) -> list[str]:
         return [str(self.root)]
 
+    def base_env(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.upper().startswith("CHECKBEAT_")}
+
     def env(self, **extra: str) -> dict[str, str]:
-        environ = {k: v for k, v in os.environ.items() if not k.upper().startswith("CHECKBEAT_")}
+        environ = self.base_env()
         environ.update(
             PYTHONPATH=os.pathsep.join(self.pythonpath()),
             PROJ_BROKER_URL=self.broker_url,
@@ -35,7 +41,7 @@ class UserProject:
 
     def celery(self, *args: str, app: str | None = None, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "celery", "-A", app or self.app, *args],
+            [self.python, "-m", "celery", "-A", app or self.app, *args],
             cwd=self.root,
             env=self.env(**env),
             capture_output=True,
@@ -47,7 +53,7 @@ class UserProject:
         """Start ``celery <args>`` in the background, its output in ``<command>-<n>.log``."""
         log = open(self.root / f"{args[0]}-{len(list(self.root.glob('*.log')))}.log", "w")  # noqa: SIM115
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app or self.app, *args],
+            [self.python, "-m", "celery", "-A", app or self.app, *args],
             cwd=self.root,
             env=self.env(**env),
             stdout=log,
@@ -62,6 +68,20 @@ class UserProject:
     def stop_all(self) -> None:
         for process in self.processes:
             stop(process)
+
+
+class InstalledProject(UserProject):
+    """The project run by the interpreter of a virtualenv checkbeat was installed into, with
+    the environment ``base`` (no ``PYTHONPATH`` but the project's: the tree is not importable)."""
+
+    def __init__(
+        self, root: Path, broker_url: str, prefix: str, python: Path, base: dict[str, str]
+    ) -> None:
+        super().__init__(root, broker_url, prefix)
+        self.python, self._base = str(python), base
+
+    def base_env(self) -> dict[str, str]:
+        return dict(self._base)
 
 
 def stop(process: subprocess.Popen, timeout: float = 20) -> None:
