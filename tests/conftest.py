@@ -135,3 +135,15 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
     client.flushdb()
     yield client
     client.close()
+
+
+@pytest.fixture
+def project_db(request: pytest.FixtureRequest, redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the db a user-project module gives its project (the module's ``PROJECT_DB``,
+    one no other module uses), emptied before the test."""
+    client = redis.Redis.from_url(
+        redis_server.url(request.module.PROJECT_DB), decode_responses=True
+    )
+    client.flushdb()
+    yield client
+    client.close()

@@ -13,12 +13,10 @@ import json
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import redis
 from support.polling import wait_for
 from support.projects import UserProject, stop
 
@@ -29,14 +27,6 @@ from celery_app.redis.schema import Keys
 PROJECTS = Path(__file__).resolve().parent / "user_project"
 #: A db of the session's server that no other test uses: the projects' broker and state.
 PROJECT_DB = 5
-
-
-@pytest.fixture
-def project_db(redis_server) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url(PROJECT_DB), decode_responses=True)
-    client.flushdb()
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -74,14 +74,6 @@ def waited(predicate, timeout: float, what: str, logs) -> object:
 
 
 @pytest.fixture
-def project_db(redis_server) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url(PROJECT_DB), decode_responses=True)
-    client.flushdb()
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def project(tmp_path: Path, redis_server, project_db, wheel_venv) -> Iterator[InstalledProject]:
     """tests/wheel_project in a tmp dir, run by the wheel's virtualenv."""
     assert outside_the_tree(tmp_path) and outside_the_tree(wheel_venv.root)
