@@ -101,7 +101,7 @@ def test_a_check_message_is_the_one_send_task_publishes(app, broker, path):
 
 
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
-def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, broker, path):
+def test_a_cron_message_is_the_one_apply_async_publishes_on_the_tasks_route(app, broker, path):
     cron("* * * * *", app=app, id="reports", name="pub.reports", queue=CRON_QUEUE)(_noop)
     cron("* * * * *", app=app, id="tenanted", name="pub.tenanted", per_tenant=True)(_noop)
     tasks = cron_tasks(app)
@@ -121,8 +121,8 @@ def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(app, b
         assert ours["headers"][CronHeader.MANUAL] is True
         message = cron_message(req, grace, manual=True)
         assert message.expires == window_deadline(window, grace)
-        app.send_task(
-            req.task.name,
+        # sent as apply_async sends it (as Celery's beat does): the task's ignore_result too
+        app.tasks[req.task.name].apply_async(
             kwargs=message.kwargs,
             expires=message.expires,
             time_limit=req.task.hard_time_limit,
