@@ -23,10 +23,12 @@ A message marked ``as_apply_async`` (every cron window) is the one ``Task.apply_
 Celery's beat (``Scheduler.apply_async``) sends an entry: the task's own execution options (its
 time limits, ``ignore_result``, priority, routing, serializer, set on the task, by
 ``task_annotations`` or by the ``task_*`` settings) apply under the message's own. Celery's public
-path calls ``apply_async`` itself (``app.send_task`` for a task this process does not register,
-as beat does), so every option, signal and event is Celery's; the fast path takes such a message
-only when the task's options are ones its envelope reproduces (``tests/test_beat_messages.py``
-holds both against ``Scheduler.apply_async``).
+path takes ``apply_async``'s own steps (``app.send_task`` for a task this process does not
+register, as beat does), so every option, signal and event is Celery's; only its check of the
+arguments against the task's signature is left out (a window whose arguments do not fit is sent
+and fails on the worker, where raising would fail the whole batch). The fast path takes such a
+message only when the task's options are ones its envelope reproduces
+(``tests/test_beat_messages.py`` holds both against ``Scheduler.apply_async``).
 """
 
 from __future__ import annotations
@@ -379,7 +381,8 @@ class KombuBatchPublisher:
 
     def _apply_async(self, message: TaskMessage, producer: Any) -> str:
         """Send as Celery's beat sends an entry: ``apply_async`` of the task this process
-        registers, else ``send_task`` by name; the message's given fields are options."""
+        registers (its steps, without the argument check), else ``send_task`` by name; the
+        message's given fields are options."""
         options = dict(message.options)
         if message.queue and "queue" not in options:
             options["queue"] = message.queue
@@ -392,9 +395,27 @@ class KombuBatchPublisher:
         options.setdefault("retry", False)  # the caller records a failed publish
         args, kwargs = list(message.args), dict(message.kwargs)
         task = self._task(message)
-        if task is not None:
+        if task is None:
+            return self.app.send_task(message.name, args, kwargs, producer=producer, **options).id
+        if getattr(task, "_dump_pydantic_arguments", None) is not None:
+            # its arguments are converted by apply_async itself
             return task.apply_async(args, kwargs, producer=producer, **options).id
-        return self.app.send_task(message.name, args, kwargs, producer=producer, **options).id
+        # Task.apply_async's own steps, but for its argument check: arguments that do not fit
+        # the task are sent and fail on the worker (recorded there), where raising here would
+        # fail every other window published in this batch.
+        options = dict(extract_exec_options(task), **options)
+        options.setdefault("ignore_result", task.ignore_result)
+        shadow = options.pop("shadow", None) or task.shadow_name(args, kwargs, options)
+        return self.app.send_task(
+            task.name,
+            args,
+            kwargs,
+            producer=producer,
+            result_cls=task.AsyncResult,
+            shadow=shadow,
+            task_type=task,
+            **options,
+        ).id
 
     def close(self) -> None:
         pass

@@ -312,3 +312,29 @@ def test_a_run_now_carries_cron_manual_and_not_celery_beat_task(proj, broker, pa
         assert ours["headers"][CronHeader.MANUAL] is True
         _assert_as_beat_sends(ours, beats, MANUAL_HEADERS)
     publisher.close()
+
+
+@pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
+def test_arguments_that_do_not_fit_the_task_do_not_fail_the_other_windows(proj, broker, path):
+    """Celery's beat refuses to send such an entry (apply_async checks the arguments); here the
+    windows of one tick are one batch, so it is sent (the worker fails it and records that) and
+    the others published with it are sent too."""
+    from celery.beat import SchedulingError
+
+    proj.conf.beat_schedule["bad-args"] = {
+        "task": "proj.plain",
+        "schedule": 20,
+        "args": [1, 2, 3, 4],
+    }
+    with pytest.raises(SchedulingError):
+        Scheduler(proj).apply_async(Scheduler(proj).schedule["bad-args"], advance=False)
+    tasks = all_tasks(proj)
+    window = datetime.now(UTC).replace(second=0, microsecond=0)
+    publisher = _publisher(proj, path)
+    ids = publisher.publish(
+        [FireRequest(tasks[t], GLOBAL_TENANT, window) for t in ("bad-args", "crontab-plain")]
+    )
+    publisher.close()
+    raw = broker.lrange("celery", 0, -1)
+    assert sorted(json.loads(m)["headers"]["id"] for m in raw) == sorted(ids)
+    assert {json.loads(m)["headers"]["argsrepr"] for m in raw} == {"[1, 2, 3, 4]", "()"}
