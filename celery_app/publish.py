@@ -40,7 +40,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -156,14 +156,25 @@ def encode_envelope(
     origin: str,
     reply_to: str = "",
     expiration: str | None = None,
+    task_defaults: tuple[Any, Any, Any] | None = None,
 ) -> str:
     """The kombu Redis envelope of a protocol-2 Celery task message, as a JSON string.
 
     Field for field what ``send_task`` + kombu's Redis transport write for ``queue`` (JSON body,
     base64 body encoding, anonymous exchange, routing key = queue); assembled from pre-escaped
     pieces because this runs once per message. ``origin`` is already JSON-encoded;
-    ``expiration`` is :func:`expiration_ms` of ``message.expires``.
+    ``expiration`` is :func:`expiration_ms` of ``message.expires``. ``task_defaults``: the
+    task's own ``(time_limit, soft_time_limit, ignore_result)`` of an ``as_apply_async``
+    message, under its own limits (its ``ignore_result`` is then the task's).
     """
+    time_limit, soft_time_limit = message.time_limit, message.soft_time_limit
+    ignore_result = message.ignore_result
+    if task_defaults is not None:
+        if time_limit is None:
+            time_limit = task_defaults[0]
+        if soft_time_limit is None:
+            soft_time_limit = task_defaults[1]
+        ignore_result = task_defaults[2]
     args, kwargs = message.args, message.kwargs
     if args or kwargs:
         args_json = _body_dumps(list(args)) if args else "[]"
@@ -188,9 +199,9 @@ def encode_envelope(
             '","shadow":null,"eta":null,"expires":',
             _str(expires.isoformat()) if expires else "null",
             ',"group":null,"group_index":null,"retries":0,"timelimit":[',
-            _num(message.time_limit),
+            _num(time_limit),
             ",",
-            _num(message.soft_time_limit),
+            _num(soft_time_limit),
             '],"root_id":"',
             task_id,
             '","parent_id":null,"argsrepr":',
@@ -200,7 +211,7 @@ def encode_envelope(
             ',"origin":',
             origin,
             ',"ignore_result":',
-            _IGNORE_RESULT[message.ignore_result],
+            _IGNORE_RESULT[ignore_result],
             ',"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
             "," + _dumps(headers)[1:-1] if headers else "",
             '},"properties":{"correlation_id":"',
@@ -279,16 +290,20 @@ class RedisBatchPublisher:
         for message in messages:
             if not message.queue:
                 raise ValueError(f"task message {message.name!r}: queue is required here")
-        return self.push([(message, message.queue) for message in messages])  # type: ignore[misc]
+        return self.push([(message, message.queue, None) for message in messages])  # type: ignore[misc]
 
-    def push(self, items: Iterable[tuple[TaskMessage, str]]) -> list[str]:
-        """Publish each message onto its list ``queue``; return the task ids, in order."""
+    def push(
+        self, items: Iterable[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]]
+    ) -> list[str]:
+        """Publish each message onto its list ``queue`` (with the task's defaults of an
+        ``as_apply_async`` message, see :func:`encode_envelope`); return the task ids, in
+        order."""
         ids: list[str] = []
         by_queue: dict[str, list[str]] = {}
         expiration = _Expirations()
         pipe = self.client.pipeline(transaction=False)
         pending = 0
-        for message, queue in items:
+        for message, queue, defaults in items:
             task_id = message.task_id or self.ids()
             ids.append(task_id)
             by_queue.setdefault(queue, []).append(
@@ -300,6 +315,7 @@ class RedisBatchPublisher:
                     origin=self.origin,
                     reply_to=self.reply_to,
                     expiration=expiration(message.expires),
+                    task_defaults=defaults,
                 )
             )
             pending += 1
@@ -531,28 +547,21 @@ class BatchPublisher:
             found = self._defaults[name] = _task_defaults(self.app, name)
             return found
 
-    def _as_apply_async(self, message: TaskMessage) -> tuple[TaskMessage, str] | None:
-        """An ``as_apply_async`` message with the task's own options filled in, and its list
-        key, when the fast path writes exactly what ``apply_async`` would; else None."""
+    def _as_apply_async(
+        self, message: TaskMessage
+    ) -> tuple[TaskMessage, str, tuple[Any, Any, Any]] | None:
+        """An ``as_apply_async`` message, its list key and its task's defaults, when the fast
+        path writes exactly what ``apply_async`` would; else None."""
         if message.options or not isinstance(message.expires, datetime | None):
             return None
         key = self.destination(message.name, message.queue)[0]
         defaults = self.defaults(message.name)
         if key is None or defaults is None or _publish_signals_connected():
             return None
-        time_limit, soft_time_limit, ignore_result = defaults
-        resolved = replace(
-            message,
-            time_limit=time_limit if message.time_limit is None else message.time_limit,
-            soft_time_limit=(
-                soft_time_limit if message.soft_time_limit is None else message.soft_time_limit
-            ),
-            ignore_result=ignore_result,
-        )
-        return resolved, key
+        return message, key, defaults
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
-        fast: list[tuple[TaskMessage, str]] = []
+        fast: list[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]] = []
         slow: list[tuple[TaskMessage, Mapping[str, Any] | None]] = []
         order: list[bool] = []  # per message: fast path?
         for message in messages:
@@ -571,7 +580,7 @@ class BatchPublisher:
             key, route = self.destination(message.name, message.queue)
             order.append(key is not None)
             if key is not None:
-                fast.append((message, key))
+                fast.append((message, key, None))
             else:
                 slow.append((message, route))
         fast_ids = iter(self.fast.push(fast) if fast and self.fast else [])
