@@ -338,3 +338,33 @@ def test_arguments_that_do_not_fit_the_task_do_not_fail_the_other_windows(proj, 
     raw = broker.lrange("celery", 0, -1)
     assert sorted(json.loads(m)["headers"]["id"] for m in raw) == sorted(ids)
     assert {json.loads(m)["headers"]["argsrepr"] for m in raw} == {"[1, 2, 3, 4]", "()"}
+
+
+def test_a_publish_signal_receiver_sees_and_changes_every_window_as_under_celerys_beat(
+    proj, broker
+):
+    """Tracing instrumentation adds its header in ``before_task_publish``: with a receiver
+    connected, windows the fast path would write go through Celery's path, which sends it."""
+    from celery import signals
+
+    def trace(headers=None, **_):
+        headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    tasks = all_tasks(proj)
+    window = datetime.now(UTC).replace(second=0, microsecond=0)
+    publisher = _publisher(proj, "redis-fast-path")
+    signals.before_task_publish.connect(trace, weak=False)
+    try:
+        for task_id in ("crontab-plain", "cron-tenants"):
+            tenant = "acme" if tasks[task_id].per_tenant else GLOBAL_TENANT
+            req = FireRequest(tasks[task_id], tenant, window)
+            reference = Scheduler(proj).schedule.get(task_id) or _declared_as_beat_entry(proj, req)
+            Scheduler(proj).apply_async(reference, advance=False)
+            _, beats = _take_one(broker)
+            assert not _on_fast_path(publisher, req)
+            _, ours = _take_one(broker)
+            assert ours["headers"]["traceparent"] == beats["headers"]["traceparent"]
+            _assert_as_beat_sends(ours, beats, EXTRA_HEADERS)
+    finally:
+        signals.before_task_publish.disconnect(trace)
+    publisher.close()
