@@ -123,7 +123,11 @@ def _in_directory(name: str, directory: Path) -> str | None:
 
 
 def clashes(
-    names: Iterable[str], *, cwd_imports: Iterable[str] = (), celery_cwd: bool = False
+    names: Iterable[str],
+    *,
+    cwd_imports: Iterable[str] = (),
+    celery_cwd: bool = False,
+    cwd_first: bool = False,
 ) -> list[NameClash]:
     """The clashes, among ``names`` (checkbeat's packages this process needs), between
     checkbeat's package and a module of the same name, one per name.
@@ -133,15 +137,22 @@ def clashes(
     first on sys.path (the top-level names of the app's ``imports`` and ``include``), looked up
     that way. ``celery_cwd``: the process is Celery's command line, which imports the project from
     the working directory; a module there named like a checkbeat package that is already
-    imported is a clash too (the project's imports of it get checkbeat's).
+    imported is a clash too (the project's imports of it get checkbeat's). ``cwd_first``: the
+    processes that will import these names have the working directory first on sys.path
+    (``python -m celery`` children), so a module there wins.
     """
     found: list[NameClash] = []
     cwd_names = set(cwd_imports)
     try:
         cwd = Path.cwd()
     except OSError:
-        cwd, celery_cwd = None, False
+        cwd, celery_cwd, cwd_first = None, False, False
     for name in dict.fromkeys(names):
+        if cwd_first and cwd is not None:
+            theirs = _in_directory(name, cwd)
+            if theirs is not None and not _is_ours(theirs, name):
+                found.append(NameClash(name, _shown(theirs), ours_wins=False))
+                continue
         module = sys.modules.get(name)
         if module is not None:
             location = _location(module)

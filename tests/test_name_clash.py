@@ -139,20 +139,31 @@ def test_a_module_nothing_imports_under_the_name_is_no_clash(project):
     assert "shadow" not in result.stderr
 
 
-def test_checkbeat_up_names_a_workers_package_ahead_of_checkbeats_on_the_path(project):
-    """``checkbeat up`` starts checkbeat's beat and workers: a ``workers`` package first on
-    PYTHONPATH would replace checkbeat's in every one of them, so ``up`` starts nothing."""
-    _write(project.root, "workers/__init__.py")
-    result = subprocess.run(
+def _checkbeat_up(project: UserProject, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [str(Path(sys.executable).parent / "checkbeat"), "up", "--no-view"],
         cwd=project.root,
-        env=project.env(),
+        env=env or project.env(),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("module", ["workers/__init__.py", "celery_app.py"])
+def test_checkbeat_up_names_a_module_its_children_would_import_instead(project, module):
+    """``checkbeat up`` starts checkbeat's beat and workers as ``python -m celery`` from the
+    working directory: a ``workers`` package on PYTHONPATH, or a ``celery_app.py`` in that
+    directory, would replace checkbeat's in every one of them, so ``up`` starts nothing."""
+    _write(project.root, module)
+    env = project.env()
+    if module == "celery_app.py":
+        del env["PYTHONPATH"]  # the children find it all the same: `python -m` searches the cwd
+    result = _checkbeat_up(project, **env)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"checkbeat: {project.root / 'workers'}/ shadows checkbeat's"), line
+    name = module.split("/")[0].removesuffix(".py")
+    shown = f"{project.root / name}/" if "/" in module else project.root / module
+    assert line.startswith(f"checkbeat: {shown} shadows checkbeat's package {name!r}"), line
     assert not (project.root / ".checkbeat").exists()  # nothing started, nothing written

@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     from celery_app.shadowing import PACKAGES, clashes
 
     args = _parser().parse_args(argv)
-    needed = PACKAGES if args.command == "up" else ("celery_app", "scheduling_core")
-    found = clashes(needed)
+    if args.command == "up":  # its children are `python -m celery` from this directory
+        found = clashes(PACKAGES, cwd_first=True)
+    else:
+        found = clashes(("celery_app", "scheduling_core"))
     if found:
         for clash in found:
             print(f"checkbeat: {clash}", file=sys.stderr)
