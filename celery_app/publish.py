@@ -24,10 +24,10 @@ Celery's beat (``Scheduler.apply_async``) sends an entry: the task's own executi
 time limits, ``ignore_result``, priority, routing, serializer, set on the task, by
 ``task_annotations`` or by the ``task_*`` settings) apply under the message's own. Celery's public
 path takes ``apply_async``'s own steps (``app.send_task`` for a task this process does not
-register, as beat does), so every option, signal and event is Celery's; only its check of the
-arguments against the task's signature is left out (a window whose arguments do not fit is sent
-and fails on the worker, where raising would fail the whole batch). The fast path takes such a
-message only when the task's options are ones its envelope reproduces
+register, as beat does), so every option, signal and event is Celery's; only its refusals are
+left out (arguments that do not fit the task's signature, a soft time limit over the hard one):
+such a window is sent and fails on the worker, where raising would fail the whole batch. The
+fast path takes such a message only when the task's options are ones its envelope reproduces
 (``tests/test_beat_messages.py`` holds both against ``Scheduler.apply_async``).
 """
 
@@ -416,9 +416,9 @@ class KombuBatchPublisher:
         if getattr(task, "_dump_pydantic_arguments", None) is not None:
             # its arguments are converted by apply_async itself
             return task.apply_async(args, kwargs, producer=producer, **options).id
-        # Task.apply_async's own steps, but for its argument check: arguments that do not fit
-        # the task are sent and fail on the worker (recorded there), where raising here would
-        # fail every other window published in this batch.
+        # Task.apply_async's own steps, but for its refusals (arguments that do not fit the
+        # task, a soft limit over the hard one): such a window is sent and fails on the worker
+        # (recorded there), where raising here would fail every window of this batch.
         options = dict(extract_exec_options(task), **options)
         options.setdefault("ignore_result", task.ignore_result)
         shadow = options.pop("shadow", None) or task.shadow_name(args, kwargs, options)
