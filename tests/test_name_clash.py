@@ -121,13 +121,14 @@ def test_a_projects_celery_app_module_is_named_whichever_is_imported_first(proje
     assert result.returncode == 2, (result.stdout, result.stderr)
     (line,) = _error_lines(result)
     assert f"{project.root / 'celery_app.py'} shadows checkbeat's package 'celery_app'" in line
-    # the console script: checkbeat's celery_app is imported first, and `-A celery_app` would
-    # load checkbeat's app instead of the project's
-    result = _console_script(project, "-A", "celery_app", "schedule", "list")
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    (line,) = _error_lines(result)
-    assert f"{project.root / 'celery_app.py'} is shadowed by checkbeat's package" in line, line
-    assert "`-A celery_app` load checkbeat's, not yours" in line, line
+    # the console script: checkbeat's celery_app is imported first (its subcommands are loaded
+    # at every start), and `-A celery_app` would run checkbeat's app instead of the project's
+    for command in (("schedule", "list"), ("worker", "-P", "solo", "--without-mingle")):
+        result = _console_script(project, "-A", "celery_app", *command)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        (line,) = _error_lines(result)
+        assert f"{project.root / 'celery_app.py'} is shadowed by checkbeat's package" in line
+        assert "`-A celery_app` load checkbeat's, not yours" in line, line
 
 
 def test_a_module_nothing_imports_under_the_name_is_no_clash(project):
