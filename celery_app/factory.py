@@ -272,8 +272,36 @@ def _complete_conf(sender: Celery, **_: Any) -> None:
 @signals.import_modules.connect(weak=False)
 def _import_checkbeat_modules(sender: Any = None, **_: Any) -> None:
     """Before an installed app imports its task modules, import checkbeat's and the user's
-    ``checkbeat_imports`` (reading its settings there, so a bad value fails the command)."""
-    if sender is None or not getattr(sender, _INSTALLED, False):
+    ``checkbeat_imports`` (reading its settings there, so a bad value fails the command).
+
+    First, in a ``celery beat`` or ``celery worker`` process, a project module named like one of
+    checkbeat's packages is refused, one line each and exit 2: beat would otherwise fail later
+    resolving ``beat:CronScheduler``, a worker importing ``workers.*``, with import errors that
+    name neither module (:mod:`celery_app.shadowing`)."""
+    if sender is None:
+        return
+    _refuse_name_clashes(sender)
+    if not getattr(sender, _INSTALLED, False):
         return
     for module in (*BUILTIN_TASK_MODULES, *settings_of(sender).imports):
         importlib.import_module(module)
+
+
+def _refuse_name_clashes(app: Celery) -> None:
+    """Exit 2 naming each clash, when this is Celery's ``beat`` or ``worker`` command."""
+    if not loaded_by_celery_cli():
+        return
+    import click
+
+    from celery_app.shadowing import app_clashes
+
+    context = click.get_current_context(silent=True)
+    command = None if context is None else context.info_name
+    if command not in ("beat", "worker"):
+        return  # checkbeat's subcommands check in CheckbeatCommand
+    runs_beat = command == "beat" or bool(context.params.get("beat"))  # type: ignore[union-attr]
+    found = app_clashes(app, runs_beat=runs_beat)
+    if found:
+        for clash in found:
+            print(f"Error: {clash}", file=sys.stderr)
+        raise SystemExit(2)

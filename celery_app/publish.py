@@ -16,7 +16,19 @@ in a second. So there are two paths behind :func:`make_publisher`, one message f
 
 Messages are routed by the app's router (``task_routes``, a cron task's declared queue) unless
 they name their queue; routes are resolved once per (task name, queue) and cached. Neither path
-sends ``task-sent`` events (the workers' events are what Flower shows).
+sends ``task-sent`` events for checkbeat's own messages (the workers' events are what Flower
+shows).
+
+A message marked ``as_apply_async`` (every cron window) is the one ``Task.apply_async`` sends, as
+Celery's beat (``Scheduler.apply_async``) sends an entry: the task's own execution options (its
+time limits, ``ignore_result``, priority, routing, serializer, set on the task, by
+``task_annotations`` or by the ``task_*`` settings) apply under the message's own. Celery's public
+path takes ``apply_async``'s own steps (``app.send_task`` for a task this process does not
+register, as beat does), so every option, signal and event is Celery's; only its refusals are
+left out (arguments that do not fit the task's signature, a soft time limit over the hard one):
+such a window is sent and fails on the worker, where raising would fail the whole batch. The
+fast path takes such a message only when the task's options are ones its envelope reproduces
+(``tests/test_beat_messages.py`` holds both against ``Scheduler.apply_async``).
 """
 
 from __future__ import annotations
@@ -33,7 +45,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import redis
-from celery import Celery
+from celery import Celery, signals
+from celery.app.task import Task, extract_exec_options
+from celery.utils.saferepr import saferepr
+from kombu.utils.json import JSONEncoder
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 _REPR_MAX = 1024  # Celery's argsrepr_maxsize / kwargsrepr_maxsize
@@ -51,6 +66,12 @@ class TaskMessage:
     ``options`` are further ``apply_async`` options (a beat_schedule entry's ``routing_key``,
     ``exchange``, ``priority``, ...): given to the router as ``apply_async`` gives them, and
     sent through Celery's public path.
+
+    ``as_apply_async``: send it as ``app.tasks[name].apply_async(args, kwargs, **options)``
+    does (``app.send_task`` when this process does not register the task): the task's own
+    execution options apply under the message's, and ``time_limit``, ``soft_time_limit`` and
+    ``expires`` None mean "not given" (the task's apply), ``expires`` may also be seconds from
+    the send. Otherwise the message is exactly its fields (``ignore_result`` included).
     """
 
     name: str
@@ -59,10 +80,12 @@ class TaskMessage:
     args: tuple[Any, ...] | list[Any] = ()
     time_limit: float | None = None
     soft_time_limit: float | None = None
-    expires: datetime | None = None
+    expires: datetime | float | None = None
     task_id: str | None = None
     headers: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    ignore_result: bool | None = None
+    as_apply_async: bool = False
 
 
 class Publisher(Protocol):
@@ -75,11 +98,37 @@ def _origin() -> str:
     return f"gen{os.getpid()}@{socket.gethostname()}"
 
 
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+# kombu's encoder (datetimes, UUIDs, Decimals, bytes as kombu encodes them); the body with
+# json.dumps' default separators, byte for byte what kombu's "json" serializer writes.
+_dumps = JSONEncoder(separators=(",", ":")).encode
+_body_dumps = JSONEncoder().encode
 _str = json.encoder.encode_basestring_ascii  # what _dumps does to a str, without the dispatch
-_EMBED_JSON = _dumps(_EMBED)
-_EMPTY_BODY64 = base64.b64encode(f"[[],{{}},{_EMBED_JSON}]".encode()).decode("ascii")
+_EMBED_JSON = _body_dumps(_EMBED)
+_EMPTY_BODY64 = base64.b64encode(f"[[], {{}}, {_EMBED_JSON}]".encode()).decode("ascii")
 _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR = _str(repr(())), _str(repr({}))
+_REPR_MAXLEVELS = 3  # Celery's task_repr_maxlevels default (fast_path_supported requires it)
+_SCALARS = (bool, int, float, type(None))
+#: Strings whose repr is Celery's saferepr: printable ASCII without quotes or backslashes.
+_PLAIN_TEXT = frozenset(chr(c) for c in range(32, 127)) - frozenset("'\\\"")
+
+
+def _plain(value: Any) -> bool:
+    if type(value) in _SCALARS:
+        return True
+    return type(value) is str and len(value) < 256 and _PLAIN_TEXT.issuperset(value)
+
+
+def argrepr(value: Any) -> str:
+    """Celery's ``argsrepr``/``kwargsrepr`` of ``value`` (``saferepr``, 1024 characters, three
+    levels); ``repr`` where they are the same (flat, short, plain text), which is much faster."""
+    if (
+        type(value) is dict
+        and all(type(k) is str and _plain(k) and _plain(v) for k, v in value.items())
+    ) or (type(value) in (list, tuple) and all(_plain(v) for v in value)):
+        shown = repr(value)
+        if len(shown) <= _REPR_MAX:
+            return shown
+    return saferepr(value, _REPR_MAX, maxlevels=_REPR_MAXLEVELS)
 
 
 def _num(value: float | None) -> str:
@@ -88,6 +137,9 @@ def _num(value: float | None) -> str:
     if type(value) in (float, int) and value - value == 0:  # finite: repr is its JSON
         return repr(value)
     return _dumps(value)
+
+
+_IGNORE_RESULT = {None: "null", True: "true", False: "false"}
 
 
 def expiration_ms(expires: datetime, now: datetime) -> str:
@@ -104,21 +156,33 @@ def encode_envelope(
     origin: str,
     reply_to: str = "",
     expiration: str | None = None,
+    task_defaults: tuple[Any, Any, Any] | None = None,
 ) -> str:
     """The kombu Redis envelope of a protocol-2 Celery task message, as a JSON string.
 
     Field for field what ``send_task`` + kombu's Redis transport write for ``queue`` (JSON body,
     base64 body encoding, anonymous exchange, routing key = queue); assembled from pre-escaped
     pieces because this runs once per message. ``origin`` is already JSON-encoded;
-    ``expiration`` is :func:`expiration_ms` of ``message.expires``.
+    ``expiration`` is :func:`expiration_ms` of ``message.expires``. ``task_defaults``: the
+    task's own ``(time_limit, soft_time_limit, ignore_result)`` of an ``as_apply_async``
+    message, under its own limits (its ``ignore_result`` is then the task's).
     """
+    time_limit, soft_time_limit = message.time_limit, message.soft_time_limit
+    ignore_result = message.ignore_result
+    if task_defaults is not None:
+        if time_limit is None:
+            time_limit = task_defaults[0]
+        if soft_time_limit is None:
+            soft_time_limit = task_defaults[1]
+        ignore_result = task_defaults[2]
     args, kwargs = message.args, message.kwargs
     if args or kwargs:
-        body = f"[{_dumps(list(args)) if args else '[]'},{_dumps(kwargs)},{_EMBED_JSON}]"
+        args_json = _body_dumps(list(args)) if args else "[]"
+        body = f"[{args_json}, {_body_dumps(kwargs)}, {_EMBED_JSON}]"
         body64 = base64.b64encode(body.encode()).decode("ascii")
         shown = args if isinstance(args, list) else tuple(args)  # send_task's saferepr(args)
-        argsrepr = _str(repr(shown)[:_REPR_MAX]) if args else _EMPTY_ARGSREPR
-        kwargsrepr = _str(repr(kwargs)[:_REPR_MAX]) if kwargs else _EMPTY_KWARGSREPR
+        argsrepr = _str(argrepr(shown)) if args else _EMPTY_ARGSREPR
+        kwargsrepr = _str(argrepr(kwargs)) if kwargs else _EMPTY_KWARGSREPR
     else:
         body64, argsrepr, kwargsrepr = _EMPTY_BODY64, _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR
     expires = message.expires
@@ -135,9 +199,9 @@ def encode_envelope(
             '","shadow":null,"eta":null,"expires":',
             _str(expires.isoformat()) if expires else "null",
             ',"group":null,"group_index":null,"retries":0,"timelimit":[',
-            _num(message.time_limit),
+            _num(time_limit),
             ",",
-            _num(message.soft_time_limit),
+            _num(soft_time_limit),
             '],"root_id":"',
             task_id,
             '","parent_id":null,"argsrepr":',
@@ -146,7 +210,9 @@ def encode_envelope(
             kwargsrepr,
             ',"origin":',
             origin,
-            ',"ignore_result":null,"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
+            ',"ignore_result":',
+            _IGNORE_RESULT[ignore_result],
+            ',"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
             "," + _dumps(headers)[1:-1] if headers else "",
             '},"properties":{"correlation_id":"',
             task_id,
@@ -224,16 +290,20 @@ class RedisBatchPublisher:
         for message in messages:
             if not message.queue:
                 raise ValueError(f"task message {message.name!r}: queue is required here")
-        return self.push([(message, message.queue) for message in messages])  # type: ignore[misc]
+        return self.push([(message, message.queue, None) for message in messages])  # type: ignore[misc]
 
-    def push(self, items: Iterable[tuple[TaskMessage, str]]) -> list[str]:
-        """Publish each message onto its list ``queue``; return the task ids, in order."""
+    def push(
+        self, items: Iterable[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]]
+    ) -> list[str]:
+        """Publish each message onto its list ``queue`` (with the task's defaults of an
+        ``as_apply_async`` message, see :func:`encode_envelope`); return the task ids, in
+        order."""
         ids: list[str] = []
         by_queue: dict[str, list[str]] = {}
         expiration = _Expirations()
         pipe = self.client.pipeline(transaction=False)
         pending = 0
-        for message, queue in items:
+        for message, queue, defaults in items:
             task_id = message.task_id or self.ids()
             ids.append(task_id)
             by_queue.setdefault(queue, []).append(
@@ -245,6 +315,7 @@ class RedisBatchPublisher:
                     origin=self.origin,
                     reply_to=self.reply_to,
                     expiration=expiration(message.expires),
+                    task_defaults=defaults,
                 )
             )
             pending += 1
@@ -286,14 +357,18 @@ class KombuBatchPublisher:
     def _task(self, message: TaskMessage) -> Any:
         return self.app.tasks.get(message.name)
 
-    def send(self, items: Sequence[tuple[TaskMessage, Mapping[str, Any]]]) -> list[str]:
-        """Publish each message with its resolved route; return the task ids, in order."""
+    def send(self, items: Sequence[tuple[TaskMessage, Mapping[str, Any] | None]]) -> list[str]:
+        """Publish each message with its resolved route (None: ``as_apply_async``, routed by
+        Celery); return the task ids, in order."""
         amqp = self.app.amqp
         reply_to = self.app.thread_oid
         ids = []
         now = datetime.now(UTC)
         with self.app.producer_or_acquire() as producer, producer.batch(max_size=self.max_size):
             for message, route in items:
+                if route is None:
+                    ids.append(self._apply_async(message, producer))
+                    continue
                 task_id = message.task_id or str(uuid.uuid4())
                 ids.append(task_id)
                 task = amqp.create_task_message(
@@ -305,10 +380,10 @@ class KombuBatchPublisher:
                     soft_time_limit=message.soft_time_limit,
                     expires=message.expires,
                     reply_to=reply_to,
-                    ignore_result=None,
+                    ignore_result=message.ignore_result,
                 )
                 options = dict(route)
-                if message.expires is not None:
+                if isinstance(message.expires, datetime):
                     options["expiration"] = max(0.0, (message.expires - now).total_seconds())
                 amqp.send_task_message(
                     producer,
@@ -319,6 +394,44 @@ class KombuBatchPublisher:
                     **options,
                 )
         return ids
+
+    def _apply_async(self, message: TaskMessage, producer: Any) -> str:
+        """Send as Celery's beat sends an entry: ``apply_async`` of the task this process
+        registers (its steps, without the argument check), else ``send_task`` by name; the
+        message's given fields are options."""
+        options = dict(message.options)
+        if message.queue and "queue" not in options:
+            options["queue"] = message.queue
+        for name in ("time_limit", "soft_time_limit", "expires", "task_id"):
+            value = getattr(message, name)
+            if value is not None:
+                options[name] = value
+        if message.headers:
+            options["headers"] = dict(message.headers)
+        options.setdefault("retry", False)  # the caller records a failed publish
+        args, kwargs = list(message.args), dict(message.kwargs)
+        task = self._task(message)
+        if task is None:
+            return self.app.send_task(message.name, args, kwargs, producer=producer, **options).id
+        if getattr(task, "_dump_pydantic_arguments", None) is not None:
+            # its arguments are converted by apply_async itself
+            return task.apply_async(args, kwargs, producer=producer, **options).id
+        # Task.apply_async's own steps, but for its refusals (arguments that do not fit the
+        # task, a soft limit over the hard one): such a window is sent and fails on the worker
+        # (recorded there), where raising here would fail every window of this batch.
+        options = dict(extract_exec_options(task), **options)
+        options.setdefault("ignore_result", task.ignore_result)
+        shadow = options.pop("shadow", None) or task.shadow_name(args, kwargs, options)
+        return self.app.send_task(
+            task.name,
+            args,
+            kwargs,
+            producer=producer,
+            result_cls=task.AsyncResult,
+            shadow=shadow,
+            task_type=task,
+            **options,
+        ).id
 
     def close(self) -> None:
         pass
@@ -336,7 +449,44 @@ def fast_path_supported(app: Celery) -> bool:
         and options.get("queue_order_strategy") != "priority"
         and app.conf.task_serializer == "json"
         and not app.conf.task_compression
+        and app.conf.task_protocol == 2
+        and app.conf.task_repr_maxlevels == _REPR_MAXLEVELS
     )
+
+
+#: What the fast path knows of a task's own execution options: (time_limit, soft_time_limit,
+#: ignore_result); None when its envelope cannot reproduce them (a priority, a routing option,
+#: another serializer, a custom shadow name, pydantic arguments, ...).
+_TaskDefaults = tuple[Any, Any, Any] | None
+
+
+def _task_defaults(app: Celery, name: str) -> _TaskDefaults:
+    """What ``apply_async`` of task ``name`` adds to a send, if the fast path can write it."""
+    task = app.tasks.get(name)
+    if task is None:
+        return (None, None, None)  # send_task of a name this process does not register
+    options = extract_exec_options(task)
+    time_limit, soft_time_limit = options.pop("time_limit"), options.pop("soft_time_limit")
+    others = {k: v for k, v in options.items() if v is not None}
+    if others.get("serializer") == app.conf.task_serializer:
+        del others["serializer"]
+    if (
+        others
+        or type(task).shadow_name is not Task.shadow_name
+        or task.__v2_compat__
+        or getattr(task, "_dump_pydantic_arguments", None) is not None
+        or task.ignore_result not in (None, True, False)
+        or (soft_time_limit and time_limit and soft_time_limit > time_limit)  # apply_async raises
+    ):
+        return None
+    return (time_limit, soft_time_limit, task.ignore_result)
+
+
+def _publish_signals_connected() -> bool:
+    """Whether anything listens to Celery's publish signals (they may change the message, e.g.
+    a tracing header): then a message sent as ``apply_async`` takes Celery's path, which sends
+    them."""
+    return bool(signals.before_task_publish.receivers or signals.after_task_publish.receivers)
 
 
 class BatchPublisher:
@@ -349,6 +499,7 @@ class BatchPublisher:
         self.kombu = KombuBatchPublisher(app)
         # (task name, queue) -> (list key for the fast path or None, the route)
         self._routes: dict[tuple[str, str | None], tuple[str | None, Mapping[str, Any]]] = {}
+        self._defaults: dict[str, _TaskDefaults] = {}
 
     @property
     def client(self) -> redis.Redis:
@@ -386,12 +537,42 @@ class BatchPublisher:
         rest."""
         for name in names:
             self.destination(name, None)
+            self.defaults(name)
+
+    def defaults(self, name: str) -> _TaskDefaults:
+        """:func:`_task_defaults` of ``name``, resolved once."""
+        try:
+            return self._defaults[name]
+        except KeyError:
+            found = self._defaults[name] = _task_defaults(self.app, name)
+            return found
+
+    def _as_apply_async(
+        self, message: TaskMessage
+    ) -> tuple[TaskMessage, str, tuple[Any, Any, Any]] | None:
+        """An ``as_apply_async`` message, its list key and its task's defaults, when the fast
+        path writes exactly what ``apply_async`` would; else None."""
+        if message.options or not isinstance(message.expires, datetime | None):
+            return None
+        key = self.destination(message.name, message.queue)[0]
+        defaults = self.defaults(message.name)
+        if key is None or defaults is None or _publish_signals_connected():
+            return None
+        return message, key, defaults
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
-        fast: list[tuple[TaskMessage, str]] = []
-        slow: list[tuple[TaskMessage, Mapping[str, Any]]] = []
+        fast: list[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]] = []
+        slow: list[tuple[TaskMessage, Mapping[str, Any] | None]] = []
         order: list[bool] = []  # per message: fast path?
         for message in messages:
+            if message.as_apply_async:
+                found = self._as_apply_async(message) if self.fast is not None else None
+                order.append(found is not None)
+                if found is None:
+                    slow.append((message, None))
+                else:
+                    fast.append(found)
+                continue
             if message.options:
                 slow.append((message, self._route_with_options(message)))
                 order.append(False)
@@ -399,7 +580,7 @@ class BatchPublisher:
             key, route = self.destination(message.name, message.queue)
             order.append(key is not None)
             if key is not None:
-                fast.append((message, key))
+                fast.append((message, key, None))
             else:
                 slow.append((message, route))
         fast_ids = iter(self.fast.push(fast) if fast and self.fast else [])

@@ -6,8 +6,9 @@
 - scheduling_core is pure: no checkbeat module, no celery, kombu, redis or httpx.
 - foundation (``celery_app.settings``, ``clock``, ``errors``, ``names``) knows no Redis or Celery
   state; ``celery_app.redis`` (client, TLS, schema, scripts) knows no cron task or check.
-- app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``) builds and serves
-  the Celery app; ``cron_tasks`` and ``checks`` are siblings that never import each other.
+- app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``, ``shadowing``)
+  builds and serves the Celery app; ``cron_tasks`` and ``checks`` are siblings that never
+  import each other.
 - ``celery_app.metrics`` (the Prometheus series, their server) sits beside app: it knows settings
   and the schema only, so ``cron_tasks`` and ``checks`` may record into it.
 - the edges (``beat``, ``workers``, ``celery_app.cli``, ``celery_app.local`` and the package's
@@ -27,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduling_core", "celery_app", "beat", "workers")
 FOUNDATION = {"settings", "clock", "errors", "names", "cluster_url"}
-APP = {"factory", "publish", "registry", "worker_options"}
+APP = {"factory", "publish", "registry", "worker_options", "shadowing"}
 RANK = {
     "core": 0,
     "foundation": 1,

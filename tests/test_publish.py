@@ -92,7 +92,9 @@ def test_a_check_message_is_the_one_send_task_publishes(celery_app, broker, path
 
 
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])
-def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(celery_app, broker, path):
+def test_a_cron_message_is_the_one_apply_async_publishes_on_the_tasks_route(
+    celery_app, broker, path
+):
     cron("* * * * *", app=celery_app, id="reports", name="pub.reports", queue=CRON_QUEUE)(_noop)
     cron("* * * * *", app=celery_app, id="tenanted", name="pub.tenanted", per_tenant=True)(_noop)
     tasks = cron_tasks(celery_app)
@@ -112,8 +114,8 @@ def test_a_cron_message_is_the_one_send_task_publishes_on_the_tasks_route(celery
         assert ours["headers"][CronHeader.MANUAL] is True
         message = cron_message(req, grace, manual=True)
         assert message.expires == window_deadline(window, grace)
-        celery_app.send_task(
-            req.task.name,
+        # sent as apply_async sends it (as Celery's beat does): the task's ignore_result too
+        celery_app.tasks[req.task.name].apply_async(
             kwargs=message.kwargs,
             expires=message.expires,
             time_limit=req.task.hard_time_limit,

@@ -2,8 +2,9 @@
 
 Every subcommand of ``schedule``, ``checks`` and ``tenants`` is a :class:`CheckbeatCommand` (their
 groups' ``command_class``), so each reports the same way that it cannot run at all: an
-unreachable Redis or broker, or an invalid configuration, is one line on stderr naming the URL
-(password masked) or the variable, and exit code 2. Exit code 1 keeps its meaning per command: it
+unreachable Redis or broker, an invalid configuration, or a project module named like one of
+checkbeat's packages, is one line on stderr naming the URL (password masked), the variable or
+both modules, and exit code 2. Exit code 1 keeps its meaning per command: it
 ran, and refused a request or reports a problem (every ``diagnose`` exits 1 when it reports
 anything).
 """
@@ -23,6 +24,7 @@ from kombu.exceptions import OperationalError
 
 from celery_app.factory import settings_of
 from celery_app.settings import Settings, SettingsError, redact_url
+from celery_app.shadowing import app_clashes
 
 #: Exit code of a command that could not run: Redis or the broker unreachable, bad settings.
 EXIT_CANNOT_RUN = 2
@@ -111,10 +113,20 @@ def reported_as_cannot_run(settings: Callable[[], Settings]) -> Iterator[None]:
         raise CannotRun(broker_unreachable(exc, settings())) from None
 
 
+def refuse_name_clashes(app: Celery) -> None:
+    """A project module named like a checkbeat package (``beat.py``, ``workers/``,
+    ``celery_app.py``) cannot run: one line per clash, naming both, and exit 2. The packages
+    checked are those the project's beat and workers import (:func:`shadowing.needed_by`)."""
+    found = app_clashes(app, runs_beat=True)
+    if found:
+        raise CannotRun("\nError: ".join(str(clash) for clash in found))
+
+
 class CheckbeatCommand(CeleryCommand):
     """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        refuse_name_clashes(ctx.obj.app)
         with reported_as_cannot_run(lambda: settings_of(ctx.obj.app)):
             return super().invoke(ctx)
 

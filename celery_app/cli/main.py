@@ -48,11 +48,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; a bad CHECKBEAT_* variable is a message and exit code 2, no traceback."""
+    """Run one command; a bad CHECKBEAT_* variable, or a module on sys.path named like a
+    checkbeat package the command needs (``up`` starts beat and workers), is a message and exit
+    code 2, no traceback."""
     from celery_app.settings import SettingsError
+    from celery_app.shadowing import PACKAGES, clashes
 
+    args = _parser().parse_args(argv)
+    if args.command == "up":  # its children are `python -m celery` from this directory
+        found = clashes(PACKAGES, cwd_first=True)
+    else:
+        found = clashes(("celery_app", "scheduling_core"))
+    if found:
+        for clash in found:
+            print(f"checkbeat: {clash}", file=sys.stderr)
+        return 2
     try:
-        return _run(_parser().parse_args(argv))
+        return _run(args)
     except SettingsError as exc:
         print(f"checkbeat: {exc}", file=sys.stderr)
         return 2

@@ -1,17 +1,25 @@
 """Cron messages: what a fired (task, tenant, window) is sent as, through the one publisher.
 
-Every message carries the window's deadline as ``expires`` (a message stuck in a dead broker must
-not run hours late), the task's timeout as soft and hard time limits, and ``cron_*`` headers the
-worker's signal handlers (:mod:`celery_app.cron_tasks.recording`) use to record the run. A
-task's declared ``queue`` is set on the message itself, so it holds in any app, also one that
-only set ``beat_scheduler`` and never installed checkbeat's router; otherwise the app's router
-decides. The envelope and the batching are :mod:`celery_app.publish`'s.
+Every window is sent as Celery's beat sends an entry (``Scheduler.apply_async``:
+``task.apply_async(args, kwargs, **options)``, ``app.send_task`` for a task the sending process
+does not register), so the task's own time limits, ``ignore_result``, priority and routing, set on
+the task, by ``task_annotations`` or by ``task_time_limit`` and the other ``task_*`` settings,
+apply as under Celery's beat, with Celery's ``celery_beat_task`` header. A ``beat_schedule``
+entry adds exactly its own options. An ``@cron`` task or a runtime schedule adds what it declares:
+its timeout as soft and hard time limits, its window's deadline as ``expires`` (a message stuck
+in a dead broker must not run hours late), its declared ``queue`` (set on the message itself, so
+it holds in any app, also one that only set ``beat_scheduler`` and never installed checkbeat's
+router). Three ``cron_*`` headers let the worker's signal handlers
+(:mod:`celery_app.cron_tasks.recording`) record the run; a run-now (``schedule run``) is not
+beat's send: it carries ``cron_manual`` instead of ``celery_beat_task``.
+``tests/test_beat_messages.py`` holds every kind against Celery's beat, header by header. The
+envelope and the batching are :mod:`celery_app.publish`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -24,6 +32,8 @@ from celery_app.redis.schema import CronSource
 
 #: The keyword argument a per-tenant task is called with.
 TENANT_KWARG = "tenant"
+#: The header Celery's beat puts on every message it sends (``Scheduler.apply_async``).
+BEAT_HEADER = "celery_beat_task"
 
 
 class CronHeader(StrEnum):
@@ -32,7 +42,7 @@ class CronHeader(StrEnum):
     TASK = "cron_task"  # the cron task id
     TENANT = "cron_tenant"  # GLOBAL_TENANT for global tasks
     WINDOW = "cron_window"  # window id
-    MANUAL = "cron_manual"  # True for a run-now
+    MANUAL = "cron_manual"  # True on a run-now only (absent: a scheduled window)
 
 
 def cron_message(
@@ -42,64 +52,59 @@ def cron_message(
     manual: bool = False,
     deadline: datetime | None = None,
 ) -> TaskMessage:
-    """The task message of one fired request (its declared queue, else the app's router).
+    """The task message of one fired request, sent as ``apply_async`` sends it.
 
     A beat_schedule entry is sent as Celery's beat sends it: its args and kwargs (lazy values
-    called now), its options (``queue``, ``routing_key``, ``exchange``, ``priority``,
-    ``headers``, ``expires``, ...), no time limits and no window deadline of ours (the task's
-    own limits apply; it expires only if its options say so); the ``cron_*`` headers are added
-    so the worker records the run. ``deadline`` is :func:`task_deadline`, when the caller has
-    it (a window of thousands of messages computes it once).
+    called now) and its options (``queue``, ``routing_key``, ``exchange``, ``priority``,
+    ``headers``, ``expires``, ``time_limit``, ...), nothing of ours but the ``cron_*`` headers.
+    An ``@cron`` or runtime task adds its timeout, its window deadline and its declared queue.
+    ``deadline`` is :func:`task_deadline`, when the caller has it (a window of thousands of
+    messages computes it once).
     """
     task = req.task
     headers: dict[str, Any] = {
         CronHeader.TASK: task.id,
         CronHeader.TENANT: req.tenant,
         CronHeader.WINDOW: req.window_id,
-        CronHeader.MANUAL: manual,
     }
-    expires = deadline or task_deadline(task, req.window, grace)
-    if task.plain_message:
-        kwargs = dict(task.kwargs) if task.kwargs else {}
+    if manual:
+        headers[CronHeader.MANUAL] = True
+    if task.source == CronSource.BEAT_SCHEDULE:
+        args, kwargs = task.call_arguments()
         if task.per_tenant:
             kwargs[TENANT_KWARG] = req.tenant
+        options = dict(task.options)
+        own_headers = options.pop("headers", None) or {}
+        beat = {} if manual else {BEAT_HEADER: True}
         return TaskMessage(
             name=task.name,
-            queue=task.queue,
+            args=args,  # a list, as beat sends it
             kwargs=kwargs,
-            time_limit=task.hard_time_limit,
-            soft_time_limit=task.soft_time_limit,
-            expires=expires,
-            headers=headers,
+            headers={**own_headers, **beat, **headers},
+            options=options,
+            as_apply_async=True,
         )
-    args, kwargs = task.call_arguments()
+    if not manual:
+        headers = {BEAT_HEADER: True, **headers}
+    if task.plain_message:
+        kwargs = dict(task.kwargs) if task.kwargs else {}
+        args: Any = ()
+    else:
+        args, kwargs = task.call_arguments()
     if task.per_tenant:
         kwargs[TENANT_KWARG] = req.tenant
-    options = dict(task.options)
-    queue = options.pop("queue", None) or task.queue
-    own_headers = options.pop("headers", None) or {}
-    beat = task.source == CronSource.BEAT_SCHEDULE
-    given = options.pop("expires", None)
-    if given is not None:
-        expires = given if isinstance(given, datetime) else _seconds_from_now(given)
-    elif beat:
-        expires = None  # beat sends none: a late message runs late, as under Celery's beat
     return TaskMessage(
         name=task.name,
-        queue=queue if isinstance(queue, str) else None,
-        args=args,  # a list, as beat sends it
+        queue=task.queue,
+        args=args,
         kwargs=kwargs,
-        time_limit=None if beat else task.hard_time_limit,
-        soft_time_limit=None if beat else task.soft_time_limit,
-        expires=expires,
-        headers={**own_headers, **headers},
-        options=options if isinstance(queue, str) or queue is None else {**options, "queue": queue},
+        time_limit=task.hard_time_limit,
+        soft_time_limit=task.soft_time_limit,
+        expires=deadline or task_deadline(task, req.window, grace),
+        headers=headers,
+        options=task.options,
+        as_apply_async=True,
     )
-
-
-def _seconds_from_now(seconds: float) -> datetime:
-    """``expires=<seconds>`` as ``apply_async`` reads it: from the send."""
-    return datetime.now(UTC) + timedelta(seconds=float(seconds))
 
 
 class CronPublisher:
