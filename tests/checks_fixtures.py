@@ -76,7 +76,7 @@ def broker(broker_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def checks_cli(dispatcher_app, store):
     """``celery -A <app> checks <args>`` in-process (click's runner): returns its output, and
-    asserts it exited 0 (``ok=True``) or not (``ok=False``)."""
+    asserts it exited 0 (``ok=True``) or not (``ok=False``); ``.exit_code`` is the last one's."""
     from celery.bin.base import CLIContext
     from click.testing import CliRunner
 
@@ -88,6 +88,7 @@ def checks_cli(dispatcher_app, store):
     def invoke(*args: str, ok: bool = True) -> str:
         result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
         assert (result.exit_code == 0) is ok, result.output
+        invoke.exit_code = result.exit_code  # type: ignore[attr-defined]
         return result.output
 
     invoke.obj = obj  # type: ignore[attr-defined]  # for a test that needs stdout alone

@@ -3,9 +3,11 @@
 Every subcommand of ``schedule``, ``checks`` and ``tenants`` is a :class:`CheckbeatCommand` (their
 groups' ``command_class``), so each reports the same way that it cannot run at all: an
 unreachable Redis or broker, or an invalid configuration, is one line on stderr naming the URL
-(password masked) or the variable, and exit code 2. Exit code 1 keeps its meaning per command: it
-ran, and refused a request or reports a problem (every ``diagnose`` exits 1 when it reports
-anything).
+(password masked) or the variable, and exit code 2. Bad input (a field out of its bounds, a
+checks file refused) is one line naming the field and what is allowed, exit code 2 as well, as
+click's own usage errors: :class:`BadInput`. Exit code 1 keeps its meaning per command: it ran,
+and refused a request (a uid taken or unknown) or reports a problem (every ``diagnose`` exits 1
+when it reports anything).
 """
 
 from __future__ import annotations
@@ -30,10 +32,21 @@ EXIT_CANNOT_RUN = 2
 EXIT_PROBLEM = 1
 
 
+#: Exit code of a command given bad input (as click's usage errors): nothing was written.
+EXIT_BAD_INPUT = 2
+
+
 class CannotRun(click.ClickException):
     """The command could not do its job at all; click prints ``Error: <message>``."""
 
     exit_code = EXIT_CANNOT_RUN
+
+
+class BadInput(click.ClickException):
+    """An option, argument or file was refused (``<field>: <what is wrong> (<allowed>)``);
+    nothing was written."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def load_app(ctx: click.Context) -> Celery:
@@ -111,8 +124,20 @@ def reported_as_cannot_run(settings: Callable[[], Settings]) -> Iterator[None]:
         raise CannotRun(broker_unreachable(exc, settings())) from None
 
 
+#: The most entries a listing option (``--results``, ``--count``) may ask for.
+MAX_LISTED = 10_000
+
+
 class CheckbeatCommand(CeleryCommand):
-    """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2."""
+    """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2, and whose
+    options, when click refuses one (a number out of its range, a missing option), are one
+    line naming it, exit code 2 (click's own report adds the usage and a help hint)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise BadInput(exc.format_message()) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         with reported_as_cannot_run(lambda: settings_of(ctx.obj.app)):

@@ -6,6 +6,7 @@ definitions, run messages a worker receives, and agent-reported start times.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -105,6 +106,47 @@ BAD_DEFINITIONS = [
     ("tenant", {"tenant": "a b"}, "not allowed"),
     ("enabled", {"enabled": "yes"}, "true or false"),
     ("colour", {"colour": "red"}, "unknown field"),
+    # bounds of the http kind's config, and of any config (docs/security.md, "Limits")
+    ("config.headers", {"config": {"headers": {"Authorization": "Bearer t\n"}}}, "line break"),
+    ("config.headers", {"config": {"headers": {"X-A": "a\x00b"}}}, "contains NUL"),
+    ("config.headers", {"config": {"headers": {"Bad Name:": "x"}}}, "not an HTTP field name"),
+    ("config.headers", {"config": {"headers": {"X-A": "1", "x-a": "2"}}}, "appears twice"),
+    (
+        "config.headers",
+        {"config": {"headers": {f"H{i}": "v" for i in range(20_000)}}},
+        "has 20,000 headers; at most 100 are allowed",
+    ),
+    (
+        "config.headers",
+        {"config": {"headers": {"X-Api-Key": "k" * 5_000_000}}},
+        "value of 'X-Api-Key' is 5,000,000 characters; at most 8,192 are allowed",
+    ),
+    (
+        "config.body_contains",
+        {"config": {"body_contains": "b" * 5_000_000}},
+        "is 5,000,000 characters long; at most 8,192 are allowed",
+    ),
+    (
+        "config",
+        {"config": {"headers": {f"X-{i}": "v" * 8000 for i in range(9)}}},
+        "bytes as JSON; at most 65,536 are allowed",
+    ),
+    ("config", {"config": "[" * 5000 + "]" * 5000}, "is nested more than 32 levels deep"),
+    (
+        "config.json_expected[0][0][0][0][0]...",
+        {"config": {"json_path": "a", "json_expected": json.loads("[" * 40 + "]" * 40)}},
+        "is nested more than 32 levels deep",
+    ),
+    (
+        "config",
+        {"config": '{"max_latency_ms": ' + "9" * 5000 + "}"},
+        "is an integer of 5,000 digits; at most 40",
+    ),
+    (
+        "config.max_latency_ms",
+        {"config": {"max_latency_ms": 10**5000}},
+        "is an integer of 5,001 digits",
+    ),
 ]
 
 
