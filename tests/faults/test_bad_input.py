@@ -19,6 +19,7 @@ from support.polling import wait_for
 from celery_app.checks.jobs import finish_run, from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
+from celery_app.checks.transitions import TRANSITION_TASK
 from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 from celery_app.errors import CheckFieldError
 from celery_app.redis.schema import Keys, job_id
@@ -232,6 +233,46 @@ def test_bad_run_messages_are_rejected_and_logged_and_the_worker_keeps_going(
         runs=len(BAD_MESSAGES) + 1,
         rejected=logged.text.count(rejected),
     )
+
+
+#: deliver_transition messages nobody but a forger sends (publish.py sends one keyword, a string).
+FORGED_TRANSITIONS = [
+    ("id a list", (), {"transition_id": ["a#1"]}),
+    ("id an object", (), {"transition_id": {"a": 1}}),
+    ("id null", (), {"transition_id": None}),
+    ("id a number", (), {"transition_id": 17}),
+    ("id 100,000 characters", (), {"transition_id": "a#" + "1" * 100_000}),
+    ("no id", (), {}),
+    ("an extra argument", (), {"transition_id": "a#1", "more": 1}),
+]
+
+
+@pytest.mark.timeout(60)
+def test_forged_transition_messages_are_one_log_line_each_and_dropped(make_app, r, run_worker):
+    logged = LogLines("workers.transitions")
+    traced = LogLines("celery.app.trace")  # where Celery logs a task's exception
+    app = make_app()
+    queue = app.conf.checkbeat_settings.transition_queue
+    run_worker(app, [queue], concurrency=1)
+    before = snapshot(r)
+    for _name, args, kwargs in FORGED_TRANSITIONS:
+        app.send_task(TRANSITION_TASK, args=args, kwargs=kwargs, queue=queue)
+    rejected = "rejected deliver_transition"
+    wait_for(
+        lambda: logged.text.count(rejected) >= len(FORGED_TRANSITIONS),
+        20,
+        what="every forged message to be rejected",
+    )
+    # a well-formed id that is in no outbox is dropped as before, after the forged ones
+    app.send_task(TRANSITION_TASK, kwargs={"transition_id": "nope#1"}, queue=queue)
+    wait_for(lambda: "nope#1 not delivered again" in logged.text, 20, what="the unknown id")
+    assert logged.text.count(rejected) == len(FORGED_TRANSITIONS)  # one line each, no retry
+    assert "transition_id must be a string, got list" in logged.text
+    assert "of at most 221 characters" in logged.text and "1" * 300 not in logged.text
+    assert "raised unexpected" not in traced.text and "DataError" not in traced.text
+    assert snapshot(r) == before
+    for name in ("workers.transitions", "celery.app.trace"):
+        logging.getLogger(name).removeHandler(logged if name == "workers.transitions" else traced)
 
 
 # --- agent-reported start times: floored, never steer order or lane ---------------------------
