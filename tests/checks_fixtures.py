@@ -85,8 +85,8 @@ def checks_cli(dispatcher_app, store):
     runner = CliRunner()
     obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
 
-    def invoke(*args: str, ok: bool = True) -> str:
-        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
+    def invoke(*args: str, ok: bool = True, input: str | None = None) -> str:
+        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False, input=input)
         assert (result.exit_code == 0) is ok, result.output
         invoke.exit_code = result.exit_code  # type: ignore[attr-defined]
         return result.output

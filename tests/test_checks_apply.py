@@ -556,3 +556,14 @@ def test_a_header_value_from_a_block_scalar_is_refused_naming_the_header(cli, r,
     )
     assert "s3cret" not in line
     assert r.dbsize() == 0
+
+
+def test_a_file_on_stdin_is_read_and_judged_the_same(cli, r, store):
+    assert "1 created" in cli("apply", "-f", "-", input=WEB1)
+    assert store.get("web1").definition.config["headers"] == {"Authorization": "Bearer s3cret"}
+    out = cli("apply", "-f", "-", input=WEB1 + "    uid: web2\n", ok=False)
+    assert cli.exit_code == 2
+    assert out == (
+        "Error: <stdin>:10: the key 'uid' appears twice in one mapping (lines 3 and 10); "
+        "a key may appear once (nothing written)\n"
+    )

@@ -32,7 +32,12 @@ def _read(path: str) -> tuple[str, str]:
     source = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+            stdin = getattr(sys.stdin, "buffer", None)  # a text-only stdin (embedding): encode
+            data = (
+                stdin.read(MAX_FILE_BYTES + 1)
+                if stdin is not None
+                else sys.stdin.read(MAX_FILE_BYTES + 1).encode()
+            )
         else:
             with open(path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
