@@ -255,6 +255,8 @@ BAD_INPUTS = [
     ("checks transitions --tenant acme --count -1", [], "Invalid value for '--count': -1"),
     ("checks show web9 --results -5", [], "Invalid value for '--results': -5"),
     ("checks add web9 --tenant acme", [], "Missing option '--kind'"),
+    ("checks transitions", [], "give a check UID or --tenant"),
+    ("checks update web9", [], "nothing to change: pass at least one option"),
     ("checks export -f /nonexistent/dir/x.yaml", [], "/nonexistent/dir/x.yaml: cannot write: "),
     ("checks apply -f /nonexistent/x.yaml", [], "/nonexistent/x.yaml: cannot read: "),
 ]

@@ -141,7 +141,10 @@ class CheckbeatCommand(CeleryCommand):
 
     def invoke(self, ctx: click.Context) -> Any:
         with reported_as_cannot_run(lambda: settings_of(ctx.obj.app)):
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except click.UsageError as exc:  # options that do not go together
+                raise BadInput(exc.format_message()) from None
 
 
 class CheckbeatGroup(click.Group):
