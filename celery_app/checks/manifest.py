@@ -43,6 +43,7 @@ from celery_app.input_limits import (
     int_problem,
     loads_json,
     path_text,
+    too_deep,
 )
 from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.schema import maintenance_scope
@@ -92,8 +93,8 @@ def too_large() -> str:
 
 
 class _Refused(yaml.MarkedYAMLError):
-    """Something a checks file may not hold (a key twice, an alias, a huge integer); not a
-    syntax error, so it is shown without "not valid YAML"."""
+    """Something a checks file may not hold (a key twice, a huge integer); not a syntax
+    error, so it is shown without "not valid YAML"."""
 
 
 class _StrictLoader(_BASE_LOADER):  # type: ignore[misc,valid-type]
@@ -251,10 +252,15 @@ def _parse(text: str) -> Any:
             duplicate = exc
         except ValueError:
             duplicate = None
-        data = yaml.load(text, Loader=_LOADER)
-        if duplicate is not None:  # the YAML reader found nothing: say what json found
-            raise _FileProblem((), duplicate.problem, None)
-        return data
+        if duplicate is None:
+            return yaml.load(text, Loader=_LOADER)
+        try:  # for the lines of both keys
+            yaml.load(text, Loader=_LOADER)
+        except _Refused:
+            raise
+        except yaml.YAMLError:
+            pass
+        raise _FileProblem((), duplicate.problem, None)  # what json found, without lines
     return yaml.load(text, Loader=_LOADER)
 
 
@@ -275,6 +281,8 @@ def _load(text: str, settings: Settings, registry: Registry, source: str) -> Man
         check_value(data, "", max_values=len(text) + MIN_VALUES)
     except _FileProblem as exc:
         raise ManifestError(source, [exc.problem]) from None
+    except RecursionError:  # the pure-Python YAML composer (no libyaml) on a deep document
+        raise ManifestError(source, [Problem((), too_deep())]) from None
     except InputLimitError as exc:  # nesting or a number past its bound, somewhere in the file
         root = yaml.compose(text, Loader=_BASE_LOADER)
         problem = Problem(exc.path, exc.problem, _line_of(root, exc.path))

@@ -108,8 +108,9 @@ def _header_problem(name: str, value: str) -> str | None:
 class HttpConfig(BaseModel):
     """An ``http`` check's config (the URL is the check's target): what counts as up."""
 
-    # hide_input_in_errors: a run that validates a config stored before a bound existed says why
-    # it is refused, and its error must not quote the config (its headers hold credentials).
+    # hide_input_in_errors: a run that validates a stored config past a bound (an older version's
+    # or a hand edit's) says why it is refused, and must not quote the config (its headers hold
+    # credentials).
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     method: Method = "GET"
