@@ -24,8 +24,15 @@ from celery_app.checks.metrics_exporter import CheckExporter
 from celery_app.checks.metrics_state import CheckStateCollector
 from celery_app.checks.quarantine import quarantine
 from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.local import lateness
 from celery_app.metrics import endpoints, record
-from celery_app.metrics.server import MetricsServer, PageError, health_page, metrics_page
+from celery_app.metrics.server import (
+    Credentials,
+    MetricsServer,
+    PageError,
+    health_page,
+    metrics_page,
+)
 from celery_app.redis.schema import (
     CronSkipReason,
     QuarantineStep,
@@ -425,6 +432,11 @@ def test_beat_and_worker_pages_need_credentials_when_they_are_set(tmp_path, r):
                     status, _headers, body = scrape(url, right)
                     assert status == 200, (name, path, right, body[:200])
             assert "checkbeat_" in scrape(f"http://127.0.0.1:{port}/metrics", basic)[2]
+        # checkbeat status / up read the workers' lateness histograms with the same credentials
+        worker_metrics = [f"http://127.0.0.1:{ports['worker']}/metrics"]
+        sent = Credentials.of(load_settings(**{"metrics_bearer_token": BEARER}))
+        assert lateness.scrape(worker_metrics) == {}  # refused: nothing read
+        assert lateness.scrape(worker_metrics, authorization=sent.authorization()) != {}
     finally:
         procs.stop()
     for name in ports:

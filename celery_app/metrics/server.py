@@ -80,6 +80,12 @@ class Credentials:
             return hmac.compare_digest(given, self.basic.encode())
         return False
 
+    def authorization(self) -> str:
+        """What a client of these pages sends (``checkbeat status`` scraping the workers)."""
+        if self.bearer is not None:
+            return f"Bearer {self.bearer}"
+        return "Basic " + base64.b64encode((self.basic or "").encode()).decode("ascii")
+
     def challenge(self) -> str:
         return 'Basic realm="checkbeat"' if self.basic is not None else 'Bearer realm="checkbeat"'
 
