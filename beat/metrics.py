@@ -26,6 +26,7 @@ from celery_app.factory import settings_of
 from celery_app.metrics import record
 from celery_app.metrics.server import (
     Collected,
+    Credentials,
     MetricsServer,
     PageError,
     Reply,
@@ -113,7 +114,13 @@ class BeatObserver:
         name = f"beat@{socket.gethostname()}:{os.getpid()}"
         self.server = start_or_log(
             MetricsServer(
-                settings.metrics_addr, pages, name=name, role="beat", client=client, keys=keys
+                settings.metrics_addr,
+                pages,
+                name=name,
+                role="beat",
+                client=client,
+                keys=keys,
+                credentials=Credentials.of(settings),
             )
         )
 

@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import (
     Field,
+    SecretStr,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -173,6 +174,10 @@ _DURATION_FORMS = "seconds such as 10 or 1.5, or ISO 8601 such as PT10S"
 _ISO_DURATION = TypeAdapter(timedelta)
 
 _KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,99}")
+#: Settings whose values are secrets: an error names them, never shows them.
+SECRET_FIELDS = ("metrics_basic_auth", "metrics_bearer_token")
+#: "This network" (RFC 791): a connect to 0.0.0.0 reaches the local host.
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
 _REGION = re.compile(r"(?=.*[A-Za-z0-9])[A-Za-z0-9_\-]{1,64}")
 
 
@@ -597,7 +602,10 @@ class Settings(BaseSettings):
     )
     allowed_target_addresses: CommaList = Field(
         default_factory=list,
-        description="Single IP addresses probes may reach although they are not public.",
+        description=(
+            "Single IP addresses probes may reach although they are not public; unspecified "
+            "addresses (0.0.0.0/8, ::) are refused."
+        ),
     )
     probe_tls_ca_file: str | None = Field(
         None,
@@ -610,6 +618,22 @@ class Settings(BaseSettings):
         description=(
             "Where beat and each worker serve `/metrics` and `/healthz`, as `host:port` (port 0: "
             "any free port); empty turns them off. `checkbeat up` and compose.yaml set it."
+        ),
+    )
+    metrics_basic_auth: SecretStr | None = Field(
+        None,
+        description=(
+            "`user:password` every page of the metrics servers (`/metrics`, "
+            "`/metrics/checks`, `/healthz`) requires as HTTP basic auth; unset: no basic auth. "
+            "Never logged."
+        ),
+    )
+    metrics_bearer_token: SecretStr | None = Field(
+        None,
+        description=(
+            "A token every page of the metrics servers accepts as `Authorization: Bearer "
+            "<token>` (Prometheus's `authorization`); unset: none. With neither this nor "
+            "CHECKBEAT_METRICS_BASIC_AUTH the pages are open. Never logged."
         ),
     )
     metrics_checks_page_size: int = Field(
@@ -646,11 +670,33 @@ class Settings(BaseSettings):
     def _addresses(cls, value: list[str]) -> list[str]:
         for text in value:
             try:
-                ipaddress.ip_address(text)
+                address = ipaddress.ip_address(text)
             except ValueError:
                 raise ValueError(
                     f"{text!r} is not an IP address; list single addresses such as 10.0.0.7"
                 ) from None
+            mapped = getattr(address, "ipv4_mapped", None) or address
+            if mapped.is_unspecified or mapped in _THIS_NETWORK:
+                raise ValueError(
+                    f"{text!r} is an unspecified address (0.0.0.0/8, ::): a connection to it "
+                    "reaches this host; list the address of the target itself"
+                )
+        return value
+
+    @field_validator("metrics_basic_auth", "metrics_bearer_token")
+    @classmethod
+    def _credential(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value()
+        if not text:  # an empty variable (compose's ${X:-}) is unset
+            return None
+        if any(not 0x20 < ord(c) < 0x7F for c in text):
+            raise ValueError("must be visible ASCII, no spaces or line breaks")
+        if info.field_name == "metrics_basic_auth" and not text.partition(":")[0]:
+            raise ValueError("must be user:password")
+        if info.field_name == "metrics_basic_auth" and ":" not in text:
+            raise ValueError("must be user:password")
         return value
 
     @field_validator("metrics_addr")
@@ -862,6 +908,8 @@ def load_settings(conf: ConfValues | None = None, /, **overrides: Any) -> Settin
             given = error.get("input")
             if field in ("redis_url", "broker_url") and isinstance(given, str):
                 given = redact_url(given)
+            if field in SECRET_FIELDS:
+                given = "***"
             if field:
                 lines.append(f"{names.get(field, env_name(field))}={_shown(given)}: {message}")
             else:

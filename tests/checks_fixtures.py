@@ -78,7 +78,7 @@ def broker(broker_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def cli(dispatcher_app, store):
     """``celery -A <app> checks <args>`` in-process (click's runner): returns its output, and
-    asserts it exited 0 (``ok=True``) or not (``ok=False``)."""
+    asserts it exited 0 (``ok=True``) or not (``ok=False``); ``.exit_code`` is the last one's."""
     from celery.bin.base import CLIContext
     from click.testing import CliRunner
 
@@ -87,9 +87,10 @@ def cli(dispatcher_app, store):
     runner = CliRunner()
     obj = CLIContext(app=dispatcher_app, no_color=True, workdir=None, quiet=False)
 
-    def invoke(*args: str, ok: bool = True) -> str:
-        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False)
+    def invoke(*args: str, ok: bool = True, input: str | None = None) -> str:
+        result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False, input=input)
         assert (result.exit_code == 0) is ok, result.output
+        invoke.exit_code = result.exit_code  # type: ignore[attr-defined]
         return result.output
 
     invoke.obj = obj  # type: ignore[attr-defined]  # for a test that needs stdout alone

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from celery_app.checks.maintenance import MaintenanceStore, validate_window
-from celery_app.checks.manifest import ManifestError, load_manifest
+from celery_app.checks.manifest import MAX_FILE_BYTES, ManifestError, load_manifest
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
 
 
@@ -393,3 +394,180 @@ def test_a_json_file_is_a_checks_file_too(cli, store, tmp_path):
     document["checks"][1]["period"] = 60
     path.write_text(json.dumps(document))
     assert "applied: 2 created" in cli("apply", "-f", str(path))
+
+
+# --- what a file may not hold: refused before any work, one line, exit 2 --------------------------
+
+
+def refused(cli, path) -> str:
+    """``apply -f path`` refused: exit 2, one ``Error:`` line, no traceback; that line."""
+    out = cli("apply", "-f", str(path), ok=False)
+    assert cli.exit_code == 2, out
+    assert "Traceback" not in out
+    (line,) = out.splitlines()
+    assert line.startswith("Error: ") and line.endswith("(nothing written)"), line
+    return line
+
+
+WEB1 = """\
+version: 1
+checks:
+  - uid: web1
+    tenant: acme
+    kind: http
+    target: https://svc-1.example.com/health
+    period: 60
+    config:
+      headers: {Authorization: Bearer s3cret}
+"""
+
+
+def test_a_key_twice_in_a_mapping_is_refused_naming_both_lines(cli, r, keys, tmp_path):
+    """The second ``uid`` of an entry would name another check and overwrite it."""
+    first = tmp_path / "first.yaml"
+    first.write_text(WEB1)
+    cli("apply", "-f", str(first))
+    before = state(r, keys)
+    twice = tmp_path / "checks.yaml"
+    twice.write_text(
+        "version: 1\n"
+        "checks:\n"
+        "  - uid: dk\n"  # line 3
+        "    tenant: acme\n"
+        "    kind: http\n"
+        "    target: https://attacker.example/\n"
+        "    period: 60\n"
+        "    uid: web1\n"  # line 8
+    )
+    line = refused(cli, twice)
+    assert line == (
+        f"Error: {twice}:8: the key 'uid' appears twice in one mapping (lines 3 and 8); "
+        "a key may appear once (nothing written)"
+    )
+    assert state(r, keys) == before  # web1 keeps its target and its Authorization header
+
+
+def test_a_key_twice_in_a_json_object_is_refused_naming_both_lines(cli, r, tmp_path):
+    path = tmp_path / "checks.json"
+    path.write_text(
+        '{"version": 1,\n'
+        ' "checks": [{"uid": "dk", "tenant": "acme", "kind": "tcp",\n'
+        '             "target": "example.com:443", "period": 60,\n'
+        '             "uid": "web1"}]}\n'
+    )
+    line = refused(cli, path)
+    assert f"{path}:4: the key 'uid' appears twice in one mapping (lines 2 and 4)" in line
+    assert r.dbsize() == 0
+
+
+def test_nested_aliases_are_refused_before_they_expand(cli, r, tmp_path):
+    """Nine levels of nine aliases stand for 9**9 values in a file of a few hundred bytes:
+    refused after walking about as many values as the file has characters."""
+    lines = ["version: 1", "x0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for n in range(1, 10):
+        lines.append(f"x{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]")
+    lines += [
+        "checks:",
+        "  - {uid: bomb, tenant: acme, kind: http, target: 'https://a.example/', period: 60,",
+        "     config: {json_path: a, json_expected: *a9}}",
+    ]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 1024
+    started = time.process_time()
+    line = refused(cli, path)
+    assert time.process_time() - started < 2.0  # 9**9 values would take minutes and gigabytes
+    assert "expands to more than 10," in line and "YAML aliases (*name)" in line
+    assert r.dbsize() == 0
+
+
+def test_aliases_that_repeat_a_little_are_accepted(cli, store, tmp_path):
+    """What ``yaml.dump`` writes for a shared value, and a merge key overriding what it merges:
+    within the bound, and a key the merge brings is not a duplicate."""
+    path = tmp_path / "checks.yaml"
+    path.write_text(
+        "version: 1\n"
+        "defaults: &defaults {tenant: acme, kind: tcp, period: 60}\n"
+        "checks:\n"
+        "  - {<<: *defaults, uid: a1, target: 'a.example:443'}\n"
+        "  - {<<: *defaults, uid: a2, target: 'b.example:443', period: 30}\n"
+    )
+    out = cli("apply", "-f", str(path), ok=False)  # "defaults" is not a key of the format
+    assert "defaults: unknown key" in out and "appears twice" not in out
+    path.write_text(path.read_text().replace("defaults: &defaults", "version_: &defaults"))
+    path.write_text(
+        "version: 1\n"
+        "checks:\n"
+        "  - &first {uid: a1, tenant: acme, kind: tcp, target: 'a.example:443', period: 60}\n"
+        "  - {<<: *first, uid: a2, period: 30}\n"
+    )
+    assert "2 created" in cli("apply", "-f", str(path))
+    assert store.get("a2").definition.period == 30
+    assert store.get("a2").definition.target == "a.example:443"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("deep.json", '{"version": 1, "checks": ' + "[" * 5000 + "]" * 5000 + "}",
+         "deep.json:1: is nested more than 32 levels deep"),
+        ("deep.yaml", "version: 1\nchecks:\n  - " + "[" * 40 + "]" * 40 + "\n",
+         "deep.yaml:3: checks[0][0][0][0][0]...: is nested more than 32 levels deep"),
+        ("long.json", '{"version": 1,\n "checks": [{"period": ' + "9" * 5000 + "}]}",
+         "long.json:2: is an integer of 5,000 digits; at most 40 digits are allowed"),
+        ("long.yaml", "version: 1\nchecks:\n  - period: " + "9" * 5000 + "\n",
+         "long.yaml:3: is an integer of 5,000 digits; at most 40 digits are allowed"),
+        ("inf.yaml", "version: 1\nchecks:\n  - {uid: a, period: .inf}\n",
+         "inf.yaml:3: checks[0].period: must be a finite number"),
+    ],
+)  # fmt: skip
+def test_nesting_and_numbers_past_their_bounds_are_one_line(cli, r, tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    line = refused(cli, path)
+    assert line.startswith(f"Error: {tmp_path}/{expected}"), line
+    assert r.dbsize() == 0
+
+
+def test_a_file_past_the_size_cap_is_refused_unread(cli, r, tmp_path):
+    path = tmp_path / "huge.yaml"
+    with path.open("wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing to write, 64 MiB to read
+    line = refused(cli, path)
+    assert line == (
+        f"Error: {path}: is larger than 64 MiB, the most a checks file may be; split it (one "
+        "file per tenant or team: --prune acts only on the tenants a file names) "
+        "(nothing written)"
+    )
+    assert r.dbsize() == 0
+
+
+def test_a_header_value_from_a_block_scalar_is_refused_naming_the_header(cli, r, tmp_path):
+    """``|`` keeps the final newline: the header could never be sent, and the token would
+    appear in every run's error."""
+    path = tmp_path / "checks.yaml"
+    path.write_text(
+        WEB1.replace(
+            "      headers: {Authorization: Bearer s3cret}\n",
+            "      headers:\n        Authorization: |\n          Bearer s3cret\n",
+        )
+    )
+    line = refused(cli, path)
+    assert (
+        f"{path}:9: checks[0].config.headers (uid 'web1'): value of 'Authorization' contains "
+        "a line break (CR or LF), which HTTP does not allow; a YAML block scalar (|) ends in "
+        "one: use |- or a quoted string" in line
+    )
+    assert "s3cret" not in line
+    assert r.dbsize() == 0
+
+
+def test_a_file_on_stdin_is_read_and_judged_the_same(cli, r, store):
+    assert "1 created" in cli("apply", "-f", "-", input=WEB1)
+    assert store.get("web1").definition.config["headers"] == {"Authorization": "Bearer s3cret"}
+    out = cli("apply", "-f", "-", input=WEB1 + "    uid: web2\n", ok=False)
+    assert cli.exit_code == 2
+    assert out == (
+        "Error: <stdin>:10: the key 'uid' appears twice in one mapping (lines 3 and 10); "
+        "a key may appear once (nothing written)\n"
+    )

@@ -170,3 +170,129 @@ def test_checkbeat_status_reports_an_unreachable_redis_in_one_line_and_exits_2(
         f"checkbeat status: cannot reach Redis at redis://:***@127.0.0.1:{closed_port}/1 "
         "(Connection refused); is it running? (CHECKBEAT_REDIS_URL); `checkbeat up` starts one"
     ]
+
+
+# --- bad input: one line naming the field, exit 2, nothing written ------------------------------
+
+DEEP_JSON = "[" * 5000 + "]" * 5000
+HUGE_INT = "9" * 5000
+HTTP_CHECK = "checks add web9 --tenant acme --kind http --target https://example.com/ --period 60"
+#: A runtime schedule of a task every app knows (Celery's own).
+SCHEDULE = "schedule add rt1 --task celery.backend_cleanup --every 20s"
+
+#: (command, extra arguments kept whole, the one stderr line's start after "Error: ").
+BAD_INPUTS = [
+    (
+        HTTP_CHECK,
+        ["--config", '{"headers": {"Authorization": "Bearer t0k3n\\n"}}'],
+        "config.headers: value of 'Authorization' contains a line break (CR or LF)",
+    ),
+    (
+        HTTP_CHECK,
+        ["--config", '{"headers": {"Bad Name:": "x"}}'],
+        "config.headers: name 'Bad Name:' is not an HTTP field name",
+    ),
+    (
+        HTTP_CHECK,
+        ["--config", '{"headers": {"X-Big": "' + "a" * 9000 + '"}}'],
+        "config.headers: value of 'X-Big' is 9,000 characters; at most 8,192 are allowed",
+    ),
+    (
+        HTTP_CHECK,
+        ["--config", '{"body_contains": "' + "a" * 9000 + '"}'],
+        "config.body_contains: is 9,000 characters long; at most 8,192 are allowed",
+    ),
+    (HTTP_CHECK, ["--config", DEEP_JSON], "config: is nested more than 32 levels deep"),
+    (
+        HTTP_CHECK,
+        ["--config", '{"max_latency_ms": ' + HUGE_INT + "}"],
+        "config: is an integer of 5,000 digits; at most 40 digits are allowed",
+    ),
+    (
+        HTTP_CHECK,
+        ["--config", '{"method": "GET", "method": "POST"}'],
+        "config: has the key 'method' twice in one object",
+    ),
+    (
+        HTTP_CHECK,
+        ["--config", '{"json_path": "a", "json_expected": NaN}'],
+        "config.json_expected: must be a finite number",
+    ),
+    (HTTP_CHECK, ["--period", "99999999999999999999"], "period: must be an integer >= 1"),
+    (HTTP_CHECK, ["--region-spread", "1e400"], "region_spread: must satisfy"),
+    (
+        SCHEDULE.replace("20s", "99999999999999999999d"),
+        [],
+        "--every: must be a number of seconds or <number><unit>",
+    ),
+    (SCHEDULE.replace("20s", "400d"), [], "--every: must be from 1 second to 366 days"),
+    (SCHEDULE, ["--args", DEEP_JSON], "--args: is nested more than 32 levels deep"),
+    (SCHEDULE, ["--args", "[" * 40 + "]" * 40], "--args[0][0][0][0][0][0]...: is nested more"),
+    (SCHEDULE, ["--kwargs", '{"n": ' + HUGE_INT + "}"], "--kwargs: is an integer of 5,000"),
+    (SCHEDULE, ["--timeout", "1e400"], "--timeout: must be a number of seconds"),
+    (
+        "schedule add rt1 --task os.system --every 20s",
+        [],
+        "--task: 'os.system' is not a task this app knows",
+    ),
+    (
+        "schedule add rt1 --task cli_user_tasks.repot --every 20s",
+        [],
+        "--task: 'cli_user_tasks.repot' is not a task this app knows (did you mean ",
+    ),
+    ("checks ratelimit acme --per-minute 1e400", [], "per_minute: "),
+    ("tenants add acme", ["a b"], "tenant 'a b' is not allowed: use "),
+    (
+        "checks maintenance add --check web9 --cron 0_3_*_*_*",
+        ["--duration", HUGE_INT[:30]],
+        "duration: must be whole seconds >= 60",
+    ),
+    (
+        "checks transitions web9 --count 99999999999999999999",
+        [],
+        "Invalid value for '--count': 99999999999999999999 is not in the range 1<=x<=10000",
+    ),
+    ("checks transitions --tenant acme --count -1", [], "Invalid value for '--count': -1"),
+    ("checks show web9 --results -5", [], "Invalid value for '--results': -5"),
+    ("checks add web9 --tenant acme", [], "Missing option '--kind'"),
+    ("checks transitions", [], "give a check UID or --tenant"),
+    ("checks update web9", [], "nothing to change: pass at least one option"),
+    ("checks export -f /nonexistent/dir/x.yaml", [], "/nonexistent/dir/x.yaml: cannot write: "),
+    ("checks apply -f /nonexistent/x.yaml", [], "/nonexistent/x.yaml: cannot read: "),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "expected"), BAD_INPUTS, ids=[e[:40] for _, _, e in BAD_INPUTS]
+)
+def test_bad_input_is_one_line_naming_the_field_exit_2_and_nothing_written(
+    tmp_path, r, command, extra, expected
+):
+    args = [arg.replace("_", " ") if arg.startswith("0_") else arg for arg in command.split()]
+    before = sorted(r.scan_iter())
+    done = celery(tmp_path, *args, *extra)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[:2000]
+    assert "Traceback" not in output
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"Error: {expected}"), line[:500]
+    assert len(line) < 400
+    assert "t0k3n" not in output  # a header value is never shown
+    assert sorted(r.scan_iter()) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["up", "--flower-port", "99999999999"], "checkbeat up: argument --flower-port: must be a "
+         "port number 0-65535, got '99999999999'"),
+        (["status", "--bogus"], "checkbeat: unrecognized arguments: --bogus"),
+    ],
+)  # fmt: skip
+def test_checkbeat_refuses_a_bad_argument_in_one_line_and_exits_2(tmp_path, args, expected):
+    done = run_module("celery_app.cli.main", *args, cwd=tmp_path, pythonpath=[REPO])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(expected), line
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written

@@ -20,7 +20,12 @@ REPO = Path(__file__).resolve().parent.parent
 COMPOSE = REPO / "compose.yaml"
 ENV_EXAMPLE = REPO / ".env.example"
 VARIABLE = re.compile(r"\$\{(?P<name>[A-Z0-9_]+)(?:(?P<op>:-|:\?)(?P<arg>[^}]*))?\}")
-SECRETS = ("CHECKBEAT_REDIS_PASSWORD", "CHECKBEAT_FLOWER_PASSWORD")
+SECRETS = (
+    "CHECKBEAT_REDIS_PASSWORD",
+    "CHECKBEAT_FLOWER_PASSWORD",
+    "CHECKBEAT_METRICS_BEARER_TOKEN",
+)
+SCRAPE_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 
 
 def env_example() -> dict[str, str]:
@@ -216,3 +221,33 @@ def test_beat_and_workers_serve_metrics_and_their_healthcheck_asks_healthz(compo
     probe = " ".join(spec["healthcheck"]["test"])
     assert f"http://127.0.0.1:{port}/healthz" in probe
     assert spec["healthcheck"]["start_period"]  # beat is unhealthy until its first tick
+
+
+@pytest.mark.parametrize("service", ["beat", "worker-fast", "worker-shared", "worker-tasks"])
+def test_metrics_need_the_token_and_the_healthcheck_and_prometheus_send_it(compose, service):
+    spec = compose["services"][service]
+    token = env_example()["CHECKBEAT_METRICS_BEARER_TOKEN"]
+    settings = load_settings(
+        **{
+            k.removeprefix("CHECKBEAT_").lower(): v
+            for k, v in spec["environment"].items()
+            if k.startswith("CHECKBEAT_METRICS_")
+        }
+    )
+    assert settings.metrics_bearer_token.get_secret_value() == token
+    probe = " ".join(spec["healthcheck"]["test"])
+    assert "'Authorization': 'Bearer ' + os.environ['CHECKBEAT_METRICS_BEARER_TOKEN']" in probe
+    assert token not in probe
+
+
+def test_the_scrape_config_sends_credentials_on_every_job():
+    jobs = yaml.safe_load(SCRAPE_CONFIG.read_text())["scrape_configs"]
+    assert {job["job_name"] for job in jobs} == {
+        "checkbeat-beat",
+        "checkbeat-workers",
+        "checkbeat-checks",
+    }
+    for job in jobs:
+        auth = job["authorization"]
+        assert auth["type"] == "Bearer" and auth["credentials_file"], job["job_name"]
+        assert "credentials" not in auth  # the token is in a file, not in the config

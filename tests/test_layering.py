@@ -27,7 +27,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduling_core", "celery_app", "beat", "workers")
-FOUNDATION = {"settings", "clock", "errors", "names", "cluster_url"}
+FOUNDATION = {"settings", "clock", "errors", "names", "cluster_url", "input_limits"}
 APP = {"factory", "publish", "registry", "worker_options", "shadowing"}
 RANK = {
     "core": 0,

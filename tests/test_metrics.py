@@ -4,6 +4,7 @@ the HTTP server's answers and the settings' errors."""
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -14,6 +15,7 @@ import redis
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from support.checks import learned, register_fake_worker
+from support.polling import wait_for
 
 from beat.cron_engine import Fired, Skipped, TickReport
 from beat.metrics import BeatHealth, checks_page
@@ -22,8 +24,15 @@ from celery_app.checks.metrics_exporter import CheckExporter
 from celery_app.checks.metrics_state import CheckStateCollector
 from celery_app.checks.quarantine import quarantine
 from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.local import lateness
 from celery_app.metrics import endpoints, record
-from celery_app.metrics.server import MetricsServer, PageError, health_page, metrics_page
+from celery_app.metrics.server import (
+    Credentials,
+    MetricsServer,
+    PageError,
+    health_page,
+    metrics_page,
+)
 from celery_app.redis.schema import (
     CronSkipReason,
     QuarantineStep,
@@ -353,3 +362,84 @@ def test_with_the_refresher_a_new_check_is_on_its_page_a_scrape_later(r, keys, s
         )
     finally:
         exporter.stop_refresh()
+
+
+# --- credentials: a real scrape of a real beat and worker ---------------------------------------
+
+BASIC = "prom:s3cret-pw"
+BEARER = "t0k3n-for-scrapes"
+
+
+def scrape(url: str, authorization: str | None = None) -> tuple[int, dict[str, str], str]:
+    request = urllib.request.Request(url)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, dict(reply.headers), reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read().decode()
+    except OSError:  # not listening yet
+        return 0, {}, ""
+
+
+@pytest.mark.timeout(120)
+def test_beat_and_worker_pages_need_credentials_when_they_are_set(tmp_path, r):
+    """401 (with a challenge) without credentials or with wrong ones, 200 with the bearer token
+    or the basic pair, on /metrics, /metrics/checks and /healthz alike; no secret logged."""
+    from support.processes import Processes
+
+    from celery_app.local.embedded_redis import free_port
+
+    ports = {"beat": free_port(), "worker": free_port()}
+    credentials = {
+        "CHECKBEAT_METRICS_BASIC_AUTH": BASIC,
+        "CHECKBEAT_METRICS_BEARER_TOKEN": BEARER,
+    }
+    procs = Processes(tmp_path)
+    try:
+        procs.celery(
+            "beat", "beat", "-l", "INFO", **credentials,
+            CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{ports['beat']}",
+        )  # fmt: skip
+        procs.celery(
+            "worker", "worker", "--role", "shared", "-P", "threads", "-n", "auth@metrics",
+            "--without-mingle", "--without-gossip", "-l", "INFO", **credentials,
+            CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{ports['worker']}",
+        )  # fmt: skip
+        basic = "Basic " + base64.b64encode(BASIC.encode()).decode()
+        bearer = f"Bearer {BEARER}"
+        for name, port in ports.items():
+            healthz = f"http://127.0.0.1:{port}/healthz"
+            wait_for(
+                lambda url=healthz: scrape(url, bearer)[0] == 200, 60, what=f"{name}'s /healthz"
+            )
+            paths = ["/metrics", "/healthz"] + (["/metrics/checks"] if name == "beat" else [])
+            for path in paths:
+                url = f"http://127.0.0.1:{port}{path}"
+                status, headers, body = scrape(url)
+                assert status == 401, (name, path, status)
+                assert headers["WWW-Authenticate"] == 'Basic realm="checkbeat"'
+                assert "checkbeat_" not in body
+                for wrong in (
+                    "Bearer nope",
+                    "Basic " + base64.b64encode(b"prom:nope").decode(),
+                    "Basic !!!",
+                    f"Token {BEARER}",
+                ):
+                    assert scrape(url, wrong)[0] == 401, (name, path, wrong)
+                for right in (bearer, basic):
+                    status, _headers, body = scrape(url, right)
+                    assert status == 200, (name, path, right, body[:200])
+            assert "checkbeat_" in scrape(f"http://127.0.0.1:{port}/metrics", basic)[2]
+        # checkbeat status / up read the workers' lateness histograms with the same credentials
+        worker_metrics = [f"http://127.0.0.1:{ports['worker']}/metrics"]
+        sent = Credentials.of(load_settings(**{"metrics_bearer_token": BEARER}))
+        assert lateness.scrape(worker_metrics) == {}  # refused: nothing read
+        assert lateness.scrape(worker_metrics, authorization=sent.authorization()) != {}
+    finally:
+        procs.stop()
+    for name in ports:
+        log = procs.output(name)
+        assert "(credentials required)" in log, log[-2000:]
+        assert "s3cret-pw" not in log and BEARER not in log

@@ -312,3 +312,14 @@ def test_runs_on_one_thread_share_no_cookies_and_each_opens_its_own_connection()
     assert all(r.ok for r in results)
     assert [cookie for cookie, _ in seen] == [None, None, None]
     assert len({port for _, port in seen}) == 3  # a new connection (client port) per run
+
+
+def test_a_stored_config_past_a_header_bound_fails_its_run_without_quoting_the_value(server):
+    """A stored config past the write-time bounds (a header value ending in a newline, as an
+    older version or a hand edit may have stored) is refused by the run, naming the header,
+    never quoting the token."""
+    config = {"headers": {"Authorization": "Bearer s3cret-t0k3n\n"}}
+    result = http_probe(server.url("/delay/0"), config, ctx(policy=OPEN))
+    assert not result.ok and result.error_class == "error"
+    assert "value of 'Authorization' contains a line break" in result.error
+    assert "s3cret-t0k3n" not in repr(result)

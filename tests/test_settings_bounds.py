@@ -156,3 +156,37 @@ def test_the_checkbeat_command_prints_the_message_not_a_traceback(tmp_path, valu
     assert f"CHECKBEAT_CHECK_TIMEOUT='{value}'" in result.stderr
     assert "<= 86,400 s (1 day)" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "value", ["0.0.0.0", "::", "0.1.2.3", "::ffff:0.0.0.0", "10.0.0.7,0.0.0.0"]
+)
+def test_an_unspecified_address_is_refused_in_the_allow_list(monkeypatch, value):
+    """A connect to 0.0.0.0 (or ::) reaches this host: allowing it would open loopback."""
+    message = refused(monkeypatch, "CHECKBEAT_ALLOWED_TARGET_ADDRESSES", value)
+    assert message.count("\n") == 1  # the head line, then this variable's line
+    assert "CHECKBEAT_ALLOWED_TARGET_ADDRESSES=" in message
+    assert "is an unspecified address (0.0.0.0/8, ::): a connection to it reaches this host" in (
+        message
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("CHECKBEAT_METRICS_BASIC_AUTH", "no-colon-s3cret", "must be user:password"),
+        ("CHECKBEAT_METRICS_BASIC_AUTH", ":s3cret", "must be user:password"),
+        ("CHECKBEAT_METRICS_BEARER_TOKEN", "s3cret token", "must be visible ASCII, no spaces"),
+    ],
+)
+def test_a_bad_metrics_credential_is_named_never_shown(monkeypatch, variable, value, reason):
+    message = refused(monkeypatch, variable, value)
+    assert f"{variable}='***': {reason}" in message
+    assert "s3cret" not in message
+
+
+def test_metrics_credentials_are_not_in_the_settings_repr():
+    settings = load_settings(metrics_basic_auth="prom:s3cret", metrics_bearer_token="t0k3n")
+    assert "s3cret" not in repr(settings) and "t0k3n" not in repr(settings)
+    assert settings.metrics_basic_auth.get_secret_value() == "prom:s3cret"
+    assert load_settings(metrics_bearer_token="").metrics_bearer_token is None

@@ -235,7 +235,7 @@ def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
     from celery_app.cron_tasks.service import CronService
 
     _project(cron_app)
-    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", grace="10s")
+    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", grace="10s", remote_task=True)
     service = CronService(cron_app, clock=lambda: T0 + 25 * SEC)
     rows = {row.id: row for row in service.rows()}
     echo_id = id_for_entry_name("proj.echo('x')")

@@ -25,6 +25,7 @@ from celery_app.factory import settings_of
 from celery_app.metrics import multiprocess, record
 from celery_app.metrics.server import (
     Collected,
+    Credentials,
     MetricsServer,
     default_collector,
     health_page,
@@ -141,6 +142,7 @@ class MetricsStep(bootsteps.StartStopStep):
                 role="worker",
                 client=health.client,
                 keys=health.keys,
+                credentials=Credentials.of(settings_of(w.app)),
             )
         )
 

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from celery import shared_task
+from celery.exceptions import Reject
 
 from celery_app.checks.transitions import (
     TRANSITION_TASK,
@@ -24,6 +25,7 @@ from celery_app.checks.transitions import (
     start_delivery,
 )
 from celery_app.factory import settings_of
+from celery_app.names import MAX_ID
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import DeliveryOutcome, TransitionStart
@@ -33,6 +35,17 @@ log = logging.getLogger(__name__)
 
 #: Longest wait between two retries of a failing hook, in seconds.
 MAX_BACKOFF_S = 300.0
+#: The longest transition id: ``<uid>#<seq>``.
+MAX_TRANSITION_ID = MAX_ID + 21
+
+
+def _bad_id(transition_id: Any) -> str | None:
+    """Why ``transition_id`` (from a message anyone on the broker may send) is not one, or None."""
+    if not isinstance(transition_id, str):
+        return f"transition_id must be a string, got {type(transition_id).__name__}"
+    if not 0 < len(transition_id) <= MAX_TRANSITION_ID or "#" not in transition_id:
+        return f"transition_id must be '<uid>#<seq>' of at most {MAX_TRANSITION_ID} characters"
+    return None
 
 
 @shared_task(
@@ -42,9 +55,17 @@ MAX_BACKOFF_S = 300.0
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def deliver_transition(self: Any, transition_id: str) -> dict[str, Any]:
+def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run every registered hook with the transition, unless it was delivered or another
-    delivery holds it."""
+    delivery holds it. A malformed message (forged: publish.py sends one keyword,
+    ``transition_id``, a string) is logged on one line and rejected, never retried."""
+    transition_id = kwargs.get("transition_id") if not args else args[0]
+    problem = _bad_id(transition_id)
+    if problem is None and len(args) + len(kwargs) != 1:
+        problem = "takes one argument, transition_id"
+    if problem is not None:
+        log.error("checkbeat: rejected deliver_transition %s: %s", self.request.id, problem)
+        raise Reject(f"bad deliver_transition message: {problem}", requeue=False)
     settings = settings_of(self.app)
     client = get_redis(settings.redis_url, settings)
     keys = state_keys(settings)

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
+from celery_app.input_limits import InputLimitError, check_value, loads_json
 from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_characters
 from celery_app.redis.schema import CheckField, job_id
 from celery_app.registry import SHARED, Registry
@@ -30,6 +31,10 @@ MIN_PERIOD_S = 1
 MAX_PERIOD_S = 31 * 24 * 3600
 MAX_PLAN_WEIGHT = 1_000_000
 MAX_TARGET = 2048
+#: The most a check's config may weigh as stored (compact JSON, UTF-8): every run reads and
+#: decodes it, and a kind's own field bounds (the http kind's headers, body rules) fit well
+#: inside.
+MAX_CONFIG_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -214,17 +219,16 @@ def validate_definition(
     plan_weight = _int(
         "plan_weight", raw.get("plan_weight", 0) or 0, minimum=0, maximum=MAX_PLAN_WEIGHT
     )
-    config = raw.get("config") or {}
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except json.JSONDecodeError as exc:
-            raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
+    config = _config(raw.get("config") or {})
     config = validate_check_config(registry, kind, target, config, settings)
     try:
-        json.dumps(config, allow_nan=False)  # NaN and infinities are not JSON either
-    except (TypeError, ValueError) as exc:
+        size = len(json.dumps(config, allow_nan=False, separators=(",", ":")))  # as stored
+    except (TypeError, ValueError) as exc:  # NaN and infinities are not JSON either
         raise CheckFieldError("config", f"must be JSON-serializable: {exc}") from None
+    if size > MAX_CONFIG_BYTES:
+        raise CheckFieldError(
+            "config", f"is {size:,} bytes as JSON; at most {MAX_CONFIG_BYTES:,} are allowed"
+        )
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise CheckFieldError("enabled", f"must be true or false, got {enabled!r}")
@@ -247,6 +251,22 @@ def validate_definition(
         quorum=quorum,
         **thresholds,
     )
+
+
+def _config(config: Any) -> Any:
+    """The raw config (JSON text or a value) within the bounds of every JSON input (nesting,
+    integer size, finite numbers: :mod:`celery_app.input_limits`), before the kind's validator
+    walks it."""
+    try:
+        if isinstance(config, str):
+            try:
+                return loads_json(config, "config")
+            except json.JSONDecodeError as exc:
+                raise CheckFieldError("config", f"is not valid JSON: {exc}") from None
+        check_value(config, "config")
+    except InputLimitError as exc:
+        raise CheckFieldError(exc.field, exc.problem) from None
+    return config
 
 
 def _optional_int(field_name: str, value: Any, *, minimum: int, maximum: int) -> int | None:

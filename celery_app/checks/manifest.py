@@ -5,6 +5,15 @@ is reported with its place (``file:line: checks[12] (uid 'web'): config.body_reg
 Reading is pure except for the file itself; comparing with the store and writing is
 :mod:`celery_app.checks.manifest_sync`. The format is documented in ``docs/checks-as-code.md``.
 
+Ambiguity and cost are refused before any work (docs/checks-as-code.md, "What a file may not
+hold"): a key twice in one mapping (YAML and ``json`` keep the last one silently, so a second
+``uid`` would overwrite another check) is an error naming both lines; YAML aliases construct to
+shared values, and the first walk of the document counts every value each time it is reached
+and stops at one per character of the file (a few hundred bytes of nested aliases stand for
+gigabytes), before validation walks it; nesting, integers and the file's size are bounded
+(:mod:`celery_app.input_limits`, :data:`MAX_FILE_BYTES`), so reading costs time in
+proportion to the file.
+
 Speed: PyYAML's C loader builds plain values; line numbers are needed only when something is
 wrong, so the node tree with its marks is composed only then. A bulk read allocates millions of
 objects that all stay alive, so the cyclic garbage collector is paused meanwhile
@@ -14,7 +23,6 @@ objects that all stay alive, so the cyclic garbage collector is paused meanwhile
 from __future__ import annotations
 
 import gc
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,6 +35,16 @@ from celery_app.checks.definition import CheckDefinition, validate_definition
 from celery_app.checks.maintenance import Window, validate_window
 from celery_app.checks.ratelimit import default_burst, validate_rate_limit
 from celery_app.errors import CheckFieldError
+from celery_app.input_limits import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    InputLimitError,
+    check_value,
+    int_problem,
+    loads_json,
+    path_text,
+    too_deep,
+)
 from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.schema import maintenance_scope
 from celery_app.registry import SHARED, Registry
@@ -40,7 +58,11 @@ WINDOW_KEYS = ("cron", "duration", "timezone")
 DURATION_TEXT = "or a text such as '90m', '2h', '1h30m', '1d'"
 #: Problems listed in one refusal (the count of the rest is given).
 MAX_PROBLEMS_SHOWN = 50
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: The largest file ``checks apply`` reads (about 300,000 checks as YAML).
+MAX_FILE_BYTES = 64 * 1024 * 1024
+#: Values any file may expand to, however short (beyond that: one per character).
+MIN_VALUES = 10_000
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 Path = tuple[str | int, ...]
@@ -63,12 +85,65 @@ class Problem:
         return f"{where}: {place}: {self.message}" if place else f"{where}: {self.message}"
 
 
+def too_large() -> str:
+    return (
+        f"is larger than {MAX_FILE_BYTES // 2**20} MiB, the most a checks file may be; split it "
+        "(one file per tenant or team: --prune acts only on the tenants a file names)"
+    )
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Something a checks file may not hold (a key twice, a huge integer); not a syntax
+    error, so it is shown without "not valid YAML"."""
+
+
+class _StrictLoader(_BASE_LOADER):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader (the C one when built) refusing, while it constructs the
+    document, what would make it ambiguous or costly: a key twice in one mapping, an integer of
+    more than MAX_INT_DIGITS digits. Aliases construct to shared values (no copy); how far they
+    expand is bounded by the walk that follows (:func:`_load`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # Before the merge keys (<<) are flattened in: a key a merge brings and the mapping
+        # sets again is YAML's override, not a duplicate.
+        if isinstance(node, yaml.MappingNode) and len(node.value) > 1:
+            first: dict[tuple[str, str], yaml.Node] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
+                    continue
+                seen = first.setdefault((key_node.tag, key_node.value), key_node)
+                if seen is not key_node:
+                    line, again = seen.start_mark.line + 1, key_node.start_mark.line + 1
+                    raise _Refused(
+                        None,
+                        None,
+                        f"the key {key_node.value!r} appears twice in one mapping (lines "
+                        f"{line} and {again}); a key may appear once",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        digits = sum(char.isdigit() for char in node.value)
+        if digits > MAX_INT_DIGITS:
+            raise _Refused(None, None, int_problem(digits), node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_LOADER = _StrictLoader
+
+
 class ManifestError(ValueError):
     """The file was refused; nothing was written. ``problems`` lists every one found."""
 
     def __init__(self, source: str, problems: Sequence[Problem]) -> None:
         self.source = source
         self.problems = list(problems)
+        if len(self.problems) == 1:  # one line
+            super().__init__(f"{self.problems[0].shown(source)} (nothing written)")
+            return
         shown = [p.shown(source) for p in self.problems[:MAX_PROBLEMS_SHOWN]]
         more = len(self.problems) - len(shown)
         if more > 0:
@@ -132,24 +207,90 @@ def load_manifest(
 ) -> Manifest:
     """Parse and validate a whole file, or raise ManifestError listing every problem (with its
     line) before anything could be written."""
+    if len(text) > MAX_FILE_BYTES:  # characters: at least as many bytes
+        raise ManifestError(source, [Problem((), too_large())])
     with gc_paused():
         return _load(text, settings, registry, source)
 
 
+#: A JSON string, or what the JSON reader refused (a bracket past the depth, a long integer).
+_JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+_JSON_BRACKETS = re.compile(rf"{_JSON_STRING}|[\[\]{{}}]")
+_JSON_LONG_INT = re.compile(rf"{_JSON_STRING}|-?\d{{{MAX_INT_DIGITS + 1},}}")
+
+
+def _json_line(text: str, refused: InputLimitError) -> int | None:
+    """The line of what the JSON reader refused without a place: the first bracket past the
+    depth bound, or the first long integer (scanned only on this error path)."""
+    if refused.problem.startswith("is an integer"):
+        for match in _JSON_LONG_INT.finditer(text):
+            if match.group()[0] != '"':
+                return text.count("\n", 0, match.start()) + 1
+        return None
+    depth = 0
+    for match in _JSON_BRACKETS.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return text.count("\n", 0, match.start()) + 1
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
 def _parse(text: str) -> Any:
     """The file's data. A JSON document (JSON is YAML too) is read by ``json``, ~30x faster;
-    anything else, or JSON that does not parse, by the YAML loader (whose errors have lines)."""
+    anything else, JSON that does not parse, or JSON with a key twice (so that the error names
+    both lines) by the YAML loader (whose errors have lines)."""
     if text.lstrip()[:1] == "{":
         try:
-            return json.loads(text)
+            return loads_json(text, "")
+        except InputLimitError as exc:
+            if exc.duplicate_key is None:
+                raise _FileProblem(exc.path, exc.problem, _json_line(text, exc)) from None
+            duplicate = exc
         except ValueError:
+            duplicate = None
+        if duplicate is None:
+            return yaml.load(text, Loader=_LOADER)
+        try:  # for the lines of both keys
+            yaml.load(text, Loader=_LOADER)
+        except _Refused:
+            raise
+        except yaml.YAMLError:
             pass
+        raise _FileProblem((), duplicate.problem, None)  # what json found, without lines
     return yaml.load(text, Loader=_LOADER)
+
+
+class _FileProblem(Exception):
+    """One problem of the whole file, found while reading it (before any validation)."""
+
+    def __init__(self, path: Any, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.problem = Problem(tuple(path), message, line)
 
 
 def _load(text: str, settings: Settings, registry: Registry, source: str) -> Manifest:
     try:
         data = _parse(text)
+        # Values are counted as they are walked, shared ones (YAML aliases) each time they are
+        # reached: past one per character of the file, aliases multiply it (a few hundred bytes
+        # can stand for gigabytes), and it is refused before anything else walks it.
+        check_value(data, "", max_values=len(text) + MIN_VALUES)
+    except _FileProblem as exc:
+        raise ManifestError(source, [exc.problem]) from None
+    except RecursionError:  # the pure-Python YAML composer (no libyaml) on a deep document
+        raise ManifestError(source, [Problem((), too_deep())]) from None
+    except InputLimitError as exc:  # nesting or a number past its bound, somewhere in the file
+        root = yaml.compose(text, Loader=_BASE_LOADER)
+        problem = Problem(exc.path, exc.problem, _line_of(root, exc.path))
+        raise ManifestError(source, [problem]) from None
+    except _Refused as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise ManifestError(source, [Problem((), str(exc.problem), line)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -356,10 +497,7 @@ def _checks(
 
 
 def _path_text(path: Path) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
+    return path_text("", path)
 
 
 def _line_of(root: yaml.Node | None, path: Path) -> int | None:

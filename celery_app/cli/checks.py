@@ -31,7 +31,7 @@ from celery_app.checks.redaction import (
 )
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
+from celery_app.cli.common import EXIT_PROBLEM, MAX_LISTED, BadInput, CheckbeatGroup, load_app
 from celery_app.cli.maintenance import (
     echo_state,
     maintenance,
@@ -42,6 +42,7 @@ from celery_app.cli.maintenance import (
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
+from celery_app.input_limits import InputLimitError, loads_json
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import LANE_NAMES, ResultField, split_job_id
 
@@ -58,6 +59,9 @@ def _iso(seconds: float | None) -> str | None:
 
 
 def _fail(exc: Exception) -> click.ClickException:
+    """Bad input (a field refused) exits 2, a refused request (uid taken or unknown) 1."""
+    if isinstance(exc, CheckFieldError):
+        return BadInput(str(exc))
     return click.ClickException(str(exc))
 
 
@@ -71,9 +75,11 @@ def _config(value: str | None) -> Any:
     if value is None:
         return None
     try:
-        return json.loads(value)
+        return loads_json(value, "config")
     except json.JSONDecodeError as exc:
-        raise click.ClickException(f"config: is not valid JSON: {exc}") from None
+        raise BadInput(f"config: is not valid JSON: {exc}") from None
+    except InputLimitError as exc:
+        raise BadInput(str(exc)) from None
 
 
 @click.group(name="checks", cls=CheckbeatGroup)
@@ -287,7 +293,14 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
 
 @checks.command("show")
 @click.argument("uid")
-@click.option("--results", "history", default=10, show_default=True, help="Recent results.")
+@click.option(
+    "--results",
+    "history",
+    type=click.IntRange(0, MAX_LISTED),
+    default=10,
+    show_default=True,
+    help="Recent results.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:

@@ -1,8 +1,9 @@
 """``checks apply -f checks.yaml [--prune] [--dry-run]`` and ``checks export``: checks as code.
 
-Registered on the ``checks`` group by :mod:`celery_app.cli.checks`. A refused file exits 1 with
-every problem listed (file line, item index, field) and nothing written; ``--dry-run`` prints
-the diff and writes nothing. The format: ``docs/checks-as-code.md``.
+Registered on the ``checks`` group by :mod:`celery_app.cli.checks`. A refused file exits 2 (bad
+input) with every problem listed (file line, item index, field) and nothing written; a file
+larger than :data:`~celery_app.checks.manifest.MAX_FILE_BYTES` is refused before it is parsed;
+``--dry-run`` prints the diff and writes nothing. The format: ``docs/checks-as-code.md``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 
 import click
 
-from celery_app.checks.manifest import ManifestError, load_manifest
+from celery_app.checks.manifest import MAX_FILE_BYTES, ManifestError, load_manifest, too_large
 from celery_app.checks.manifest_sync import (
     apply_plan,
     dump_manifest,
@@ -20,21 +21,34 @@ from celery_app.checks.manifest_sync import (
     plan_manifest,
 )
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import load_app
+from celery_app.cli.common import BadInput, load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists
 
 
 def _read(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
+    """The file's text, read up to one byte past the size cap (a larger one is refused
+    without being read whole)."""
+    source = "<stdin>" if path == "-" else path
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        if path == "-":
+            stdin = getattr(sys.stdin, "buffer", None)  # a text-only stdin (embedding): encode
+            data = (
+                stdin.read(MAX_FILE_BYTES + 1)
+                if stdin is not None
+                else sys.stdin.read(MAX_FILE_BYTES + 1).encode()
+            )
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise click.ClickException(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise BadInput(f"{escape(path)}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise BadInput(f"{escape(source)}: {too_large()} (nothing written)")
+    try:
+        return data.decode("utf-8"), source
     except UnicodeDecodeError as exc:
-        raise click.ClickException(f"{path}: not UTF-8 text: {exc}") from None
+        raise BadInput(f"{escape(source)}: not UTF-8 text: {exc}") from None
 
 
 @click.command("apply")
@@ -53,7 +67,7 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
         manifest = load_manifest(text, store.settings, registry=store.registry, source=source)
     except ManifestError as exc:
         shown = "\n".join(escape(line) for line in str(exc).splitlines())  # one a line
-        raise click.ClickException(shown) from None
+        raise BadInput(shown) from None
     validated = time.perf_counter()
     try:
         plan = plan_manifest(store, manifest, prune=prune, source=source)
@@ -100,7 +114,10 @@ def export(ctx: click.Context, path: str, tenant: str | None, include_secrets: b
     if path == "-":
         click.echo(text, nl=False)
         return
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise BadInput(f"{escape(path)}: cannot write: {exc.strerror or exc}") from None
     count = text.count("\n- uid: ")
     click.echo(f"exported {count} check(s) to {escape(path)}", err=True)

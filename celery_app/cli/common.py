@@ -4,9 +4,11 @@ Every subcommand of ``schedule``, ``checks`` and ``tenants`` is a :class:`Checkb
 groups' ``command_class``), so each reports the same way that it cannot run at all: an
 unreachable Redis or broker, an invalid configuration, or a project module named like one of
 checkbeat's packages, is one line on stderr naming the URL (password masked), the variable or
-both modules, and exit code 2. Exit code 1 keeps its meaning per command: it
-ran, and refused a request or reports a problem (every ``diagnose`` exits 1 when it reports
-anything).
+both modules, and exit code 2. Bad input (a field out of its bounds, a
+checks file refused) is one line naming the field and what is allowed, exit code 2 as well, as
+click's own usage errors: :class:`BadInput`. Exit code 1 keeps its meaning per command: it ran,
+and refused a request (a uid taken or unknown) or reports a problem (every ``diagnose`` exits 1
+when it reports anything).
 """
 
 from __future__ import annotations
@@ -32,10 +34,21 @@ EXIT_CANNOT_RUN = 2
 EXIT_PROBLEM = 1
 
 
+#: Exit code of a command given bad input (as click's usage errors): nothing was written.
+EXIT_BAD_INPUT = 2
+
+
 class CannotRun(click.ClickException):
     """The command could not do its job at all; click prints ``Error: <message>``."""
 
     exit_code = EXIT_CANNOT_RUN
+
+
+class BadInput(click.ClickException):
+    """An option, argument or file was refused (``<field>: <what is wrong> (<allowed>)``);
+    nothing was written."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def load_app(ctx: click.Context) -> Celery:
@@ -122,13 +135,28 @@ def refuse_name_clashes(app: Celery) -> None:
         raise CannotRun("\nError: ".join(str(clash) for clash in found))
 
 
+#: The most entries a listing option (``--results``, ``--count``) may ask for.
+MAX_LISTED = 10_000
+
+
 class CheckbeatCommand(CeleryCommand):
-    """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2."""
+    """A Celery subcommand whose body reports "cannot run" plainly, with exit code 2, and whose
+    options, when click refuses one (a number out of its range, a missing option), are one
+    line naming it, exit code 2 (click's own report adds the usage and a help hint)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise BadInput(exc.format_message()) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         refuse_name_clashes(ctx.obj.app)
         with reported_as_cannot_run(lambda: settings_of(ctx.obj.app)):
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except click.UsageError as exc:  # options that do not go together
+                raise BadInput(exc.format_message()) from None
 
 
 class CheckbeatGroup(click.Group):

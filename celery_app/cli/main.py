@@ -10,14 +10,32 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its refusal one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, got {text[:30]!r}")
+    return port
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="checkbeat",
         description="Run checkbeat locally, or print the state of a running system.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     up = commands.add_parser(
         "up",
@@ -31,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         default=Path(".checkbeat"),
         help="where the embedded Redis keeps its data and the children their logs",
     )
-    up.add_argument("--flower-port", type=int, default=5555, help="0 picks a free port")
+    up.add_argument("--flower-port", type=_port, default=5555, help="0 picks a free port")
 
     status = commands.add_parser("status", help="one-shot view of a running system")
     status.add_argument("--json", action="store_true", help="print the same data as JSON")

@@ -20,7 +20,13 @@ from celery_app.checks.maintenance import (
     validate_window,
 )
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import CheckbeatCommand, CheckbeatGroup, load_app
+from celery_app.cli.common import (
+    MAX_LISTED,
+    BadInput,
+    CheckbeatCommand,
+    CheckbeatGroup,
+    load_app,
+)
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckFieldError, CheckNotFound
 from celery_app.redis.schema import maintenance_scope
@@ -111,7 +117,9 @@ def add(
             window_id=window_id,
         )
         MaintenanceStore(store.redis, store.keys).add(window)
-    except (CheckFieldError, CheckNotFound) as exc:
+    except CheckFieldError as exc:
+        raise BadInput(str(exc)) from None
+    except CheckNotFound as exc:
         raise click.ClickException(str(exc)) from None
     upcoming = window.next_start(datetime.now(UTC))
     click.echo(
@@ -166,7 +174,13 @@ def list_windows(ctx: click.Context, uid: str | None, tenant: str | None, as_jso
 @click.command("transitions", cls=CheckbeatCommand)
 @click.argument("uid", required=False)
 @click.option("--tenant", help="The tenant's transitions (all its checks).")
-@click.option("--count", default=20, show_default=True, help="How many, newest first.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, MAX_LISTED),
+    default=20,
+    show_default=True,
+    help="How many, newest first.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def transitions(

@@ -1,8 +1,9 @@
 """``celery -A celery_app schedule list|run|diagnose|add|update|rm|pause|resume``: cron tasks
 from any machine, and runtime schedules (:mod:`celery_app.cron_tasks.runtime`).
 
-``add`` and ``update`` validate every field before anything is written: a bad one exits 1 with
-one line naming it (``--every: must be ...``), and Redis is untouched.
+``add`` and ``update`` validate every field before anything is written: a bad one exits 2 with
+one line naming it (``--every: must be ...``), and Redis is untouched. ``--task`` must name a task
+the app knows, unless ``--remote-task`` says it is registered only on the workers.
 
 ``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
 exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
@@ -11,11 +12,12 @@ exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli
 from __future__ import annotations
 
 import json
+import re
 
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
+from celery_app.cli.common import EXIT_PROBLEM, BadInput, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.runtime import (
     RuntimeSchedule,
@@ -144,6 +146,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
 
 # --- runtime schedules ----------------------------------------------------------------------
 
+_FIELD_NAME = re.compile(r"[a-z_/]+")
 _FLAG_OF = {
     "id": "ID",
     "task": "--task",
@@ -162,13 +165,16 @@ _FLAG_OF = {
 
 
 def _runtime_call(ctx: click.Context, action, *args, **kwargs):  # type: ignore[no-untyped-def]
-    """Run one runtime change; a refused one is one line naming the flag, exit 1."""
+    """Run one runtime change; a bad field is one line naming the flag, exit 2; a refused
+    change (an id taken or unknown) one line, exit 1."""
     app = load_app(ctx)
     try:
         return action(app, *args, **kwargs)
     except ScheduleInputError as exc:
-        flag = _FLAG_OF.get(exc.field, exc.field)
-        raise click.ClickException(f"{flag}: {exc.problem}") from None
+        name = _FIELD_NAME.match(exc.field)
+        head = name.group() if name else exc.field
+        flag = _FLAG_OF.get(head, head) + exc.field[len(head) :]  # and the place inside it
+        raise BadInput(f"{flag}: {exc.problem}") from None
     except (ScheduleConflict, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -182,6 +188,12 @@ def _schedule_options(command):  # type: ignore[no-untyped-def]
     for option in reversed(
         [
             click.option("--task", "task", help="The Celery task name to send."),
+            click.option(
+                "--remote-task",
+                is_flag=True,
+                help="The task is registered only on the workers (not in this app): skip the "
+                "check that --task names a known task.",
+            ),
             click.option("--cron", "cron", help="A cron spec (5 fields, Vixie rules)."),
             click.option("--every", "every", help="An interval: 20s, 5m, 1h30m, 90 ..."),
             click.option("--args", "args", help="Positional arguments, a JSON list."),
@@ -205,7 +217,7 @@ def _schedule_options(command):  # type: ignore[no-untyped-def]
 
 
 def _given(**fields):  # type: ignore[no-untyped-def]
-    return {k: v for k, v in fields.items() if v is not None}
+    return {k: v for k, v in fields.items() if v is not None and k != "remote_task"}
 
 
 @schedule.command(name="add")
@@ -216,8 +228,9 @@ def add(ctx: click.Context, schedule_id: str, **fields: object) -> None:
     """Schedule a task at runtime: every beat fires it from its next tick."""
     given = _given(**fields)
     if "task" not in given:
-        raise click.ClickException("--task: required (the Celery task name to send)")
-    created = _runtime_call(ctx, add_schedule, schedule_id, **given)
+        raise BadInput("--task: required (the Celery task name to send)")
+    remote = bool(fields["remote_task"])
+    created = _runtime_call(ctx, add_schedule, schedule_id, remote_task=remote, **given)
     click.echo(f"added {_describe(created)}")
 
 
@@ -229,8 +242,9 @@ def update(ctx: click.Context, schedule_id: str, **fields: object) -> None:
     """Change fields of a runtime schedule (the others keep their values)."""
     given = _given(**fields)
     if not given:
-        raise click.ClickException("nothing to update: give at least one option")
-    changed = _runtime_call(ctx, update_schedule, schedule_id, **given)
+        raise BadInput("nothing to update: give at least one option")
+    remote = bool(fields["remote_task"])
+    changed = _runtime_call(ctx, update_schedule, schedule_id, remote_task=remote, **given)
     click.echo(f"updated {_describe(changed)}")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import CheckbeatGroup
+from celery_app.cli.common import BadInput, CheckbeatGroup
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.tenants import TenantError, validate_tenant
 from celery_app.factory import settings_of
@@ -37,7 +37,7 @@ def add(ctx: click.Context, names: tuple[str, ...]) -> None:
     try:
         valid = [validate_tenant(n) for n in names]
     except TenantError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise BadInput(str(exc)) from None
     client, key = _set(ctx)
     added = client.sadd(key, *valid)
     click.echo(f"added {added} tenant(s); {client.scard(key)} active")

@@ -13,6 +13,7 @@ untouched. A runtime schedule may not take the id of a task declared in code (``
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -28,6 +29,7 @@ from celery import Celery
 from celery_app.cron_tasks.celery_schedules import MIN_INTERVAL, Interval
 from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
 from celery_app.factory import settings_of
+from celery_app.input_limits import InputLimitError, check_value, loads_json
 from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
@@ -50,6 +52,13 @@ __all__ = [
 
 #: Longest grace or timeout a runtime schedule may have (as CHECKBEAT_CRON_GRACE's bound).
 MAX_DURATION = timedelta(days=1)
+#: Longest interval (``every``); a longer period is a cron spec's job. Any duration text past
+#: 100 years is refused as such before it becomes a timedelta (which overflows near 2.7 million
+#: years) or a window end past the year 9999.
+MAX_EVERY = timedelta(days=366)
+#: The most ``args`` or ``kwargs`` may weigh as JSON: every firing stores and sends them.
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_DURATION_S = 100 * 366 * 86400.0
 DURATION_RULE = (
     "a number of seconds or <number><unit> with units ms, s, m, h, d (e.g. 90, 20s, 1h30m)"
 )
@@ -93,24 +102,32 @@ def parse_duration(value: Any, field: str) -> timedelta:
     if isinstance(value, bool):
         raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {value!r}")
     if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {value!r}")
+        if not math.isfinite(value) or abs(value) > MAX_DURATION_S:
+            raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {_shown(value)}")
         return timedelta(seconds=value)
     if not isinstance(value, str):
         raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {type(value).__name__}")
     text = value.strip()
     try:
-        return timedelta(seconds=float(text)) if math.isfinite(float(text)) else _bad(field, text)
+        seconds = float(text)
     except ValueError:
-        pass
-    parts = list(_DURATION_PART.finditer(text))
-    if not text or "".join(m.group(0) for m in parts) != text:
+        parts = list(_DURATION_PART.finditer(text))
+        if not text or "".join(m.group(0) for m in parts) != text:
+            _bad(field, text)
+        seconds = sum(float(m.group(1)) * _UNIT_S[m.group(2)] for m in parts)
+    if not math.isfinite(seconds) or abs(seconds) > MAX_DURATION_S:  # timedelta would overflow
         _bad(field, text)
-    return timedelta(seconds=sum(float(m.group(1)) * _UNIT_S[m.group(2)] for m in parts))
+    return timedelta(seconds=seconds)
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, a long one cut (an integer of thousands of digits)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge number"
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _bad(field: str, text: str) -> timedelta:
-    raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {text!r}")
+    raise ScheduleInputError(field, f"must be {DURATION_RULE}, got {_shown(text)}")
 
 
 def _seconds_text(value: timedelta) -> str:
@@ -239,8 +256,10 @@ def validate_schedule(
             raise ScheduleInputError("cron", f"invalid spec {cron!r}: {exc}") from None
     else:
         interval = parse_duration(every, "every")
-        if interval < MIN_INTERVAL:
-            raise ScheduleInputError("every", f"must be at least 1 second, got {every!r}")
+        if not MIN_INTERVAL <= interval <= MAX_EVERY:
+            raise ScheduleInputError(
+                "every", f"must be from 1 second to 366 days (longer: --cron), got {_shown(every)}"
+            )
     parsed_args = _json_value("args", args, (list, tuple))
     parsed_kwargs = _json_value("kwargs", kwargs if kwargs is not None else {}, (dict,))
     if any(not isinstance(k, str) for k in parsed_kwargs):
@@ -289,18 +308,29 @@ def validate_schedule(
 
 
 def _json_value(field: str, value: Any, types: tuple[type, ...]) -> Any:
+    """``value`` (JSON text or a value) within the bounds of every JSON input (nesting, numbers,
+    size: :mod:`celery_app.input_limits`; a message body is JSON)."""
     kind = "a JSON list" if list in types else "a JSON object"
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ScheduleInputError(field, f"must be {kind}: {exc}") from None
+    try:
+        if isinstance(value, str):
+            try:
+                value = loads_json(value, field)
+            except json.JSONDecodeError as exc:
+                raise ScheduleInputError(field, f"must be {kind}: {exc}") from None
+        else:
+            check_value(value, field)
+    except InputLimitError as exc:
+        raise ScheduleInputError(exc.field, exc.problem) from None
     if not isinstance(value, types):
         raise ScheduleInputError(field, f"must be {kind}, got {type(value).__name__}")
     try:
-        json.dumps(value, allow_nan=False)
+        size = len(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise ScheduleInputError(field, f"must be {kind} (a message body is JSON): {exc}") from None
+    if size > MAX_ARGUMENTS_BYTES:
+        raise ScheduleInputError(
+            field, f"is {size:,} bytes as JSON; at most {MAX_ARGUMENTS_BYTES:,} are allowed"
+        )
     return value
 
 
@@ -405,17 +435,43 @@ def _refuse_code_shadow(app: Celery, task_id: str) -> None:
         )
 
 
-def add_schedule(app: Celery, task_id: str, **fields: Any) -> RuntimeSchedule:
+def _require_known_task(app: Celery, task: str) -> None:
+    """Refuse a task name ``app`` does not know (a typo, or ``os.system``): found at write time,
+    not by the worker discarding every firing. ``remote_task=True`` (``--remote-task``) skips
+    this for a task registered only in the workers' code."""
+    app.loader.import_default_modules()
+    if task in app.tasks:
+        return
+    known = sorted(name for name in app.tasks if not name.startswith("celery."))
+    close = difflib.get_close_matches(task, known, n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise ScheduleInputError(
+        "task",
+        f"{task!r} is not a task this app knows ({hint}{len(known)} known; "
+        "a task registered only on the workers needs --remote-task)",
+    )
+
+
+def add_schedule(
+    app: Celery, task_id: str, *, remote_task: bool = False, **fields: Any
+) -> RuntimeSchedule:
     """Schedule ``task`` at runtime: ``add_schedule(app, "ping", task="proj.ping",
-    every="20s")``. Every beat fires it from its next tick on; nothing is written on error."""
+    every="20s")``. Every beat fires it from its next tick on; nothing is written on error.
+    ``task`` must be a task of ``app`` unless ``remote_task`` says it lives only on the
+    workers."""
     schedule = validate_schedule(task_id, **fields)
+    if not remote_task:
+        _require_known_task(app, schedule.task)
     _refuse_code_shadow(app, task_id)
     runtime_store(app).write(schedule, create=True)
     return schedule
 
 
-def update_schedule(app: Celery, task_id: str, **changes: Any) -> RuntimeSchedule:
-    """Change some fields of a runtime schedule (``cron=`` replaces ``every`` and back)."""
+def update_schedule(
+    app: Celery, task_id: str, *, remote_task: bool = False, **changes: Any
+) -> RuntimeSchedule:
+    """Change some fields of a runtime schedule (``cron=`` replaces ``every`` and back); a new
+    ``task`` is checked as :func:`add_schedule` checks it."""
     unknown = sorted(set(changes) - set(CHANGEABLE))
     if unknown:
         raise ScheduleInputError(unknown[0], f"cannot be changed; fields: {', '.join(CHANGEABLE)}")
@@ -430,6 +486,8 @@ def update_schedule(app: Celery, task_id: str, **changes: Any) -> RuntimeSchedul
         merged["cron"] = None
     merged.update(changes)
     schedule = validate_schedule(task_id, **merged)
+    if "task" in changes and not remote_task:
+        _require_known_task(app, schedule.task)
     store.write(schedule, create=False)
     return schedule
 

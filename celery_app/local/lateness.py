@@ -22,12 +22,15 @@ HISTOGRAM = "checkbeat_check_start_lateness_seconds"
 Buckets = dict[tuple[str, str], dict[float, float]]
 
 
-def scrape(urls: Iterable[str], timeout: float = 1.0) -> Buckets:
-    """The summed lateness buckets of every ``/metrics`` URL that answers."""
+def scrape(urls: Iterable[str], timeout: float = 1.0, authorization: str | None = None) -> Buckets:
+    """The summed lateness buckets of every ``/metrics`` URL that answers; ``authorization`` is
+    sent when the metrics servers require credentials (CHECKBEAT_METRICS_*)."""
     total: Buckets = {}
+    headers = {} if authorization is None else {"Authorization": authorization}
     for url in urls:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as reply:
+            request = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
                 text = reply.read().decode()
         except OSError:
             continue
@@ -77,9 +80,11 @@ class LatenessWindow:
         self.window_s = window_s
         self._readings: deque[tuple[float, Buckets]] = deque()
 
-    def read(self, urls: Iterable[str], now: float | None = None) -> dict[str, dict]:
+    def read(
+        self, urls: Iterable[str], now: float | None = None, authorization: str | None = None
+    ) -> dict[str, dict]:
         now = time.monotonic() if now is None else now
-        current = scrape(urls)
+        current = scrape(urls, authorization=authorization)
         self._readings.append((now, current))
         while len(self._readings) > 1 and now - self._readings[1][0] >= self.window_s:
             self._readings.popleft()

@@ -25,6 +25,7 @@ from celery_app.cron_tasks.service import CronService, row_dict
 from celery_app.factory import settings_of
 from celery_app.local.lateness import LatenessWindow, scrape, summary
 from celery_app.metrics import endpoints
+from celery_app.metrics.server import Credentials
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import LANE_NAMES, CheckStateField, CronStateField, Keys, check_queue
@@ -221,7 +222,13 @@ def collect_status(app: Celery, lateness: LatenessWindow | None = None) -> dict[
     keys = state_keys(settings)
     metrics = _metrics(app, keys)
     workers = [m["metrics"] for m in metrics if m.get("role") == "worker"]
-    late = lateness.read(workers) if lateness is not None else summary(scrape(workers))
+    credentials = Credentials.of(settings)
+    auth = credentials.authorization() if credentials is not None else None
+    late = (
+        lateness.read(workers, authorization=auth)
+        if lateness is not None
+        else summary(scrape(workers, authorization=auth))
+    )
     return {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "regions": list(settings.regions),

@@ -4,10 +4,18 @@ Why our own small server and not ``prometheus_client.start_http_server``: beat a
 per-check pages (``/metrics/checks?page=N``) and both need ``/healthz`` with their own rule, on
 the one port ``CHECKBEAT_METRICS_ADDR`` names. It runs in daemon threads, so a slow scrape never
 delays a tick or a run, and it keeps the process's entry in the endpoint list fresh.
+
+Credentials: with ``CHECKBEAT_METRICS_BASIC_AUTH`` or ``CHECKBEAT_METRICS_BEARER_TOKEN`` set,
+every page (``/healthz`` too: a Kubernetes or compose probe can send the header) answers 401
+without one of them; either one is accepted. They are compared in constant time and never
+logged.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import json
 import logging
 import socket
@@ -23,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from celery_app.metrics import endpoints
 from celery_app.redis.schema import Keys
-from celery_app.settings import listen_address
+from celery_app.settings import Settings, listen_address
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,51 @@ class Reply:
     status: int
     body: bytes
     content_type: str = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    """What a request must carry: basic auth ``user:password``, a bearer token, or either."""
+
+    basic: str | None = None
+    bearer: str | None = None
+
+    def __repr__(self) -> str:  # the values are secrets
+        basic, bearer = ("***" if value else None for value in (self.basic, self.bearer))
+        return f"Credentials(basic={basic}, bearer={bearer})"
+
+    @classmethod
+    def of(cls, settings: Settings) -> Credentials | None:
+        """The settings' credentials, or None (the pages are open)."""
+        basic, bearer = settings.metrics_basic_auth, settings.metrics_bearer_token
+        if basic is None and bearer is None:
+            return None
+        return cls(
+            basic=None if basic is None else basic.get_secret_value(),
+            bearer=None if bearer is None else bearer.get_secret_value(),
+        )
+
+    def allows(self, authorization: str | None) -> bool:
+        scheme, _, value = (authorization or "").strip().partition(" ")
+        value = value.strip()
+        if self.bearer is not None and scheme.lower() == "bearer":
+            return hmac.compare_digest(value.encode(), self.bearer.encode())
+        if self.basic is not None and scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            return hmac.compare_digest(given, self.basic.encode())
+        return False
+
+    def authorization(self) -> str:
+        """What a client of these pages sends (``checkbeat status`` scraping the workers)."""
+        if self.bearer is not None:
+            return f"Bearer {self.bearer}"
+        return "Basic " + base64.b64encode((self.basic or "").encode()).decode("ascii")
+
+    def challenge(self) -> str:
+        return 'Basic realm="checkbeat"' if self.basic is not None else 'Bearer realm="checkbeat"'
 
 
 class PageError(ValueError):
@@ -93,7 +146,9 @@ class MetricsServer:
         role: str,
         client: redis.Redis | None = None,
         keys: Keys | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
+        self.credentials = credentials
         self.host, self.port = listen_address(address)
         self.pages = dict(pages)
         self.name = name
@@ -112,12 +167,19 @@ class MetricsServer:
 
     def start(self) -> MetricsServer:
         pages = self.pages
+        credentials = self.credentials
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 page = pages.get(parts.path.rstrip("/") or "/")
-                if page is None:
+                challenge = None
+                if credentials is not None and not credentials.allows(
+                    self.headers.get("Authorization")
+                ):
+                    reply = Reply(401, b"credentials required\n")
+                    challenge = credentials.challenge()
+                elif page is None:
                     reply = Reply(404, f"not found; try {', '.join(sorted(pages))}\n".encode())
                 else:
                     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -129,6 +191,8 @@ class MetricsServer:
                         log.exception("metrics: %s failed", parts.path)
                         reply = Reply(500, f"{type(exc).__name__}: {exc}\n".encode())
                 self.send_response(reply.status)
+                if challenge is not None:
+                    self.send_header("WWW-Authenticate", challenge)
                 self.send_header("Content-Type", reply.content_type)
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
@@ -150,7 +214,10 @@ class MetricsServer:
         ).start()
         if self.client is not None:
             threading.Thread(target=self._refresh, name="checkbeat-endpoint", daemon=True).start()
-        log.info("metrics: %s serves %s on %s", self.name, ", ".join(sorted(pages)), self.url)
+        guarded = " (credentials required)" if credentials is not None else ""
+        log.info(
+            "metrics: %s serves %s on %s%s", self.name, ", ".join(sorted(pages)), self.url, guarded
+        )
         return self
 
     def _refresh(self) -> None:

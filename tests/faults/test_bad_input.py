@@ -6,6 +6,7 @@ definitions, run messages a worker receives, and agent-reported start times.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from support.state_db import snapshot
 from celery_app.checks.jobs import finish_run, from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
+from celery_app.checks.transitions import TRANSITION_TASK
 from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 from celery_app.errors import CheckFieldError
 from celery_app.redis.schema import Keys, job_id
@@ -101,6 +103,47 @@ BAD_DEFINITIONS = [
     ("tenant", {"tenant": "a b"}, "not allowed"),
     ("enabled", {"enabled": "yes"}, "true or false"),
     ("colour", {"colour": "red"}, "unknown field"),
+    # bounds of the http kind's config, and of any config (docs/security.md, "Limits")
+    ("config.headers", {"config": {"headers": {"Authorization": "Bearer t\n"}}}, "line break"),
+    ("config.headers", {"config": {"headers": {"X-A": "a\x00b"}}}, "contains NUL"),
+    ("config.headers", {"config": {"headers": {"Bad Name:": "x"}}}, "not an HTTP field name"),
+    ("config.headers", {"config": {"headers": {"X-A": "1", "x-a": "2"}}}, "appears twice"),
+    (
+        "config.headers",
+        {"config": {"headers": {f"H{i}": "v" for i in range(20_000)}}},
+        "has 20,000 headers; at most 100 are allowed",
+    ),
+    (
+        "config.headers",
+        {"config": {"headers": {"X-Api-Key": "k" * 5_000_000}}},
+        "value of 'X-Api-Key' is 5,000,000 characters; at most 8,192 are allowed",
+    ),
+    (
+        "config.body_contains",
+        {"config": {"body_contains": "b" * 5_000_000}},
+        "is 5,000,000 characters long; at most 8,192 are allowed",
+    ),
+    (
+        "config",
+        {"config": {"headers": {f"X-{i}": "v" * 8000 for i in range(9)}}},
+        "bytes as JSON; at most 65,536 are allowed",
+    ),
+    ("config", {"config": "[" * 5000 + "]" * 5000}, "is nested more than 32 levels deep"),
+    (
+        "config.json_expected[0][0][0][0][0]...",
+        {"config": {"json_path": "a", "json_expected": json.loads("[" * 40 + "]" * 40)}},
+        "is nested more than 32 levels deep",
+    ),
+    (
+        "config",
+        {"config": '{"max_latency_ms": ' + "9" * 5000 + "}"},
+        "is an integer of 5,000 digits; at most 40",
+    ),
+    (
+        "config.max_latency_ms",
+        {"config": {"max_latency_ms": 10**5000}},
+        "is an integer of 5,001 digits",
+    ),
 ]
 
 
@@ -186,6 +229,46 @@ def test_bad_run_messages_are_rejected_and_logged_and_the_worker_keeps_going(
         runs=len(BAD_MESSAGES) + 1,
         rejected=logged.text.count(rejected),
     )
+
+
+#: deliver_transition messages nobody but a forger sends (publish.py sends one keyword, a string).
+FORGED_TRANSITIONS = [
+    ("id a list", (), {"transition_id": ["a#1"]}),
+    ("id an object", (), {"transition_id": {"a": 1}}),
+    ("id null", (), {"transition_id": None}),
+    ("id a number", (), {"transition_id": 17}),
+    ("id 100,000 characters", (), {"transition_id": "a#" + "1" * 100_000}),
+    ("no id", (), {}),
+    ("an extra argument", (), {"transition_id": "a#1", "more": 1}),
+]
+
+
+@pytest.mark.timeout(60)
+def test_forged_transition_messages_are_one_log_line_each_and_dropped(make_app, r, run_worker):
+    logged = LogLines("workers.transitions")
+    traced = LogLines("celery.app.trace")  # where Celery logs a task's exception
+    app = make_app()
+    queue = app.conf.checkbeat_settings.transition_queue
+    run_worker(app, [queue], concurrency=1)
+    before = snapshot(r)
+    for _name, args, kwargs in FORGED_TRANSITIONS:
+        app.send_task(TRANSITION_TASK, args=args, kwargs=kwargs, queue=queue)
+    rejected = "rejected deliver_transition"
+    wait_for(
+        lambda: logged.text.count(rejected) >= len(FORGED_TRANSITIONS),
+        20,
+        what="every forged message to be rejected",
+    )
+    # a well-formed id that is in no outbox is dropped as before, after the forged ones
+    app.send_task(TRANSITION_TASK, kwargs={"transition_id": "nope#1"}, queue=queue)
+    wait_for(lambda: "nope#1 not delivered again" in logged.text, 20, what="the unknown id")
+    assert logged.text.count(rejected) == len(FORGED_TRANSITIONS)  # one line each, no retry
+    assert "transition_id must be a string, got list" in logged.text
+    assert "of at most 221 characters" in logged.text and "1" * 300 not in logged.text
+    assert "raised unexpected" not in traced.text and "DataError" not in traced.text
+    assert snapshot(r) == before
+    for name in ("workers.transitions", "celery.app.trace"):
+        logging.getLogger(name).removeHandler(logged if name == "workers.transitions" else traced)
 
 
 # --- agent-reported start times: floored, never steer order or lane ---------------------------

@@ -120,7 +120,8 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
         for name, skew in skews.items():
             procs.worker("-P", "threads", "-c", "4", "-Q", "celery", "-n", name, **faked(skew, env))
         for schedule in SCHEDULES:
-            add_schedule(app, schedule, task="leadskew.stamp", every="1s")
+            # the task is in lead_skew_tasks, imported by the worker processes only
+            add_schedule(app, schedule, task="leadskew.stamp", every="1s", remote_task=True)
         procs.beat(**faked(beat_skew, env))
         procs.beat(**faked(beat_skew, env))
         wait_for(

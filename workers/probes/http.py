@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import ssl
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -63,11 +64,59 @@ Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 #: a redirect names is chosen by whoever answers the target.
 RedirectHeaders = Literal["same-origin", "all"]
 
+#: Bounds of an http check's config at write time (docs/security.md, "Limits"): far above what a
+#: real check sends, low enough that one tenant's checks cost every worker little. The whole
+#: config is bounded too (``celery_app.checks.definition.MAX_CONFIG_BYTES``).
+MAX_HEADERS = 100
+MAX_HEADER_NAME_CHARS = 256
+MAX_HEADER_VALUE_CHARS = 8192
+MAX_BODY_CONTAINS_CHARS = 8192
+#: A field name is an RFC 9110 token.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: What a field value may hold (RFC 9110 field-content: tab, space, visible ASCII, and obs-text,
+#: which http.client sends as Latin-1): anything else, CR, LF and NUL first, fails every run.
+_BAD_VALUE_CHAR = re.compile(r"[^\t\x20-\x7e\x80-\xff]")
+
+
+def _header_problem(name: str, value: str) -> str | None:
+    """Why header ``name: value`` cannot be sent (the value itself is never quoted: it may be a
+    credential), or None."""
+    shown = repr(name) if len(name) <= 40 else f"{name[:37]!r}..."
+    if len(name) > MAX_HEADER_NAME_CHARS:
+        return f"name {shown} is {len(name):,} characters; at most {MAX_HEADER_NAME_CHARS}"
+    if not _TOKEN.fullmatch(name):
+        return (
+            f"name {shown} is not an HTTP field name (RFC 9110 token: letters, digits and "
+            "!#$%&'*+-.^_`|~, no spaces or colons)"
+        )
+    if len(value) > MAX_HEADER_VALUE_CHARS:
+        return (
+            f"value of {shown} is {len(value):,} characters; "
+            f"at most {MAX_HEADER_VALUE_CHARS:,} are allowed"
+        )
+    bad = _BAD_VALUE_CHAR.search(value)
+    if bad is None:
+        return None
+    char = bad.group()
+    if char in "\r\n":
+        return (
+            f"value of {shown} contains a line break (CR or LF), which HTTP does not allow; "
+            "a YAML block scalar (|) ends in one: use |- or a quoted string"
+        )
+    what = "NUL" if char == "\0" else f"the character U+{ord(char):04X}"
+    return (
+        f"value of {shown} contains {what}; allowed: tab, space, visible ASCII and Latin-1 "
+        "characters"
+    )
+
 
 class HttpConfig(BaseModel):
     """An ``http`` check's config (the URL is the check's target): what counts as up."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: a run that validates a stored config past a bound (an older version's
+    # or a hand edit's) says why it is refused, and must not quote the config (its headers hold
+    # credentials).
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     method: Method = "GET"
     expected_status: tuple[int, ...] = Field(
@@ -90,6 +139,31 @@ class HttpConfig(BaseModel):
     body_regex: str | None = Field(None, description="Python regex the body must match")
     json_path: str | None = Field(None, description="JMESPath into the JSON body")
     json_expected: JsonValue = Field(None, description="the value json_path must yield")
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_HEADERS:
+            raise ValueError(f"has {len(value):,} headers; at most {MAX_HEADERS} are allowed")
+        seen: set[str] = set()
+        for name, text in value.items():
+            problem = _header_problem(name, text)
+            if problem is not None:
+                raise ValueError(problem)
+            if name.lower() in seen:
+                raise ValueError(f"name {name!r} appears twice (names are compared without case)")
+            seen.add(name.lower())
+        return value
+
+    @field_validator("body_contains")
+    @classmethod
+    def _body_contains(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > MAX_BODY_CONTAINS_CHARS:
+            raise ValueError(
+                f"is {len(value):,} characters long; at most {MAX_BODY_CONTAINS_CHARS:,} "
+                "are allowed"
+            )
+        return value
 
     @field_validator("body_regex")
     @classmethod
