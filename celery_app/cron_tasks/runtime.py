@@ -9,6 +9,11 @@ Everything is validated before anything is written (:func:`validate_schedule`): 
 zone, JSON, duration or name raises :class:`ScheduleInputError` naming the field, and Redis is
 untouched. A runtime schedule may not take the id of a task declared in code (``@cron`` or
 ``beat_schedule``): :func:`add_schedule` refuses it, naming the code declaration.
+
+A task declared in code can be paused too (:func:`pause_schedule`): its id goes into one set
+(``Keys.cron_paused``), an override of the code, and the version moves, so every beat drops it
+from its list at its next tick (:func:`celery_app.cron_tasks.sources.all_tasks` leaves it out)
+and takes it back on :func:`resume_schedule`.
 """
 
 from __future__ import annotations
@@ -339,6 +344,20 @@ class RuntimeStore:
                 continue
         return found
 
+    def paused_ids(self) -> set[str]:
+        """Ids of tasks declared in code that ``schedule pause`` paused."""
+        return {_text(i) for i in self.client.smembers(self.keys.cron_paused())}
+
+    def set_code_paused(self, task_id: str, paused: bool) -> None:
+        """Pause or resume a task declared in code, and move the version (one transaction)."""
+        pipe = self.client.pipeline(transaction=True)
+        if paused:
+            pipe.sadd(self.keys.cron_paused(), task_id)
+        else:
+            pipe.srem(self.keys.cron_paused(), task_id)
+        pipe.incr(self.keys.cron_runtime_version())
+        pipe.execute()
+
     def tasks(self, app: Celery) -> list[CronTask]:
         """The schedules that fire (not paused), as tasks of ``app``."""
         default_timezone = settings_of(app).timezone
@@ -439,20 +458,39 @@ def remove_schedule(app: Celery, task_id: str) -> None:
     runtime_store(app).remove(task_id)
 
 
-def _set_paused(app: Celery, task_id: str, paused: bool) -> RuntimeSchedule:
+@dataclass(frozen=True)
+class Paused:
+    """What pause or resume changed: ``what`` describes the task (``runtime schedule 'x'`` or
+    its code declaration), ``paused`` its state now."""
+
+    id: str
+    what: str
+    paused: bool
+
+
+def _set_paused(app: Celery, task_id: str, paused: bool) -> Paused:
+    from celery_app.cron_tasks.sources import code_tasks, describe_origin
+
     store = runtime_store(app)
     current = store.get(task_id)
-    if current is None:
-        raise ScheduleConflict(f"no runtime schedule {task_id!r}")
-    schedule = replace(current, paused=paused)
-    store.write(schedule, create=False)
-    return schedule
+    if current is not None:
+        store.write(replace(current, paused=paused), create=False)
+        return Paused(task_id, f"runtime schedule {task_id!r} ({current.task} "
+                      f"{current.schedule_text})", paused)  # fmt: skip
+    app.loader.import_default_modules()
+    declared = code_tasks(app).get(task_id)
+    if declared is None:
+        raise ScheduleConflict(f"no scheduled task {task_id!r} (see `schedule list`)")
+    store.set_code_paused(task_id, paused)
+    return Paused(task_id, describe_origin(declared), paused)
 
 
-def pause_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
-    """Keep the schedule but fire nothing until :func:`resume_schedule`."""
+def pause_schedule(app: Celery, task_id: str) -> Paused:
+    """Fire nothing of task ``task_id`` until :func:`resume_schedule`: a runtime schedule keeps
+    its definition, a task declared in code (``@cron``, ``beat_schedule``) is overridden in
+    Redis; every beat sees it at its next tick."""
     return _set_paused(app, task_id, True)
 
 
-def resume_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
+def resume_schedule(app: Celery, task_id: str) -> Paused:
     return _set_paused(app, task_id, False)
