@@ -144,6 +144,12 @@ def run(
         raise result.publish_error
     if not result.sent:
         ctx.exit(EXIT_PROBLEM)
+    if not service.recording_workers():
+        click.echo(
+            "note: no live worker records cron runs, so this run's start and outcome will not "
+            f"be recorded; {recorders.HOW_TO_RECORD}",
+            err=True,
+        )
     if not wait:
         return
     if timeout is None:
@@ -259,28 +265,36 @@ def add(ctx: click.Context, schedule_id: str, **fields: object) -> None:
     given = _given(**fields)
     if "task" not in given:
         raise click.ClickException("--task: required (the Celery task name to send)")
+    recorded = _runs_recorded(ctx)
+    chosen = "overlap" not in given and not recorded
+    if chosen:
+        # skip would hold every window behind a run no worker ever marks ended: fire each
+        # window, as Celery's beat does, and say so.
+        given["overlap"] = Overlap.ALLOW
     created = _runtime_call(ctx, add_schedule, schedule_id, **given)
     click.echo(f"added {_describe(created)}")
-    _warn_unrecorded(ctx, created)
+    if chosen:
+        click.echo(
+            "note: overlap=allow, as no live worker records cron runs (overlap=skip needs "
+            f"them to see a run end); {recorders.HOW_TO_RECORD}, then `schedule update "
+            f"{schedule_id} --overlap skip`",
+            err=True,
+        )
+    elif created.overlap == Overlap.SKIP and not recorded:
+        hold = created.timeout.total_seconds()
+        click.echo(
+            "warning: overlap=skip needs workers that record cron runs and none is live: each "
+            f"run then holds the next windows for up to its time limit ({hold:g}s + grace); "
+            f"{recorders.HOW_TO_RECORD}, or use --overlap allow",
+            err=True,
+        )
 
 
-def _warn_unrecorded(ctx: click.Context, schedule: RuntimeSchedule) -> None:
-    """One line when ``overlap=skip`` cannot work as meant: no live worker records runs, so
-    nothing ends a run's in-flight mark before its time limit, and windows meanwhile are
-    skipped."""
-    if schedule.overlap != Overlap.SKIP:
-        return
+def _runs_recorded(ctx: click.Context) -> bool:
+    """Whether a live worker records cron runs (:mod:`celery_app.cron_tasks.recorders`)."""
     settings = settings_of(load_app(ctx))
     client = get_redis(settings.redis_url, settings)
-    if recorders.live(client, state_keys(settings), time.time()):
-        return
-    hold = schedule.timeout.total_seconds()
-    click.echo(
-        f"warning: overlap=skip needs workers that record runs, and none is live: each run "
-        f"then holds the next windows for up to its time limit ({hold:g}s + grace); "
-        f"{recorders.HOW_TO_RECORD}, or add with --overlap allow",
-        err=True,
-    )
+    return bool(recorders.live(client, state_keys(settings), time.time()))
 
 
 @schedule.command(name="update")

@@ -14,6 +14,11 @@ messages (a ``beat_schedule`` entry fired by the engine) asks :func:`claim_run` 
 Redis cannot be reached at the start, the run goes ahead (it is logged): the window was
 published, and not running it would lose it.
 
+Which workers record: a worker importing this module says so in ``Keys.cron_recorders`` as it
+starts, on its timer and at its cron runs, and removes itself at a clean shutdown
+(:mod:`celery_app.cron_tasks.recorders`); list, diagnose and ``run --wait`` read it to tell "not
+recorded" (plain Celery workers) from "lost".
+
 On time: a window fired ahead of its start (``CHECKBEAT_CRON_LEAD``) waits in the prerun
 handler until its start on Redis's clock, before the run key and the body
 (:mod:`celery_app.cron_tasks.lead`); the task's message and body are unchanged.
@@ -34,6 +39,7 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     task_revoked,
+    worker_init,
     worker_ready,
     worker_shutdown,
 )
@@ -133,9 +139,18 @@ def _mark_recorder(app: Celery, worker: str | None) -> None:
         log.warning("cron: could not say that %s records cron runs: %s", worker, exc)
 
 
+@worker_init.connect
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    """A worker that imports this module records runs: say so as it starts (every worker,
+    an embedded one too, sends this signal)."""
+    app, worker = getattr(sender, "app", None), getattr(sender, "hostname", None)
+    if app is not None and worker:
+        _mark_recorder(app, worker)
+
+
 @worker_ready.connect
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
-    """A worker that imports this module records runs: say so now and every REFRESH_S."""
+    """Once consuming (``celery worker``), keep saying so every REFRESH_S on its timer."""
     app, worker = getattr(sender, "app", None), getattr(sender, "hostname", None)
     if app is None or not worker:
         return

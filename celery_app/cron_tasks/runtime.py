@@ -23,20 +23,21 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
 from celery import Celery
 
+from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import MIN_INTERVAL, Interval
 from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import CronSource, Keys, Overlap, RuntimeField
+from celery_app.redis.schema import CronSource, CronStatsField, Keys, Overlap, RuntimeField
 from scheduling_core.cron import CronError, parse
 
 __all__ = [
@@ -358,6 +359,15 @@ class RuntimeStore:
         pipe.incr(self.keys.cron_runtime_version())
         pipe.execute()
 
+    def paused_through(self, task_id: str, until: float) -> None:
+        """A resume: the windows starting before ``until`` (the task's first window after the
+        resume) were not fired by design, so no beat may report them as a gap
+        (``cron_gaps.lua`` records nothing before the task's ``last_gap_to``)."""
+        key = self.keys.cron_stats(task_id)
+        recorded = float(self.client.hget(key, CronStatsField.LAST_GAP_TO) or 0)
+        if until > recorded:
+            self.client.hset(key, CronStatsField.LAST_GAP_TO, until)
+
     def tasks(self, app: Celery) -> list[CronTask]:
         """The schedules that fire (not paused), as tasks of ``app``."""
         default_timezone = settings_of(app).timezone
@@ -468,21 +478,29 @@ class Paused:
     paused: bool
 
 
-def _set_paused(app: Celery, task_id: str, paused: bool) -> Paused:
+def _set_paused(app: Celery, task_id: str, paused: bool, now: datetime | None = None) -> Paused:
     from celery_app.cron_tasks.sources import code_tasks, describe_origin
 
     store = runtime_store(app)
     current = store.get(task_id)
     if current is not None:
+        what = f"runtime schedule {task_id!r} ({current.task} {current.schedule_text})"
+        task = current.as_task(settings_of(app).timezone)
+    else:
+        app.loader.import_default_modules()
+        declared = code_tasks(app).get(task_id)
+        if declared is None:
+            raise ScheduleConflict(f"no scheduled task {task_id!r} (see `schedule list`)")
+        what, task = describe_origin(declared), declared
+    if not paused:
+        # Every window that starts before the first one after the resume was paused.
+        at = (now or clock_from_env().now()).astimezone(UTC)
+        store.paused_through(task_id, (task.next_fire(at) or at).timestamp())
+    if current is not None:
         store.write(replace(current, paused=paused), create=False)
-        return Paused(task_id, f"runtime schedule {task_id!r} ({current.task} "
-                      f"{current.schedule_text})", paused)  # fmt: skip
-    app.loader.import_default_modules()
-    declared = code_tasks(app).get(task_id)
-    if declared is None:
-        raise ScheduleConflict(f"no scheduled task {task_id!r} (see `schedule list`)")
-    store.set_code_paused(task_id, paused)
-    return Paused(task_id, describe_origin(declared), paused)
+    else:
+        store.set_code_paused(task_id, paused)
+    return Paused(task_id, what, paused)
 
 
 def pause_schedule(app: Celery, task_id: str) -> Paused:
@@ -492,5 +510,7 @@ def pause_schedule(app: Celery, task_id: str) -> Paused:
     return _set_paused(app, task_id, True)
 
 
-def resume_schedule(app: Celery, task_id: str) -> Paused:
-    return _set_paused(app, task_id, False)
+def resume_schedule(app: Celery, task_id: str, *, now: datetime | None = None) -> Paused:
+    """Fire task ``task_id`` again from its next window; the windows it had while paused
+    (until ``now``, the app's clock by default) are no gap."""
+    return _set_paused(app, task_id, False, now)

@@ -129,6 +129,9 @@ class RunWait:
 
 #: The outcome of a run that could not be learnt (no record, no result backend, or too late).
 UNKNOWN = "unknown"
+#: How long ``run --wait`` waits for a recording worker to show up when nothing else could
+#: tell the outcome (a worker starting now marks itself at once), before it says so.
+NO_RECORDER_WAIT_S = 20.0
 _BACKEND_OUTCOME = {
     states.SUCCESS: CronOutcome.SUCCESS,
     states.FAILURE: CronOutcome.FAILURE,
@@ -356,18 +359,24 @@ class CronService:
         why) when neither tells by then, at once when neither ever can."""
         backend = self.result_backend()
         recorded = bool(self.recording_workers())
-        if not recorded and backend is None:
-            return RunWait(
-                UNKNOWN,
-                "no live worker records cron runs and the app has no result backend, so the "
-                f"outcome cannot be known; to know it, {recorders.HOW_TO_RECORD}, or configure "
-                "a result_backend",
-                "none",
-            )
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        # Nothing can tell yet: a recording worker that is starting says so within this.
+        blind_until = started + min(timeout, NO_RECORDER_WAIT_S)
         key = (result.task_id, result.tenant)
         async_result = None if backend is None else self.app.AsyncResult(result.celery_id)
         while True:
+            if not recorded and backend is None:
+                self._recorders = None
+                recorded = bool(self.recording_workers())
+                if not recorded and time.monotonic() > blind_until:
+                    return RunWait(
+                        UNKNOWN,
+                        "no live worker records cron runs and the app has no result backend, "
+                        f"so the outcome cannot be known; to know it, {recorders.HOW_TO_RECORD}"
+                        ", or configure a result_backend",
+                        "none",
+                    )
             state = self.store.states([key])[key]
             outcome = state.get(CronStateField.OUTCOME)
             ran = state.get(CronStateField.LAST_RUN_WINDOW) == result.window
@@ -621,14 +630,16 @@ class CronService:
                 continue
             start = datetime.fromtimestamp(gap[CronGapField.FROM], UTC)
             end = datetime.fromtimestamp(gap[CronGapField.TO], UTC)
+            task = self.tasks.get(gap[CronGapField.TASK])
+            name = window_id if task is None else task.window_id_of  # an interval's seconds
             tenant = gap.get(CronGapField.TENANT)
             where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             count = gap.get(CronGapField.COUNT)
             many = f" ({count} window{'s' if count != 1 else ''})" if count else ""
             note = f"; {gap[CronGapField.NOTE]}" if gap.get(CronGapField.NOTE) else ""
             findings.append(
-                f"task {gap[CronGapField.TASK]!r}{where}: windows from {window_id(start)} to "
-                f"before {window_id(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
+                f"task {gap[CronGapField.TASK]!r}{where}: windows from {name(start)} to "
+                f"before {name(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
                 f"{note})"
             )
         return findings
