@@ -244,7 +244,10 @@ def _schedule_options(command):  # type: ignore[no-untyped-def]
             click.option(
                 "--overlap",
                 "overlap",
-                help="skip (default): no window while a run is in flight; allow: fire anyway.",
+                help=(
+                    "skip: no window while a run is in flight (add's default when a live "
+                    "worker records runs, else allow); allow: fire anyway."
+                ),
             ),
         ]
     ):
