@@ -325,7 +325,14 @@ class CronService:
                 firing.celery_ids[0],
             )
         ((_, reason),) = firing.skipped
-        if reason == CronSkipReason.IN_FLIGHT:
+        if reason == CronSkipReason.IN_FLIGHT and not self.recording_workers():
+            left = self.store.client.pttl(self.keys.cron_inflight(task.id, tenant_name))
+            why = (
+                f"the previous run of {task.id!r} may still be in flight: its end is not "
+                "recorded (workers do not run checkbeat's recording), so its mark holds "
+                f"{max(left, 0) / 1000:.0f}s more (recorded as skipped)"
+            )
+        elif reason == CronSkipReason.IN_FLIGHT:
             why = f"the previous run of {task.id!r} is still in flight (recorded as skipped)"
         elif reason == CronSkipReason.SEND_FAILED:
             why = f"{firing.error} (recorded; window {req.window_id} is not retried)"
