@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -76,6 +77,12 @@ def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
         (h["cron_task"], h["cron_tenant"], h["cron_window"])
         for h in broker_headers(broker_url, queues)
     )
+
+
+def recording_worker(r: redis.Redis, name: str = "celery@recording") -> None:
+    """Stand in for a live worker that records runs (its marker, as the recording's
+    ``worker_init`` writes it), for tests that write the run records themselves."""
+    r.hset(Keys("cbtest").cron_recorders(), name, time.time())
 
 
 def end_runs(r: redis.Redis) -> None:
