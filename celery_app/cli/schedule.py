@@ -34,7 +34,7 @@ from celery_app.cron_tasks.runtime import (
     resume_schedule,
     update_schedule,
 )
-from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
+from celery_app.cron_tasks.service import CronService, CronUsageError, applied_timeout, row_dict
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
@@ -154,7 +154,11 @@ def run(
         return
     if timeout is None:
         task = service.tasks[task_id]
-        limit = task.hard_time_limit if task.source != CronSource.BEAT_SCHEDULE else 0.0
+        limit = (
+            task.hard_time_limit
+            if task.source != CronSource.BEAT_SCHEDULE
+            else applied_timeout(service.app, task) or 0.0
+        )
         timeout = service.settings.cron_grace.total_seconds() + 60 + limit
     waited = service.wait_for_run(result, timeout)
     via = "" if waited.source == "recorded" else f" (from the {waited.source})"
