@@ -4,6 +4,7 @@ shadow a task declared in code."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -206,6 +207,15 @@ def test_the_cli_adds_lists_and_refuses_a_bad_field_naming_its_flag(r):
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("ping ")]
     assert row.split()[1:3] == ["runtime", "every"]
     assert "allow" in row.split()
+    assert good.stderr == ""  # asked for: nothing to say
+    # no live worker records runs here: skip is warned about in one line, at update too
+    skip = run_cli("update", "ping", "--overlap", "skip")
+    assert skip.returncode == 0, skip.stderr
+    assert skip.stderr.startswith("warning: overlap=skip needs workers that record cron runs")
+    assert len(skip.stderr.splitlines()) == 1
+    r.hset(KEYS.cron_recorders(), "celery@w1", time.time())  # a recording worker is live
+    quiet = run_cli("update", "ping", "--overlap", "skip")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert run_cli("rm", "ping").returncode == 0
     missing = run_cli("rm", "ping")
     assert missing.returncode == 1 and "no runtime schedule 'ping'" in missing.stderr

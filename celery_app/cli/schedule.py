@@ -287,14 +287,21 @@ def add(ctx: click.Context, schedule_id: str, **fields: object) -> None:
             f"{schedule_id} --overlap skip`",
             err=True,
         )
-    elif created.overlap == Overlap.SKIP and not recorded:
-        hold = created.timeout.total_seconds()
-        click.echo(
-            "warning: overlap=skip needs workers that record cron runs and none is live: each "
-            f"run then holds the next windows for up to its time limit ({hold:g}s + grace); "
-            f"{recorders.HOW_TO_RECORD}, or use --overlap allow",
-            err=True,
-        )
+    elif not recorded:
+        _warn_skip_unrecorded(created)
+
+
+def _warn_skip_unrecorded(schedule: RuntimeSchedule) -> None:
+    """One line when ``overlap=skip`` is asked for but no live worker records runs."""
+    if schedule.overlap != Overlap.SKIP:
+        return
+    hold = schedule.timeout.total_seconds()
+    click.echo(
+        "warning: overlap=skip needs workers that record cron runs and none is live: each "
+        f"run then holds the next windows for up to its time limit ({hold:g}s + grace); "
+        f"{recorders.HOW_TO_RECORD}, or use --overlap allow",
+        err=True,
+    )
 
 
 def _runs_recorded(ctx: click.Context) -> bool:
@@ -315,6 +322,8 @@ def update(ctx: click.Context, schedule_id: str, **fields: object) -> None:
         raise click.ClickException("nothing to update: give at least one option")
     changed = _runtime_call(ctx, update_schedule, schedule_id, **given)
     click.echo(f"updated {_describe(changed)}")
+    if not _runs_recorded(ctx):
+        _warn_skip_unrecorded(changed)
 
 
 @schedule.command(name="rm")
