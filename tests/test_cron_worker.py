@@ -240,3 +240,29 @@ def test_diagnose_says_not_recorded_without_recording_workers_and_lost_with_them
     recorded = CronService(cron_app, clock=lambda: later)
     assert recorded.notes() == []
     assert any("never started" in f and "lost with the broker" in f for f in recorded.diagnose())
+
+
+def test_a_forced_run_of_a_task_without_grace_may_still_wait_a_minute_for_a_worker(
+    cron_app, broker_url, r
+):
+    """A forced run's message expires at the task's grace after it is sent, at least a minute:
+    with ``grace=0`` it would expire as it is sent and never run."""
+    from datetime import datetime
+
+    import redis as redis_lib
+    from support.cron import broker_headers
+
+    redis_lib.Redis.from_url(broker_url).flushdb()
+
+    @cron("0 3 * * *", app=cron_app, id="strict", name="w.strict", grace=timedelta(0))
+    def strict(): ...
+
+    now = T0 + timedelta(hours=5, seconds=7)
+    service = CronService(cron_app, clock=lambda: now)
+    assert service.run_now("strict").sent  # takes the window
+    forced = service.run_now("strict", force=True)
+    assert forced.sent
+    (headers,) = [h for h in broker_headers(broker_url) if h["cron_window"] == forced.window]
+    assert headers["cron_manual"] is True
+    expires = datetime.fromisoformat(headers["expires"])
+    assert expires - now >= timedelta(minutes=1), (expires, now)

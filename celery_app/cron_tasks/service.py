@@ -127,6 +127,8 @@ class RunWait:
         return self.outcome != UNKNOWN
 
 
+#: The least time a forced run-now's message may wait for a worker before it expires.
+FORCED_MIN_GRACE = timedelta(minutes=1)
 #: The outcome of a run that could not be learnt (no record, no result backend, or too late).
 UNKNOWN = "unknown"
 #: How long ``run --wait`` waits for a recording worker to show up when nothing else could
@@ -345,14 +347,16 @@ class CronService:
             False, task.id, tenant_name, req.window_id, f"not sent: {why}", None, firing.cause
         )
 
-    @staticmethod
-    def _forced_request(task: CronTask, tenant: str, now: datetime) -> FireRequest:
+    def _forced_request(self, task: CronTask, tenant: str, now: datetime) -> FireRequest:
         """A run of its own at ``now``: the task as a one-off non-singleton (no window key, no
-        in-flight key) whose window is the instant itself, named to the microsecond."""
+        in-flight key) whose window is the instant itself, named to the microsecond. Its
+        message may wait for a worker as long as the task's grace, and at least a minute (a
+        grace of 0 would expire it as it is sent)."""
         at = now.astimezone(UTC)
         if not at.microsecond:
             at = at.replace(microsecond=1)  # a whole second may be an interval's window
-        one_off = replace(task, schedule=_Instant(), singleton=False)
+        grace = max(task.grace_or(self.settings.cron_grace), FORCED_MIN_GRACE)
+        one_off = replace(task, schedule=_Instant(), singleton=False, grace=grace)
         return FireRequest(one_off, tenant, at)
 
     def result_backend(self) -> Any | None:
