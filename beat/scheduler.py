@@ -209,15 +209,30 @@ class CronScheduler(Scheduler):
             self.observer.stop()
         if self.waker is not None:
             self.waker.close()
+        store = getattr(self, "store", None)
+        if store is None:
+            return  # never set up: no heartbeat was written
         try:
-            self.store.client.hdel(self.store.keys.beat_heartbeat(), self.beat_id)
+            store.beat_stopped(self.beat_id, self.clock())
         except Exception:
             log.warning("cron: could not remove the heartbeat of %s", self.beat_id)
 
     @property
     def info(self) -> str:
-        count = len(self.engine.tasks) if self.engine else 0
-        return f"    . cron tasks -> {count}\n    . drivers -> {len(self.drivers)}"
+        """Beat's start banner. Celery prints it before the schedule is set up, so the tasks
+        are counted here as setup will load them (the same sources)."""
+        count: int | str = len(self.engine.tasks) if self.engine is not None else "?"
+        drivers: int | str = len(self.drivers) if self.engine is not None else "?"
+        if self.engine is None:
+            try:
+                self.app.loader.import_default_modules()
+                settings = settings_of(self.app)
+                client = get_redis(settings.redis_url, settings)
+                count = len(all_tasks(self.app, RuntimeStore(client, state_keys(settings))))
+                drivers = len(build_drivers(self.app))
+            except Exception:
+                pass  # setup_schedule reports the problem, naming it
+        return f"    . cron tasks -> {count}\n    . drivers -> {drivers}"
 
     @property
     def schedule(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import beat.scheduler as scheduler_module
 from beat import CronScheduler
 from beat.scheduler import finish_tick_before_stopping
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
+from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys
@@ -74,6 +75,10 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     assert sched.tick() == pytest.approx(min(60, sched.heartbeat_every))
     sched.close()
     assert sched.beat_id not in r.hgetall(Keys("cbtest").beat_heartbeat())
+    # the clean stop is kept: diagnose names it instead of "no heartbeat ever recorded"
+    assert float(r.hget(Keys("cbtest").cron_beats_stopped(), sched.beat_id)) == clock.at.timestamp()
+    (finding,) = [f for f in CronService(cron_app).diagnose() if "no live beat" in f]
+    assert f"the last beat ({sched.beat_id}) stopped at {clock.at.isoformat()}" in finding
 
 
 class SlowDriver:
@@ -157,3 +162,18 @@ def test_stop_signal_waits_for_the_tick_in_progress():
         assert signal.getsignal(signal.SIGTERM) is celery_like_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_banner_counts_the_tasks_that_setup_then_loads(cron_app, monkeypatch):
+    """Celery prints beat's banner before the schedule is set up: it must count the same
+    tasks the log line of the setup then names, not 0."""
+    monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [CountingDriver()])
+    cron("*/2 * * * *", app=cron_app, id="every-2", name="s.banner2")(_noop)
+    cron_app.conf.beat_schedule = {"ping": {"task": "s.ping", "schedule": 10.0}}
+    cron_app.conf.result_expires = None
+    sched = CronScheduler(app=cron_app, lazy=True)
+    assert sched.engine is None  # not set up yet, as when Celery prints the banner
+    assert sched.info == "    . cron tasks -> 2\n    . drivers -> 1"
+    sched.setup_schedule()
+    assert sched.info == "    . cron tasks -> 2\n    . drivers -> 1"
+    sched.close()

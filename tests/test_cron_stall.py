@@ -13,7 +13,7 @@ import logging
 from datetime import datetime, timedelta
 
 import pytest
-from support.cron import T0, end_runs, make_engine, store_of
+from support.cron import T0, end_runs, make_engine, recording_worker, store_of
 
 from celery_app.clock import Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
@@ -145,6 +145,7 @@ def test_test_clock_steady_runs_at_the_clock_rate():
 def test_a_window_skipped_behind_a_run_in_flight_is_named_by_diagnose(cron_app, r):
     """A window the overlap policy skipped is not fired either: diagnose names it (after a
     stall, the late run of one window may still wait for its worker when the next is due)."""
+    recording_worker(r)  # a live worker records runs (these tests write or lose them)
     cron("* * * * *", app=cron_app, id="minutely", name="stall.inflight")(_noop)
     engine = make_engine(cron_app)
     assert engine.tick(T0 + timedelta(seconds=1)).fired  # 00:00; its run never ends
@@ -166,6 +167,7 @@ def _unstarted(app, now: datetime) -> list[str]:
 def test_a_fired_window_no_worker_started_is_named_once_its_deadline_passed(cron_app, r):
     """A window whose message was lost after it fired (a broker failover before replication)
     is never sent again (its window key says fired): diagnose names it instead."""
+    recording_worker(r)  # a live worker records runs (these tests write or lose them)
     cron("* * * * *", app=cron_app, id="lost", name="stall.lost")(_noop)
     engine = make_engine(cron_app)
     assert engine.tick(T0 + timedelta(seconds=1)).fired  # 00:00 fired ...
@@ -182,6 +184,7 @@ def test_a_fired_window_no_worker_started_is_named_once_its_deadline_passed(cron
 def test_a_lost_minutely_run_is_named_although_later_windows_moved_on(cron_app, r):
     """A singleton's lost run keeps its in-flight key: the next windows are skipped behind it
     before its deadline passes, and diagnose still names the window that was lost."""
+    recording_worker(r)  # a live worker records runs (these tests write or lose them)
     cron("* * * * *", app=cron_app, id="minutely-lost", name="stall.minutely_lost")(_noop)
     engine = make_engine(cron_app)
     assert engine.tick(T0 + timedelta(seconds=1)).fired
@@ -192,6 +195,7 @@ def test_a_lost_minutely_run_is_named_although_later_windows_moved_on(cron_app, 
 
 
 def test_a_started_or_expired_window_is_reported_as_what_it_was(cron_app, r):
+    recording_worker(r)  # a live worker records runs (these tests write or lose them)
     cron("* * * * *", app=cron_app, id="ran", name="stall.ran")(_noop)
     cron("* * * * *", app=cron_app, id="expired", name="stall.expired")(_noop)
     engine = make_engine(cron_app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 from celery.contrib.testing.worker import start_worker
@@ -156,9 +157,112 @@ def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r):
     with _worker(cron_app):
         result = service.run_now("per-tenant", "acme")
         assert result.sent
-        state = service.wait_for_run(result, timeout=20)
-        assert state["outcome"] == "success"
-        assert state["manual"] == "1"
+        waited = service.wait_for_run(result, timeout=20)
+        assert (waited.outcome, waited.source) == ("success", "recorded")
+        assert _state(r, "per-tenant", "acme")["manual"] == "1"
         again = service.run_now("per-tenant", "acme")
         assert not again.sent
         assert "already fired by manual:" in again.message
+
+
+def test_a_recording_worker_says_so_and_a_forced_run_now_runs_once_as_manual(cron_app, r):
+    """The worker marks itself in ``cron_recorders`` as it starts; while it is live, list and
+    run --wait rely on records, and a run-now refused in a fired
+    window runs with ``force`` as a manual run of its own, recorded as such."""
+    ran: list[str] = []
+
+    @cron("0 3 * * *", app=cron_app, id="nightly", name="w.nightly2")
+    def nightly():
+        ran.append("x")
+
+    service = CronService(cron_app, clock=lambda: T0 + timedelta(hours=5))
+    assert r.hlen(KEYS.cron_recorders()) == 0
+    assert service.recording_workers() == []
+    (row,) = service.rows()
+    assert row.runs_recorded is False
+    with _worker(cron_app):
+        assert r.hlen(KEYS.cron_recorders()) == 1
+        service = CronService(cron_app, clock=lambda: T0 + timedelta(hours=5))
+        assert len(service.recording_workers()) == 1
+        first = service.run_now("nightly")
+        assert first.sent
+        assert service.wait_for_run(first, timeout=20).outcome == "success"
+        refused = service.run_now("nightly")
+        assert not refused.sent and "--force" in refused.message
+        forced = service.run_now("nightly", force=True)
+        assert forced.sent and forced.window != first.window
+        assert "." in forced.window  # to the microsecond: no scheduled window's id
+        waited = service.wait_for_run(forced, timeout=20)
+        assert (waited.outcome, waited.source) == ("success", "recorded")
+        state = _state(r, "nightly")
+        assert (state["last_run_window"], state["manual"]) == (forced.window, "1")
+        # a forced run takes no window or in-flight key: the scheduled windows are untouched
+        assert not r.exists(KEYS.cron_inflight("nightly", GLOBAL_TENANT))
+        assert not r.exists(KEYS.cron_window("nightly", GLOBAL_TENANT, forced.window))
+    assert ran == ["x", "x"]
+
+
+def test_a_celery_worker_process_marks_itself_recording_until_its_clean_stop(
+    start_worker_process, r
+):
+    """``celery -A celery_app worker`` (recording among its modules): marked when ready,
+    unmarked at a warm shutdown, so a stopped fleet is not taken for a recording one."""
+    worker = start_worker_process("-P", "solo", "-n", "rec1@%h")
+    wait_for(
+        lambda: any(name.startswith("rec1@") for name in r.hkeys(KEYS.cron_recorders())),
+        timeout=60,
+        what="the worker's recording marker",
+    )
+    wait_for(lambda: " ready." in worker.output(), timeout=60, what="the worker is ready")
+    assert worker.stop() == 0, worker.output()[-3000:]
+    assert r.hkeys(KEYS.cron_recorders()) == []
+
+
+def test_diagnose_says_not_recorded_without_recording_workers_and_lost_with_them(cron_app, r):
+    """A fired window no worker ever started: "lost" only when a live worker records runs;
+    otherwise a note (not a finding) that its run is not recorded."""
+
+    @cron("* * * * *", app=cron_app, id="minutely", name="w.minutely")
+    def minutely(): ...
+
+    at = T0 + timedelta(seconds=1)
+    later = at + 3 * MIN
+    r.hset(KEYS.beat_heartbeat(), "beat-x", later.timestamp())
+    engine = make_engine(cron_app)
+    report = engine.tick(at)
+    assert [f.task_id for f in report.fired] == ["minutely"]
+    plain = CronService(cron_app, clock=lambda: later)
+    findings, notes = plain.diagnose(), plain.notes()
+    assert not [f for f in findings if "never started" in f], findings
+    assert any("its run is not recorded (workers do not run checkbeat's recording)" in n
+               for n in notes), notes  # fmt: skip
+    r.hset(KEYS.cron_recorders(), "celery@w1", time.time())
+    recorded = CronService(cron_app, clock=lambda: later)
+    assert recorded.notes() == []
+    assert any("never started" in f and "lost with the broker" in f for f in recorded.diagnose())
+
+
+def test_a_forced_run_of_a_task_without_grace_may_still_wait_a_minute_for_a_worker(
+    cron_app, broker_url, r
+):
+    """A forced run's message expires at the task's grace after it is sent, at least a minute:
+    with ``grace=0`` it would expire as it is sent and never run."""
+    from datetime import datetime
+
+    import redis as redis_lib
+    from support.cron import broker_headers
+
+    redis_lib.Redis.from_url(broker_url).flushdb()
+
+    @cron("0 3 * * *", app=cron_app, id="strict", name="w.strict", grace=timedelta(0))
+    def strict(): ...
+
+    now = T0 + timedelta(hours=5, seconds=7)
+    service = CronService(cron_app, clock=lambda: now)
+    assert service.run_now("strict").sent  # takes the window
+    forced = service.run_now("strict", force=True)
+    assert forced.sent
+    (headers,) = [h for h in broker_headers(broker_url) if h["cron_window"] == forced.window]
+    assert headers["cron_manual"] is True
+    expires = datetime.fromisoformat(headers["expires"])
+    assert expires - now >= timedelta(minutes=1), (expires, now)

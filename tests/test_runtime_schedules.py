@@ -4,6 +4,7 @@ shadow a task declared in code."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from support.projects import run_module
 
 import beat.scheduler as scheduler_module
 from beat.scheduler import CronScheduler
-from celery_app.cron_tasks.registration import cron
+from celery_app.cron_tasks.registration import cron, window_id
 from celery_app.cron_tasks.runtime import (
     ScheduleConflict,
     ScheduleInputError,
@@ -32,6 +33,7 @@ from celery_app.redis.schema import CronSource, Keys
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys("cbtest")
 SEC = timedelta(seconds=1)
+MIN = timedelta(minutes=1)
 
 
 def _noop(*args, **kwargs) -> None: ...
@@ -213,6 +215,63 @@ def test_the_cli_adds_lists_and_refuses_a_bad_field_naming_its_flag(r):
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("ping ")]
     assert row.split()[1:3] == ["runtime", "every"]
     assert "allow" in row.split()
+    assert good.stderr == ""  # asked for: nothing to say
+    # no live worker records runs here: skip is warned about in one line, at update too
+    skip = run_cli("update", "ping", "--overlap", "skip")
+    assert skip.returncode == 0, skip.stderr
+    assert skip.stderr.startswith("warning: overlap=skip needs workers that record cron runs")
+    assert len(skip.stderr.splitlines()) == 1
+    r.hset(KEYS.cron_recorders(), "celery@w1", time.time())  # a recording worker is live
+    quiet = run_cli("update", "ping", "--overlap", "skip")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
     assert run_cli("rm", "ping").returncode == 0
     missing = run_cli("rm", "ping")
     assert missing.returncode == 1 and "no runtime schedule 'ping'" in missing.stderr
+
+
+def test_pause_and_resume_a_cron_and_a_beat_schedule_task_seen_by_every_beat_at_its_next_tick(
+    cron_app, broker_url, r, monkeypatch
+):
+    """An override in Redis: both beats drop the paused tasks at their next tick and fire them
+    again after resume; the windows of the pause are no gap; an unknown id writes nothing."""
+    monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [])
+    cron("* * * * *", app=cron_app, id="nightly", name="proj.nightly")(_noop)
+    cron_app.conf.beat_schedule = {"ping-20s": {"task": "proj.ping", "schedule": 20.0}}
+    at = [T0 + SEC]
+    clock = lambda: at[0]  # noqa: E731
+    beats = [CronScheduler(app=cron_app, clock=clock, max_interval=300) for _ in range(2)]
+    for beat in beats:
+        beat.tick()
+    with pytest.raises(ScheduleConflict, match="no scheduled task 'nope'"):
+        pause_schedule(cron_app, "nope")
+    assert r.smembers(KEYS.cron_paused()) == set()
+    assert "nightly" in pause_schedule(cron_app, "nightly").what  # @cron proj.nightly
+    assert "beat_schedule entry 'ping-20s'" in pause_schedule(cron_app, "ping-20s").what
+    rows = {row.id: row for row in CronService(cron_app, clock=clock).rows()}
+    assert rows["nightly"].paused and rows["ping-20s"].paused
+    assert rows["nightly"].next_fire is None
+    for step in range(21, 181, 20):  # three minutes paused
+        at[0] = T0 + step * SEC
+        for beat in beats:
+            beat.tick()
+        end_runs(r)
+    fired = {(t, w) for (t, _, w), n in sends(broker_url).items()}
+    assert {t for t, w in fired} == {"nightly", "ping-20s"}  # only the windows before the pause
+    assert all(w <= T0.strftime("%Y-%m-%dT%H:%M:%SZ") for t, w in fired if t == "ping-20s")
+    resume_schedule(cron_app, "nightly", now=at[0])
+    resume_schedule(cron_app, "ping-20s", now=at[0])
+    at[0] = T0 + 181 * SEC
+    for beat in beats:
+        beat.tick()
+    end_runs(r)
+    at[0] = T0 + 201 * SEC
+    for beat in beats:
+        beat.tick()
+    counts = sends(broker_url)
+    assert counts[("nightly", "-", window_id(T0 + 3 * MIN))] == 1
+    assert counts[("ping-20s", "-", (T0 + 200 * SEC).strftime("%Y-%m-%dT%H:%M:%SZ"))] == 1
+    assert max(counts.values()) == 1
+    findings = CronService(cron_app, clock=clock).diagnose()
+    assert not [f for f in findings if "were not fired" in f], findings
+    for beat in beats:
+        beat.close()

@@ -264,6 +264,33 @@ def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
     assert sends(broker_url)[("ping-20s", "-", T0.strftime("%Y-%m-%dT00:00:20Z"))] == 1
 
 
+def test_list_shows_the_time_limit_a_run_gets_and_next_to_the_second(cron_app, r):
+    """TIMEOUT is what a run is limited to: a @cron or runtime task's timeout (its messages
+    carry it); for a beat_schedule entry what Celery applies, as under its own beat (the
+    entry's options, else the task's limits from task_time_limit), none when nothing does.
+    NEXT keeps its seconds where a minute would hide them."""
+    from celery_app.cron_tasks.runtime import add_schedule
+    from celery_app.cron_tasks.service import CronService
+
+    _project(cron_app)
+    cron_app.conf.beat_schedule["limited"] = {
+        "task": "proj.limited", "schedule": 10.0, "options": {"soft_time_limit": 42},
+    }  # fmt: skip
+    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", timeout="90s")
+    at = T0 + 25 * SEC
+    rows = {row.id: row for row in CronService(cron_app, clock=lambda: at).rows()}
+    assert rows["cron-task"].timeout_s == 300 and rows["rt-ping"].timeout_s == 90
+    assert rows["ping-20s"].timeout_s is None and rows["nightly-report"].timeout_s is None
+    assert rows["limited"].timeout_s == 42
+    assert rows["ping-20s"].next_fire == (T0 + 40 * SEC).isoformat(timespec="seconds")
+    assert rows["limited"].next_fire == (T0 + 30 * SEC).isoformat(timespec="seconds")
+    # whole minutes stay minutes
+    assert rows["cron-task"].next_fire == (T0 + 60 * SEC).isoformat(timespec="minutes")
+    cron_app.conf.task_time_limit = 1800  # Celery's own limit, for every task of the app
+    rows = {row.id: row for row in CronService(cron_app, clock=lambda: at).rows()}
+    assert rows["ping-20s"].timeout_s == 1800 and rows["cron-task"].timeout_s == 300
+
+
 def test_grace_and_overlap_are_declared_for_cron_and_beat_schedule_tasks(cron_app):
     from celery_app.cron_tasks.registration import CronSpecError
     from celery_app.cron_tasks.sources import beat_policy

@@ -7,18 +7,25 @@ the app knows, unless ``--remote-task`` says it is registered only on the worker
 
 ``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
 exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
+
+``run`` exits 0 when the run was sent (with ``--wait``: and succeeded), 1 when it was refused or
+the run failed, and 3 (:data:`EXIT_UNKNOWN`) when ``--wait`` could not learn the outcome within
+its timeout (the workers do not record runs and there is no result backend, or neither said
+anything in time).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 import click
 from celery.bin.base import handle_preload_options
 
 from celery_app.cli.common import EXIT_PROBLEM, BadInput, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
+from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.runtime import (
     RuntimeSchedule,
     ScheduleConflict,
@@ -29,8 +36,14 @@ from celery_app.cron_tasks.runtime import (
     resume_schedule,
     update_schedule,
 )
-from celery_app.cron_tasks.service import CronService, CronUsageError, row_dict
-from celery_app.redis.schema import CronOutcome, CronStateField
+from celery_app.cron_tasks.service import CronService, CronUsageError, applied_timeout, row_dict
+from celery_app.factory import settings_of
+from celery_app.redis.client import get_redis
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import CronOutcome, CronSource, Overlap
+
+#: ``schedule run --wait`` exit code: the run was sent, its outcome could not be learnt.
+EXIT_UNKNOWN = 3
 
 
 def _service(ctx: click.Context) -> CronService:
@@ -69,7 +82,8 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     )
     table = [header]
     for r in rows:
-        outcome = r.last_outcome or "-"
+        never = "-" if r.runs_recorded else "not recorded"
+        outcome = r.last_outcome or never
         if r.last_error and outcome != "success":
             outcome = f"{outcome}: {r.last_error}"
         table.append(
@@ -80,11 +94,11 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                 r.timezone,
                 r.scope,
                 "yes" if r.singleton else "no",
-                f"{r.timeout_s:g}s",
+                "-" if r.timeout_s is None else f"{r.timeout_s:g}s",
                 f"{r.grace_s:g}s",
                 r.overlap,
                 "paused" if r.paused else r.next_fire or "never",
-                r.last_end or r.last_start or "-",
+                r.last_end or r.last_start or never,
                 outcome,
             )
         )
@@ -99,12 +113,30 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @click.argument("task_id")
 @click.option("--tenant", default=None, help="Tenant to run a per-tenant task for.")
 @click.option("--wait", is_flag=True, help="Wait for the worker to finish and print the outcome.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds --wait waits at most (default: the grace + 60 s + the time limit).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Run now even if the current window already fired (recorded as a manual run).",
+)
 @click.pass_context
-def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> None:
+def run(
+    ctx: click.Context,
+    task_id: str,
+    tenant: str | None,
+    wait: bool,
+    timeout: float | None,
+    force: bool,
+) -> None:
     """Run one task now, through the same window lock and recording as the beat."""
     service = _service(ctx)
     try:
-        result = service.run_now(task_id, tenant)
+        result = service.run_now(task_id, tenant, force=force)
     except CronUsageError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(result.message)
@@ -114,17 +146,32 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
         raise result.publish_error
     if not result.sent:
         ctx.exit(EXIT_PROBLEM)
-    if wait:
+    if not service.recording_workers():
+        click.echo(
+            "note: no live worker records cron runs, so this run's start and outcome will not "
+            f"be recorded; {recorders.HOW_TO_RECORD}",
+            err=True,
+        )
+    if not wait:
+        return
+    if timeout is None:
         task = service.tasks[task_id]
-        timeout = (service.settings.cron_grace.total_seconds() + 60) + task.hard_time_limit
-        state = service.wait_for_run(result, timeout)
-        outcome = state.get(CronStateField.OUTCOME, "unknown")
-        if outcome == CronOutcome.SUCCESS:
-            click.echo("outcome: success")
-            return
-        error = state.get(CronStateField.LAST_ERROR, "")
-        click.echo(escape(f"outcome: {outcome}: {error}".rstrip(": ")))
-        ctx.exit(EXIT_PROBLEM)
+        limit = (
+            task.hard_time_limit
+            if task.source != CronSource.BEAT_SCHEDULE
+            else applied_timeout(service.app, task) or 0.0
+        )
+        timeout = service.settings.cron_grace.total_seconds() + 60 + limit
+    waited = service.wait_for_run(result, timeout)
+    via = "" if waited.source == "recorded" else f" (from the {waited.source})"
+    if not waited.known:
+        click.echo(escape(f"outcome: unknown: {waited.detail}"))
+        ctx.exit(EXIT_UNKNOWN)
+    if waited.outcome == CronOutcome.SUCCESS:
+        click.echo(f"outcome: success{via}")
+        return
+    click.echo(escape(f"outcome: {waited.outcome}{via}: {waited.detail}".rstrip(": ")))
+    ctx.exit(EXIT_PROBLEM)
 
 
 @schedule.command(name="diagnose")
@@ -132,7 +179,9 @@ def run(ctx: click.Context, task_id: str, tenant: str | None, wait: bool) -> Non
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
-    findings = _service(ctx).diagnose()
+    service = _service(ctx)
+    findings = service.diagnose()
+    notes = service.notes()
     if as_json:
         click.echo(json.dumps(findings, indent=2))
     elif findings:
@@ -140,6 +189,9 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"- {escape(finding)}")
     else:
         click.echo("ok: no findings")
+    if not as_json:
+        for note in notes:
+            click.echo(f"note: {escape(note)}")
     if findings:
         ctx.exit(EXIT_PROBLEM)
 
@@ -208,7 +260,10 @@ def _schedule_options(command):  # type: ignore[no-untyped-def]
             click.option(
                 "--overlap",
                 "overlap",
-                help="skip (default): no window while a run is in flight; allow: fire anyway.",
+                help=(
+                    "skip: no window while a run is in flight (add's default when a live "
+                    "worker records runs, else allow); allow: fire anyway."
+                ),
             ),
         ]
     ):
@@ -230,8 +285,43 @@ def add(ctx: click.Context, schedule_id: str, **fields: object) -> None:
     if "task" not in given:
         raise BadInput("--task: required (the Celery task name to send)")
     remote = bool(fields["remote_task"])
+    recorded = _runs_recorded(ctx)
+    chosen = "overlap" not in given and not recorded
+    if chosen:
+        # skip would hold every window behind a run no worker ever marks ended: fire each
+        # window, as Celery's beat does, and say so.
+        given["overlap"] = Overlap.ALLOW
     created = _runtime_call(ctx, add_schedule, schedule_id, remote_task=remote, **given)
     click.echo(f"added {_describe(created)}")
+    if chosen:
+        click.echo(
+            "note: overlap=allow, as no live worker records cron runs (overlap=skip needs "
+            f"them to see a run end); {recorders.HOW_TO_RECORD}, then `schedule update "
+            f"{schedule_id} --overlap skip`",
+            err=True,
+        )
+    elif not recorded:
+        _warn_skip_unrecorded(created)
+
+
+def _warn_skip_unrecorded(schedule: RuntimeSchedule) -> None:
+    """One line when ``overlap=skip`` is asked for but no live worker records runs."""
+    if schedule.overlap != Overlap.SKIP:
+        return
+    hold = schedule.timeout.total_seconds()
+    click.echo(
+        "warning: overlap=skip needs workers that record cron runs and none is live: each "
+        f"run then holds the next windows for up to its time limit ({hold:g}s + grace); "
+        f"{recorders.HOW_TO_RECORD}, or use --overlap allow",
+        err=True,
+    )
+
+
+def _runs_recorded(ctx: click.Context) -> bool:
+    """Whether a live worker records cron runs (:mod:`celery_app.cron_tasks.recorders`)."""
+    settings = settings_of(load_app(ctx))
+    client = get_redis(settings.redis_url, settings)
+    return bool(recorders.live(client, state_keys(settings), time.time()))
 
 
 @schedule.command(name="update")
@@ -246,6 +336,8 @@ def update(ctx: click.Context, schedule_id: str, **fields: object) -> None:
     remote = bool(fields["remote_task"])
     changed = _runtime_call(ctx, update_schedule, schedule_id, remote_task=remote, **given)
     click.echo(f"updated {_describe(changed)}")
+    if not _runs_recorded(ctx):
+        _warn_skip_unrecorded(changed)
 
 
 @schedule.command(name="rm")
@@ -261,13 +353,14 @@ def rm(ctx: click.Context, schedule_id: str) -> None:
 @click.argument("schedule_id")
 @click.pass_context
 def pause(ctx: click.Context, schedule_id: str) -> None:
-    """Keep a runtime schedule but fire nothing until ``resume``."""
-    click.echo(f"paused {_describe(_runtime_call(ctx, pause_schedule, schedule_id))}")
+    """Fire nothing of a task until ``resume``: a runtime schedule, a @cron task or a
+    beat_schedule entry (kept in Redis; every beat sees it at its next tick)."""
+    click.echo(f"paused {_runtime_call(ctx, pause_schedule, schedule_id).what}")
 
 
 @schedule.command(name="resume")
 @click.argument("schedule_id")
 @click.pass_context
 def resume(ctx: click.Context, schedule_id: str) -> None:
-    """Fire a paused runtime schedule again."""
-    click.echo(f"resumed {_describe(_runtime_call(ctx, resume_schedule, schedule_id))}")
+    """Fire a paused task again, from its next window."""
+    click.echo(f"resumed {_runtime_call(ctx, resume_schedule, schedule_id).what}")

@@ -14,6 +14,11 @@ messages (a ``beat_schedule`` entry fired by the engine) asks :func:`claim_run` 
 Redis cannot be reached at the start, the run goes ahead (it is logged): the window was
 published, and not running it would lose it.
 
+Which workers record: a worker importing this module says so in ``Keys.cron_recorders`` as it
+starts, on its timer and at its cron runs, and removes itself at a clean shutdown
+(:mod:`celery_app.cron_tasks.recorders`); list, diagnose and ``run --wait`` read it to tell "not
+recorded" (plain Celery workers) from "lost".
+
 On time: a window fired ahead of its start (``CHECKBEAT_CRON_LEAD``) waits in the prerun
 handler until its start on Redis's clock, before the run key and the body
 (:mod:`celery_app.cron_tasks.lead`); the task's message and body are unchanged.
@@ -22,14 +27,24 @@ handler until its start on Redis's clock, before the run key and the body
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
 from celery import Celery, Task, states
 from celery.exceptions import Ignore, TimeLimitExceeded, WorkerLostError
-from celery.signals import task_failure, task_postrun, task_prerun, task_revoked
+from celery.signals import (
+    task_failure,
+    task_postrun,
+    task_prerun,
+    task_revoked,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
 
+from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.lead import start_on_time, wait_locally
 from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
@@ -106,6 +121,57 @@ def _hard_limit(request: Any) -> float:
     return float(limits[0] or 0.0)
 
 
+_last_mark = float("-inf")  # monotonic time this process last refreshed its marker
+
+
+def _mark_recorder(app: Celery, worker: str | None) -> None:
+    """Refresh this worker's marker in ``Keys.cron_recorders`` (see
+    :mod:`celery_app.cron_tasks.recorders`); never raises into the worker."""
+    global _last_mark
+    if not worker:
+        return
+    _last_mark = time.monotonic()
+    try:
+        settings = settings_of(app)
+        client = get_redis(settings.redis_url, settings)
+        recorders.mark(client, state_keys(settings), worker, time.time())
+    except Exception as exc:
+        log.warning("cron: could not say that %s records cron runs: %s", worker, exc)
+
+
+@worker_init.connect
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    """A worker that imports this module records runs: say so as it starts (every worker,
+    an embedded one too, sends this signal)."""
+    app, worker = getattr(sender, "app", None), getattr(sender, "hostname", None)
+    if app is not None and worker:
+        _mark_recorder(app, worker)
+
+
+@worker_ready.connect
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """Once consuming (``celery worker``), keep saying so every REFRESH_S on its timer."""
+    app, worker = getattr(sender, "app", None), getattr(sender, "hostname", None)
+    if app is None or not worker:
+        return
+    _mark_recorder(app, worker)
+    timer = getattr(sender, "timer", None)
+    if timer is not None:
+        timer.call_repeatedly(recorders.REFRESH_S, _mark_recorder, (app, worker))
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    app, worker = getattr(sender, "app", None), getattr(sender, "hostname", None)
+    if app is None or not worker:
+        return
+    try:
+        settings = settings_of(app)
+        recorders.forget(get_redis(settings.redis_url, settings), state_keys(settings), worker)
+    except Exception as exc:
+        log.warning("cron: could not remove the recording marker of %s: %s", worker, exc)
+
+
 @task_prerun.connect
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     task = task or sender
@@ -113,6 +179,10 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     cron = _cron_headers(request)
     if cron is None:
         return
+    if time.monotonic() - _last_mark >= recorders.REFRESH_S:
+        # Also here: a worker started without the worker_ready signal (embedded, a pool
+        # child whose parent's timer is not running) still says it records.
+        _mark_recorder(task.app, getattr(request, "hostname", None))
     task_id, tenant, window, manual = cron
     try:
         first = start_on_time(

@@ -9,6 +9,11 @@ Everything is validated before anything is written (:func:`validate_schedule`): 
 zone, JSON, duration or name raises :class:`ScheduleInputError` naming the field, and Redis is
 untouched. A runtime schedule may not take the id of a task declared in code (``@cron`` or
 ``beat_schedule``): :func:`add_schedule` refuses it, naming the code declaration.
+
+A task declared in code can be paused too (:func:`pause_schedule`): its id goes into one set
+(``Keys.cron_paused``), an override of the code, and the version moves, so every beat drops it
+from its list at its next tick (:func:`celery_app.cron_tasks.sources.all_tasks` leaves it out)
+and takes it back on :func:`resume_schedule`.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
 from celery import Celery
 
+from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import MIN_INTERVAL, Interval
 from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
 from celery_app.factory import settings_of
@@ -33,7 +39,7 @@ from celery_app.input_limits import InputLimitError, check_value, loads_json
 from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import CronSource, Keys, Overlap, RuntimeField
+from celery_app.redis.schema import CronSource, CronStatsField, Keys, Overlap, RuntimeField
 from scheduling_core.cron import CronError, parse
 
 __all__ = [
@@ -369,6 +375,29 @@ class RuntimeStore:
                 continue
         return found
 
+    def paused_ids(self) -> set[str]:
+        """Ids of tasks declared in code that ``schedule pause`` paused."""
+        return {_text(i) for i in self.client.smembers(self.keys.cron_paused())}
+
+    def set_code_paused(self, task_id: str, paused: bool) -> None:
+        """Pause or resume a task declared in code, and move the version (one transaction)."""
+        pipe = self.client.pipeline(transaction=True)
+        if paused:
+            pipe.sadd(self.keys.cron_paused(), task_id)
+        else:
+            pipe.srem(self.keys.cron_paused(), task_id)
+        pipe.incr(self.keys.cron_runtime_version())
+        pipe.execute()
+
+    def paused_through(self, task_id: str, until: float) -> None:
+        """A resume: the windows starting before ``until`` (the task's first window after the
+        resume) were not fired by design, so no beat may report them as a gap
+        (``cron_gaps.lua`` records nothing before the task's ``last_gap_to``)."""
+        key = self.keys.cron_stats(task_id)
+        recorded = float(self.client.hget(key, CronStatsField.LAST_GAP_TO) or 0)
+        if until > recorded:
+            self.client.hset(key, CronStatsField.LAST_GAP_TO, until)
+
     def tasks(self, app: Celery) -> list[CronTask]:
         """The schedules that fire (not paused), as tasks of ``app``."""
         default_timezone = settings_of(app).timezone
@@ -497,20 +526,49 @@ def remove_schedule(app: Celery, task_id: str) -> None:
     runtime_store(app).remove(task_id)
 
 
-def _set_paused(app: Celery, task_id: str, paused: bool) -> RuntimeSchedule:
+@dataclass(frozen=True)
+class Paused:
+    """What pause or resume changed: ``what`` describes the task (``runtime schedule 'x'`` or
+    its code declaration), ``paused`` its state now."""
+
+    id: str
+    what: str
+    paused: bool
+
+
+def _set_paused(app: Celery, task_id: str, paused: bool, now: datetime | None = None) -> Paused:
+    from celery_app.cron_tasks.sources import code_tasks, describe_origin
+
     store = runtime_store(app)
     current = store.get(task_id)
-    if current is None:
-        raise ScheduleConflict(f"no runtime schedule {task_id!r}")
-    schedule = replace(current, paused=paused)
-    store.write(schedule, create=False)
-    return schedule
+    if current is not None:
+        what = f"runtime schedule {task_id!r} ({current.task} {current.schedule_text})"
+        task = current.as_task(settings_of(app).timezone)
+    else:
+        app.loader.import_default_modules()
+        declared = code_tasks(app).get(task_id)
+        if declared is None:
+            raise ScheduleConflict(f"no scheduled task {task_id!r} (see `schedule list`)")
+        what, task = describe_origin(declared), declared
+    if not paused:
+        # Every window that starts before the first one after the resume was paused.
+        at = (now or clock_from_env().now()).astimezone(UTC)
+        store.paused_through(task_id, (task.next_fire(at) or at).timestamp())
+    if current is not None:
+        store.write(replace(current, paused=paused), create=False)
+    else:
+        store.set_code_paused(task_id, paused)
+    return Paused(task_id, what, paused)
 
 
-def pause_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
-    """Keep the schedule but fire nothing until :func:`resume_schedule`."""
+def pause_schedule(app: Celery, task_id: str) -> Paused:
+    """Fire nothing of task ``task_id`` until :func:`resume_schedule`: a runtime schedule keeps
+    its definition, a task declared in code (``@cron``, ``beat_schedule``) is overridden in
+    Redis; every beat sees it at its next tick."""
     return _set_paused(app, task_id, True)
 
 
-def resume_schedule(app: Celery, task_id: str) -> RuntimeSchedule:
-    return _set_paused(app, task_id, False)
+def resume_schedule(app: Celery, task_id: str, *, now: datetime | None = None) -> Paused:
+    """Fire task ``task_id`` again from its next window; the windows it had while paused
+    (until ``now``, the app's clock by default) are no gap."""
+    return _set_paused(app, task_id, False, now)

@@ -7,7 +7,15 @@ Run-now takes the window key of the current window, the same key the beat takes:
 the window firing at once produce one run. A manual run therefore consumes the current window
 of that task (and tenant): a scheduled firing in the same window is skipped as taken, a second
 run-now in the same window is refused. The key's value names who took it (``manual:<host>`` or
-``beat:<id>``), and the run is recorded with ``manual=1``.
+``beat:<id>``), and the run is recorded with ``manual=1``. A forced run-now (``--force``) that
+finds the window taken runs anyway, as a run of its own: its "window" is the instant it was
+asked for (a microsecond id no schedule has), with no window or in-flight key to take, so it
+neither consumes nor waits for a scheduled window.
+
+Whether the workers record runs (:mod:`celery_app.cron_tasks.recorders`) decides what a missing
+record means: on workers that run checkbeat's recording, a fired window with no start was lost;
+on plain Celery workers nothing is ever recorded, and list, diagnose and ``run --wait`` say so
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -17,13 +25,15 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery import Celery
+from celery import Celery, states
+from celery.backends.base import DisabledBackend
 
 from celery_app.clock import clock_from_env
+from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
@@ -33,7 +43,7 @@ from celery_app.cron_tasks.registration import (
     window_id,
 )
 from celery_app.cron_tasks.runtime import runtime_store
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
 from celery_app.cron_tasks.store import (
     CronStore,
     FireRequest,
@@ -50,6 +60,7 @@ from celery_app.redis.schema import (
     CronGapField,
     CronOutcome,
     CronSkipReason,
+    CronSource,
     CronStateField,
     CronStatsField,
 )
@@ -72,7 +83,7 @@ class TaskRow:
     timezone: str
     scope: str
     singleton: bool
-    timeout_s: float
+    timeout_s: float | None  # the soft (else hard) time limit a run gets; None: no limit
     grace_s: float
     overlap: str
     next_fire: str | None
@@ -84,7 +95,8 @@ class TaskRow:
     fired: int
     skipped: int
     failed: int
-    paused: bool = False  # a paused runtime schedule: listed, never fired
+    paused: bool = False  # paused (schedule pause): listed, never fired
+    runs_recorded: bool = True  # False: no live worker records runs (last_* stay empty)
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,64 @@ class RunNowResult:
     message: str
     celery_id: str | None = None
     publish_error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class RunWait:
+    """What ``run --wait`` learnt: ``outcome`` a :class:`CronOutcome` value or ``unknown``;
+    ``source`` where it came from (``recorded``, ``result backend``, or ``none``)."""
+
+    outcome: str
+    detail: str = ""
+    source: str = "recorded"
+
+    @property
+    def known(self) -> bool:
+        return self.outcome != UNKNOWN
+
+
+#: The least time a forced run-now's message may wait for a worker before it expires.
+FORCED_MIN_GRACE = timedelta(minutes=1)
+#: The outcome of a run that could not be learnt (no record, no result backend, or too late).
+UNKNOWN = "unknown"
+#: How long ``run --wait`` waits for a recording worker to show up when nothing else could
+#: tell the outcome (a worker starting now marks itself at once), before it says so.
+NO_RECORDER_WAIT_S = 20.0
+_BACKEND_OUTCOME = {
+    states.SUCCESS: CronOutcome.SUCCESS,
+    states.FAILURE: CronOutcome.FAILURE,
+    states.REVOKED: CronOutcome.REVOKED,
+}
+
+
+@dataclass(frozen=True)
+class _Instant:
+    """The schedule of a forced run-now: one window at the instant it was asked for, a
+    microsecond long (so its id, to the microsecond, is no scheduled window's)."""
+
+    every: timedelta = timedelta(microseconds=1)
+
+    def next(self, at: datetime) -> datetime | None:
+        return None
+
+
+def applied_timeout(app: Celery, task: CronTask) -> float | None:
+    """The time limit a run of ``task`` gets, in seconds (the soft one, else the hard one):
+    the task's ``timeout`` for ``@cron`` and runtime tasks, which their messages carry; for a
+    ``beat_schedule`` entry, what Celery applies, as under its own beat (the entry's options,
+    else the task's own limits from ``task_time_limit`` / annotations); None: no limit."""
+    if task.source != CronSource.BEAT_SCHEDULE:
+        return task.soft_time_limit
+    for option in ("soft_time_limit", "time_limit"):
+        if task.options.get(option):
+            return float(task.options[option])
+    registered = app.tasks.get(task.name)
+    if registered is not None:
+        soft, hard = registered.soft_time_limit, registered.time_limit
+    else:
+        soft, hard = app.conf.task_soft_time_limit, app.conf.task_time_limit
+    limit = soft or hard
+    return float(limit) if limit else None
 
 
 def _iso(ts: str | float | None) -> str | None:
@@ -121,6 +191,14 @@ class CronService:
         self.runtime = runtime_store(app)
         self.tasks = all_tasks(app, self.runtime)
         self.tenants: TenantsSource | None = resolve_tenants(app)
+        self._recorders: list[str] | None = None
+
+    def recording_workers(self) -> list[str]:
+        """The workers that record cron runs now (read once per service)."""
+        if self._recorders is None:
+            # Real time, as the workers write it (the service's clock may be a test clock).
+            self._recorders = recorders.live(self.store.client, self.keys, time.time())
+        return self._recorders
 
     # --- list ---------------------------------------------------------------------------
     def rows(self, now: datetime | None = None) -> list[TaskRow]:
@@ -130,7 +208,9 @@ class CronService:
             for s in self.runtime.schedules()
             if s.paused and s.id not in self.tasks
         }
+        paused.update(paused_code_tasks(self.app, self.runtime))
         listed = dict(sorted({**self.tasks, **paused}.items()))
+        recorded = bool(self.recording_workers())
         stats = self.store.stats(list(listed))
         rows = []
         for task in listed.values():
@@ -138,6 +218,8 @@ class CronService:
             s = stats.get(task.id, {})
             outcome = s.get(CronStatsField.LAST_OUTCOME)
             nxt = None if is_paused else task.next_fire(now)
+            # Seconds where a minute would hide them (a 10 s interval, a 90 s one's :30).
+            whole_minutes = task.window_length >= WINDOW and nxt is not None and not nxt.second
             rows.append(
                 TaskRow(
                     id=task.id,
@@ -148,10 +230,12 @@ class CronService:
                     timezone=task.timezone,
                     scope=task.scope,
                     singleton=task.singleton,
-                    timeout_s=task.timeout.total_seconds(),
+                    timeout_s=applied_timeout(self.app, task),
                     grace_s=task.grace_or(self.settings.cron_grace).total_seconds(),
                     overlap=str(task.overlap),
-                    next_fire=nxt.astimezone(task.zone).isoformat(timespec="minutes")
+                    next_fire=nxt.astimezone(task.zone).isoformat(
+                        timespec="minutes" if whole_minutes else "seconds"
+                    )
                     if nxt
                     else None,
                     last_window=_iso(s.get(CronStatsField.LAST_WINDOW)),
@@ -165,6 +249,7 @@ class CronService:
                     skipped=int(s.get(CronStatsField.SKIPPED, 0)),
                     failed=int(s.get(CronStatsField.FAILED, 0)),
                     paused=is_paused,
+                    runs_recorded=recorded,
                 )
             )
         return rows
@@ -172,6 +257,10 @@ class CronService:
     # --- run now --------------------------------------------------------------------------
     def resolve(self, task_id: str, tenant: str | None) -> tuple[CronTask, str]:
         task = self.tasks.get(task_id)
+        if task is None and self._is_paused(task_id):
+            raise CronUsageError(
+                f"cron task {task_id!r} is paused: `schedule resume {task_id}` first"
+            )
         if task is None:
             known = ", ".join(self.tasks) or "none"
             raise CronUsageError(f"unknown cron task {task_id!r} (known: {known})")
@@ -194,8 +283,17 @@ class CronService:
             )
         return task, tenant
 
-    def run_now(self, task_id: str, tenant: str | None = None) -> RunNowResult:
-        """Fire one task now through the window lock; refuse (sent=False) if it is taken."""
+    def _is_paused(self, task_id: str) -> bool:
+        schedule = self.runtime.get(task_id)
+        if schedule is not None:
+            return schedule.paused
+        return task_id in self.runtime.paused_ids()
+
+    def run_now(
+        self, task_id: str, tenant: str | None = None, *, force: bool = False
+    ) -> RunNowResult:
+        """Fire one task now through the window lock; refuse (sent=False) if it is taken,
+        unless ``force``: then it runs as a manual run of its own (see the module docstring)."""
         task, tenant_name = self.resolve(task_id, tenant)
         now = self.clock()
         req = FireRequest(task, tenant_name, task.window_of(now))
@@ -203,6 +301,20 @@ class CronService:
         sender = CronPublisher(self.app, self.settings.cron_grace)
         try:
             firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+            refused = not firing.fired and firing.error is None
+            if force and refused:
+                forced, req = req, self._forced_request(task, tenant_name, now)
+                firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
+                if firing.fired:
+                    return RunNowResult(
+                        True,
+                        task.id,
+                        tenant_name,
+                        req.window_id,
+                        f"sent {task.id!r} (tenant {tenant_name}) as a forced run "
+                        f"{req.window_id} (window {forced.window_id} was already taken)",
+                        firing.celery_ids[0],
+                    )
         finally:
             sender.close()
         if firing.fired:
@@ -215,30 +327,92 @@ class CronService:
                 firing.celery_ids[0],
             )
         ((_, reason),) = firing.skipped
-        if reason == CronSkipReason.IN_FLIGHT:
+        if reason == CronSkipReason.IN_FLIGHT and not self.recording_workers():
+            left = self.store.client.pttl(self.keys.cron_inflight(task.id, tenant_name))
+            why = (
+                f"the previous run of {task.id!r} may still be in flight: its end is not "
+                "recorded (workers do not run checkbeat's recording), so its mark holds "
+                f"{max(left, 0) / 1000:.0f}s more (recorded as skipped)"
+            )
+        elif reason == CronSkipReason.IN_FLIGHT:
             why = f"the previous run of {task.id!r} is still in flight (recorded as skipped)"
         elif reason == CronSkipReason.SEND_FAILED:
             why = f"{firing.error} (recorded; window {req.window_id} is not retried)"
         else:
             who = self.store.window_owner(task.id, tenant_name, req.window_id) or "another run"
             why = f"window {req.window_id} of {task.id!r} was already fired by {who}"
+        if not force and reason != CronSkipReason.SEND_FAILED:
+            why += "; `schedule run --force` runs it now anyway"
         return RunNowResult(
             False, task.id, tenant_name, req.window_id, f"not sent: {why}", None, firing.cause
         )
 
-    def wait_for_run(self, result: RunNowResult, timeout: float) -> dict[str, str]:
-        """Poll the run's state until the worker records its end (or ``timeout`` passes)."""
-        deadline = time.monotonic() + timeout
+    def _forced_request(self, task: CronTask, tenant: str, now: datetime) -> FireRequest:
+        """A run of its own at ``now``: the task as a one-off non-singleton (no window key, no
+        in-flight key) whose window is the instant itself, named to the microsecond. Its
+        message may wait for a worker as long as the task's grace, and at least a minute (a
+        grace of 0 would expire it as it is sent)."""
+        at = now.astimezone(UTC)
+        if not at.microsecond:
+            at = at.replace(microsecond=1)  # a whole second may be an interval's window
+        grace = max(task.grace_or(self.settings.cron_grace), FORCED_MIN_GRACE)
+        one_off = replace(task, schedule=_Instant(), singleton=False, grace=grace)
+        return FireRequest(one_off, tenant, at)
+
+    def result_backend(self) -> Any | None:
+        """The app's Celery result backend, or None when it has none."""
+        backend = self.app.backend
+        return None if isinstance(backend, DisabledBackend) else backend
+
+    def wait_for_run(self, result: RunNowResult, timeout: float) -> RunWait:
+        """The outcome of a sent run, within ``timeout`` seconds: the run's record when a
+        worker records it, else the result backend's state of its Celery id; ``unknown`` (and
+        why) when neither tells by then, at once when neither ever can."""
+        backend = self.result_backend()
+        recorded = bool(self.recording_workers())
+        started = time.monotonic()
+        deadline = started + timeout
+        # Nothing can tell yet: a recording worker that is starting says so within this.
+        blind_until = started + min(timeout, NO_RECORDER_WAIT_S)
         key = (result.task_id, result.tenant)
+        async_result = None if backend is None else self.app.AsyncResult(result.celery_id)
         while True:
+            if not recorded and backend is None:
+                self._recorders = None
+                recorded = bool(self.recording_workers())
+                if not recorded and time.monotonic() > blind_until:
+                    return RunWait(
+                        UNKNOWN,
+                        "no live worker records cron runs and the app has no result backend, "
+                        f"so the outcome cannot be known; to know it, {recorders.HOW_TO_RECORD}"
+                        ", or configure a result_backend",
+                        "none",
+                    )
             state = self.store.states([key])[key]
             outcome = state.get(CronStateField.OUTCOME)
             ran = state.get(CronStateField.LAST_RUN_WINDOW) == result.window
-            if ran and outcome in CRON_FINISHED:
-                return state
-            if outcome == CronOutcome.SEND_FAILED or time.monotonic() > deadline:
-                return state
+            if (ran and outcome in CRON_FINISHED) or outcome == CronOutcome.SEND_FAILED:
+                error = state.get(CronStateField.LAST_ERROR, "")
+                return RunWait(str(outcome), "" if outcome == CronOutcome.SUCCESS else error)
+            if async_result is not None:
+                backend_state = async_result.state
+                if backend_state in states.READY_STATES:
+                    found = _BACKEND_OUTCOME.get(backend_state, backend_state.lower())
+                    error = "" if backend_state == states.SUCCESS else repr(async_result.result)
+                    return RunWait(str(found), error, "result backend")
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.1)
+        if ran and outcome == CronOutcome.RUNNING:
+            since = _iso(state.get(CronStateField.LAST_START))
+            known = f"it started at {since} and has not ended"
+        elif recorded:
+            known = "no worker recorded its start"
+        else:
+            known = "no live worker records cron runs"
+        if async_result is not None:
+            known += f"; the result backend says {async_result.state}"
+        return RunWait(UNKNOWN, f"no outcome within {timeout:g}s: {known}", "none")
 
     # --- diagnose -------------------------------------------------------------------------
     def diagnose(self, now: datetime | None = None) -> list[str]:
@@ -253,11 +427,31 @@ class CronService:
         findings += self._gap_findings(now)
         states = self._states()
         findings += self._skip_findings(now, states)
-        findings += self._unstarted_findings(now, states)
+        if self.recording_workers():
+            findings += self._unstarted_findings(now, states)
         return findings
 
+    def notes(self, now: datetime | None = None) -> list[str]:
+        """What diagnose cannot judge, said as such (not findings: exit 0 stays healthy). On
+        workers that do not record runs, a fired window with no recorded start is no loss:
+        whether it ran is simply not recorded."""
+        if self.recording_workers():
+            return []
+        now = now or self.clock()
+        notes = [
+            "runs are not recorded: no live worker runs checkbeat's recording, so LAST RUN and "
+            "OUTCOME stay empty and a fired window cannot be checked for a start; to record "
+            f"them, {recorders.HOW_TO_RECORD}"
+        ]
+        notes += self._unstarted_findings(now, self._states(), recorded=False)
+        return notes
+
     def _unstarted_findings(
-        self, now: datetime, states: dict[tuple[str, str], dict[str, str]]
+        self,
+        now: datetime,
+        states: dict[tuple[str, str], dict[str, str]],
+        *,
+        recorded: bool = True,
     ) -> list[str]:
         """Windows fired for a (task, tenant) that no worker started by their deadline: the
         message was lost (a broker failover before replication, a flushed queue) or expired
@@ -288,13 +482,19 @@ class CronService:
                 late = (now - deadline).total_seconds()
                 if late <= 0 or late > GAP_REPORT_WINDOW_S:
                     continue
+                where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+                if not recorded:
+                    findings.append(
+                        f"task {task_id!r}{where}: window {wid} was fired; its run is not "
+                        "recorded (workers do not run checkbeat's recording)"
+                    )
+                    continue
                 why = (
                     "its message expired before a worker took it"
                     if state.get(CronStateField.OUTCOME) == CronOutcome.EXPIRED
                     and f"(window {wid})" in state.get(CronStateField.LAST_ERROR, "")
                     else "no worker ever received its message (lost with the broker?)"
                 )
-                where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
                 findings.append(
                     f"task {task_id!r}{where}: window {wid} was fired but never started by its "
                     f"deadline {deadline.isoformat(timespec='seconds')}: {why}"
@@ -326,6 +526,13 @@ class CronService:
         """Windows the overlap policy skipped (the previous run still in flight): not fired
         either, so named here; the state keeps the last one per (task, tenant) and a count."""
         findings = []
+        why = "the previous run was still in flight"
+        if not self.recording_workers():
+            why = (
+                "the previous run's end is not recorded (workers do not run checkbeat's "
+                "recording), so its in-flight mark holds until its time limit; "
+                f"use overlap allow, or {recorders.HOW_TO_RECORD}"
+            )
         for (task_id, tenant), state in states.items():
             skipped_at = state.get(CronStateField.LAST_SKIP_WINDOW)
             if state.get(CronStateField.LAST_SKIP_REASON) != CronSkipReason.IN_FLIGHT:
@@ -337,8 +544,7 @@ class CronService:
             total = state.get(CronStateField.SKIPPED, "1")
             findings.append(
                 f"task {task_id!r}{where}: window {self.tasks[task_id].window_id_of(window)} "
-                "was skipped, not fired: "
-                f"the previous run was still in flight ({total} skipped in all)"
+                f"was skipped, not fired: {why} ({total} skipped in all)"
             )
         return findings
 
@@ -348,9 +554,13 @@ class CronService:
         live = [b for b, ts in beats.items() if now.timestamp() - ts <= stale]
         if live:
             return []
+        stopped = self.store.stopped_beats()
+        last = max(beats.values(), default=0.0)
+        if stopped and max(stopped.values()) >= last:
+            beat, at = max(stopped.items(), key=lambda item: item[1])
+            return [f"no live beat: the last beat ({beat}) stopped at {_iso(at)}"]
         if not beats:
             return ["no live beat: no beat heartbeat was ever recorded"]
-        last = max(beats.values())
         return [
             f"no live beat: the last heartbeat was {now.timestamp() - last:.0f}s ago "
             f"(stale after {stale:.0f}s)"
@@ -431,14 +641,16 @@ class CronService:
                 continue
             start = datetime.fromtimestamp(gap[CronGapField.FROM], UTC)
             end = datetime.fromtimestamp(gap[CronGapField.TO], UTC)
+            task = self.tasks.get(gap[CronGapField.TASK])
+            name = window_id if task is None else task.window_id_of  # an interval's seconds
             tenant = gap.get(CronGapField.TENANT)
             where = "" if tenant in (None, GLOBAL_TENANT) else f" (tenant {tenant})"
             count = gap.get(CronGapField.COUNT)
             many = f" ({count} window{'s' if count != 1 else ''})" if count else ""
             note = f"; {gap[CronGapField.NOTE]}" if gap.get(CronGapField.NOTE) else ""
             findings.append(
-                f"task {gap[CronGapField.TASK]!r}{where}: windows from {window_id(start)} to "
-                f"before {window_id(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
+                f"task {gap[CronGapField.TASK]!r}{where}: windows from {name(start)} to "
+                f"before {name(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
                 f"{note})"
             )
         return findings

@@ -140,8 +140,19 @@ def code_tasks(app: Celery) -> dict[str, CronTask]:
 
 
 def all_tasks(app: Celery, runtime: RuntimeStore | None = None) -> dict[str, CronTask]:
-    """Every task of the app by id: code, then the runtime schedules (paused ones left out)."""
+    """Every task of the app by id: code, then the runtime schedules; paused ones (a paused
+    runtime schedule, or a code task paused by ``schedule pause``) left out."""
     code = code_tasks(app)
     if runtime is None:
         return code
-    return merge_sources(code.values(), runtime.tasks(app))
+    paused = runtime.paused_ids()
+    firing = [task for task in code.values() if task.id not in paused]
+    return merge_sources(firing, runtime.tasks(app))
+
+
+def paused_code_tasks(app: Celery, runtime: RuntimeStore) -> dict[str, CronTask]:
+    """The tasks declared in code that ``schedule pause`` paused, by id (for listing)."""
+    paused = runtime.paused_ids()
+    if not paused:
+        return {}
+    return {tid: task for tid, task in code_tasks(app).items() if tid in paused}

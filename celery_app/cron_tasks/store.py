@@ -438,7 +438,21 @@ class CronStore:
     def prune_heartbeats(self, older_than: datetime) -> int:
         """Forget beats gone for long (each start has a new id, so the hash would only grow)."""
         stale = [b for b, ts in self.heartbeats().items() if ts < older_than.timestamp()]
+        gone = [b for b, ts in self.stopped_beats().items() if ts < older_than.timestamp()]
+        if gone:
+            self.client.hdel(self.keys.cron_beats_stopped(), *gone)
         return self.client.hdel(self.keys.beat_heartbeat(), *stale) if stale else 0
+
+    def beat_stopped(self, beat_id: str, now: datetime) -> None:
+        """A clean stop: the beat's heartbeat goes, the time it stopped stays for diagnose."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hdel(self.keys.beat_heartbeat(), beat_id)
+        pipe.hset(self.keys.cron_beats_stopped(), beat_id, now.timestamp())
+        pipe.execute()
+
+    def stopped_beats(self) -> dict[str, float]:
+        raw = self.client.hgetall(self.keys.cron_beats_stopped())
+        return {beat: float(ts) for beat, ts in raw.items()}
 
     # --- worker ---------------------------------------------------------------------------
     def run_started(

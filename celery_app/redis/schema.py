@@ -245,6 +245,23 @@ class Keys:
         """Counter INCRed by every runtime change: a beat reloads when it moves (one GET/tick)."""
         return f"{self._cron}:cron:runtime-version"
 
+    def cron_paused(self) -> str:
+        """Set of the ids of tasks declared in code (``@cron``, ``beat_schedule``) that
+        ``schedule pause`` paused: no beat fires them until ``schedule resume``. A change INCRs
+        ``cron_runtime_version``, so every beat reloads its task list at its next tick."""
+        return f"{self._cron}:cron:paused"
+
+    def cron_recorders(self) -> str:
+        """Hash worker hostname -> Unix s it last said it records cron runs (a worker that runs
+        ``celery_app.cron_tasks.recording``): whether a run that no one recorded was lost or
+        ran on a worker that does not record."""
+        return f"{self._cron}:cron:recorders"
+
+    def cron_beats_stopped(self) -> str:
+        """Hash beat id -> Unix s of its clean stop (its heartbeat is dropped then), so
+        diagnose can say when the last beat stopped instead of "never seen"."""
+        return f"{self._cron}:cron:beats-stopped"
+
     def tenants(self) -> str:
         """Set of active tenants: the default tenants provider."""
         return f"{self._cron}:tenants"

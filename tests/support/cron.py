@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,12 @@ def recorded_runs(r: redis.Redis, key: str) -> list[tuple[str, ...]]:
     member's ``|``-separated fields (task id, then what that test records: tenant, window,
     start time)."""
     return [tuple(member.split("|")) for member in r.lrange(key, 0, -1)]
+
+
+def recording_worker(r: redis.Redis, name: str = "celery@recording") -> None:
+    """Stand in for a live worker that records runs (its marker, as the recording's
+    ``worker_init`` writes it), for tests that write the run records themselves."""
+    r.hset(Keys("cbtest").cron_recorders(), name, time.time())
 
 
 def end_runs(r: redis.Redis) -> None:
