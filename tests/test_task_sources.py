@@ -276,7 +276,7 @@ def test_list_shows_the_time_limit_a_run_gets_and_next_to_the_second(cron_app, r
     cron_app.conf.beat_schedule["limited"] = {
         "task": "proj.limited", "schedule": 10.0, "options": {"soft_time_limit": 42},
     }  # fmt: skip
-    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", timeout="90s")
+    add_schedule(cron_app, "rt-ping", task="proj.rt", every="15s", timeout="90s", remote_task=True)
     at = T0 + 25 * SEC
     rows = {row.id: row for row in CronService(cron_app, clock=lambda: at).rows()}
     assert rows["cron-task"].timeout_s == 300 and rows["rt-ping"].timeout_s == 90
