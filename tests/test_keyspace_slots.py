@@ -55,6 +55,7 @@ ARGS = {
     "task_id": ["t", "a{b}"],
     "tenant": ["acme", "}{x}"],
     "window": ["2026-01-01T00:00Z"],
+    "fingerprint": ["0123456789ab"],
     "uid": ["u1", "{u}"],
     "job": ["u1@eu"],
     "region": ["eu"],

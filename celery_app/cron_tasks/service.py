@@ -119,7 +119,7 @@ class CronService:
             get_redis(self.settings.redis_url, self.settings), self.keys, self.settings.cron_grace
         )
         self.runtime = runtime_store(app)
-        self.tasks = all_tasks(app, self.runtime)
+        self.tasks = self.store.anchored(all_tasks(app, self.runtime))
         self.tenants: TenantsSource | None = resolve_tenants(app)
 
     # --- list ---------------------------------------------------------------------------
