@@ -36,7 +36,7 @@ from itertools import pairwise
 from datetime import timedelta
 
 from celery import Celery
-from celery.schedules import crontab, solar
+from celery.schedules import crontab
 
 app = Celery("proj", broker=os.environ["PROJ_BROKER_URL"])
 app.conf.imports = ["proj.tasks"]
@@ -50,10 +50,10 @@ app.conf.beat_schedule = {
         "task": "proj.tasks.count", "schedule": timedelta(seconds=20), "args": ("ping",),
     },
 }
-if os.environ.get("PROJ_SOLAR"):
-    dawn = solar.__new__(solar)  # solar() itself needs the ephem library
-    dawn.event, dawn.lat, dawn.lon, dawn.nowfun, dawn._app = "sunrise", 52.5, 13.4, None, None
-    app.conf.beat_schedule["at-dawn"] = {"task": "proj.tasks.count", "schedule": dawn}
+if os.environ.get("PROJ_BROKEN"):  # three entries Celery's beat could not run either
+    app.conf.beat_schedule["as-text"] = {"task": "proj.tasks.count", "schedule": "*/5 * * * *"}
+    app.conf.beat_schedule["an-object"] = {"task": "proj.tasks.count", "schedule": object()}
+    app.conf.beat_schedule["no-task"] = {"schedule": 10}
 
 
 @app.on_after_configure.connect
@@ -195,8 +195,21 @@ def test_every_source_fires_exactly_once_per_window_across_two_beats(project):
     assert late == [], late
 
 
-def test_a_solar_entry_refuses_beat_start_naming_it(project):
-    beat = project.celery("beat", "--pidfile=", PROJ_SOLAR="1")
+BROKEN = ("as-text", "an-object", "no-task")
+
+
+def test_broken_entries_are_all_named_one_line_each_by_beat_and_the_cli(project):
+    beat = project.celery("beat", "--pidfile=", PROJ_BROKEN="1")
     output = beat.stdout + beat.stderr
-    assert beat.returncode != 0, output
-    assert "beat_schedule entry 'at-dawn'" in output and "solar" in output
+    assert beat.returncode == 2, output
+    assert "Traceback" not in output, output
+    named = [line for line in output.splitlines() if "beat_schedule entry" in line]
+    assert [next(e for e in BROKEN if f"entry '{e}'" in line) for line in named] == list(BROKEN)
+    for command in (("schedule", "list"), ("schedule", "diagnose"), ("schedule", "run", "x")):
+        result = project.celery(*command, PROJ_BROKEN="1")
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == len(BROKEN), lines
+        for line, entry in zip(lines, BROKEN, strict=True):
+            assert f"beat_schedule entry '{entry}'" in line, lines

@@ -5,7 +5,9 @@ from any machine, and runtime schedules (:mod:`celery_app.cron_tasks.runtime`).
 one line naming it (``--every: must be ...``), and Redis is untouched.
 
 ``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
-exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
+exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``), and
+with one line per entry when the schedule cannot be loaded (every broken ``beat_schedule``
+entry, a task id declared twice).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import json
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import EXIT_PROBLEM, CheckbeatGroup, load_app
+from celery_app.cli.common import EXIT_PROBLEM, CannotRun, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
+from celery_app.cron_tasks.celery_schedules import BeatEntryError
+from celery_app.cron_tasks.registration import CronSpecError
 from celery_app.cron_tasks.runtime import (
     RuntimeSchedule,
     ScheduleConflict,
@@ -32,7 +36,10 @@ from celery_app.redis.schema import CronOutcome, CronStateField
 
 
 def _service(ctx: click.Context) -> CronService:
-    return CronService(load_app(ctx))
+    try:
+        return CronService(load_app(ctx))
+    except (BeatEntryError, CronSpecError) as exc:  # the schedule cannot be loaded
+        raise CannotRun(str(exc)) from None
 
 
 @click.group(name="schedule", cls=CheckbeatGroup)
@@ -169,6 +176,8 @@ def _runtime_call(ctx: click.Context, action, *args, **kwargs):  # type: ignore[
     except ScheduleInputError as exc:
         flag = _FLAG_OF.get(exc.field, exc.field)
         raise click.ClickException(f"{flag}: {exc.problem}") from None
+    except BeatEntryError as exc:  # the code's schedule cannot be loaded
+        raise CannotRun(str(exc)) from None
     except (ScheduleConflict, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 
