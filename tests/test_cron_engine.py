@@ -304,3 +304,15 @@ def test_a_restart_catches_up_a_seen_tasks_window_and_a_changed_schedule_starts_
     third = make_engine(cron_app, start=T0 + 4 * MIN + 20 * SEC, owner="third", seen=None)
     assert _fired(third, T0 + 4 * MIN + 20 * SEC) == []
     assert _fired(third, T0 + 6 * MIN) == [("job", T0 + 6 * MIN)]
+
+
+def test_tasks_that_fired_before_references_were_kept_keep_their_windows(cron_app, r):
+    _declare(cron_app, "job")
+    cron_app.conf.beat_schedule = {"ping": {"task": "t.ping", "schedule": 20}}
+    for task_id in ("job", "ping"):  # what a deployment that predates references left
+        r.hset(Keys("cbtest").cron_stats(task_id), "last_window", int((T0 - MIN).timestamp()))
+    engine = make_engine(cron_app, start=T0 + 25 * SEC, owner="upgraded", seen=None)
+    # caught up within the grace, and the interval keeps the epoch's phase (:00, :20, :40)
+    assert _fired(engine, T0 + 25 * SEC) == [("job", T0), ("ping", T0 + 20 * SEC)]
+    end_runs(r)
+    assert _fired(engine, T0 + 40 * SEC) == [("ping", T0 + 40 * SEC)]

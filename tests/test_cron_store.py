@@ -24,7 +24,7 @@ from celery_app.redis.schema import (
 
 KEYS = Keys("cbtest")
 MIN = timedelta(minutes=1)
-CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps", "cron_start", "cron_takeover")
+CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps", "cron_ref", "cron_start", "cron_takeover")
 
 
 def _lua(name: str) -> str:

@@ -202,18 +202,24 @@ class CronStore:
     def note_refs(self, tasks: Sequence[CronTask], at: datetime) -> dict[str, str]:
         """Each task's reference instant (``Keys.cron_ref``), set to ``at`` (rounded up to the
         second, so interval windows keep whole-second ids) where no beat had set one: the
-        first instant a beat saw the task with this schedule. One round trip; every beat reads
+        first instant a beat saw the task with this schedule (``0`` for a task that fired
+        before references were kept: see ``cron_ref.lua``). One round trip; every beat reads
         the value the first one wrote."""
         if not tasks:
             return {}
         stamp = math.ceil(at.timestamp())
         pipe = self.client.pipeline(transaction=False)
-        for task in tasks:
-            key = self.keys.cron_ref(task.id, task.fingerprint)
-            pipe.set(key, stamp, nx=True)
-            pipe.get(key)
-        answers = pipe.execute()
-        return {task.id: _text(answers[2 * i + 1]) for i, task in enumerate(tasks)}
+        for start in range(0, len(tasks), CHUNK):
+            chunk = tasks[start : start + CHUNK]
+            keys: list[str] = []
+            for task in chunk:
+                keys += [
+                    self.keys.cron_ref(task.id, task.fingerprint),
+                    self.keys.cron_stats(task.id),
+                ]
+            run_script(pipe, "cron_ref", keys, [stamp, *(task.fingerprint for task in chunk)])
+        answers = [_text(value) for chunk in pipe.execute() for value in chunk]
+        return {task.id: value for task, value in zip(tasks, answers, strict=True)}
 
     def anchored(self, tasks: Mapping[str, CronTask]) -> dict[str, CronTask]:
         """``tasks`` (by id) with their intervals' windows where the beats have them, so

@@ -449,6 +449,7 @@ class CronStatsField(StrEnum):
 
     LAST_WINDOW = "last_window"  # Unix s; windows of a task are claimed in order
     FIRST_SEEN = "first_seen"  # Unix s of the first window any beat knew the task in
+    REF_FINGERPRINT = "ref_fingerprint"  # the schedule fingerprint of the last reference set
     FIRED = "fired"
     SKIPPED = "skipped"
     FAILED = "failed"
