@@ -174,6 +174,7 @@ class CronEngine:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
         self._timing = self._timing_of(self.tasks)
+        self._custom = tuple(task for task in self.tasks if task.is_custom)
 
     def _timing_of(self, tasks: tuple[CronTask, ...]) -> list[tuple[float, float]]:
         """Per task index: (window length, grace) in seconds, read once, not per tick."""
@@ -234,6 +235,7 @@ class CronEngine:
         heapq.heapify(heap)
         self.tasks, self._starts, self._heap = new_tasks, starts, heap
         self._timing = self._timing_of(new_tasks)
+        self._custom = tuple(task for task in new_tasks if task.is_custom)
         if any(task.is_custom for task in fresh):
             self._custom_next = -math.inf
         if fresh and self._announced:
@@ -255,7 +257,7 @@ class CronEngine:
         return None if when is None else _utc(when)
 
     def _has_custom(self) -> bool:
-        return self._custom_next != float("inf") and any(t.is_custom for t in self.tasks)
+        return bool(self._custom)
 
     def trusted(self, at: datetime, steady: float | None = None) -> datetime:
         """``at``, or while a forward clock step is held, the steady clock's idea of now
@@ -514,16 +516,16 @@ class CronEngine:
     def _custom_requests(self, at: datetime) -> list[FireRequest]:
         """The custom schedules due at ``at``: each asked ``is_due`` with the last run all
         beats share (one round trip reads them); sets when to ask again."""
-        custom = [task for task in self.tasks if task.is_custom]
+        custom = self._custom
         if not custom:
-            self._custom_next = float("inf")
+            self._custom_next = math.inf
             return []
         now_ts = at.timestamp()
         # Each is asked when its own last answer said, as beat re-heaps an entry at its next
         # time: asking one sooner could find it due sooner than beat would.
         tasks = [task for task in custom if self._custom_at.get(task.id, -math.inf) <= now_ts]
         if not tasks:
-            self._custom_next = min(self._custom_at[task.id] for task in custom)
+            self._custom_next = min(self._custom_at.get(task.id, -math.inf) for task in custom)
             return []
         refs = self.store.read_refs(tasks)
         missing = [task for task in tasks if task.id not in refs]
@@ -538,7 +540,7 @@ class CronEngine:
             wait = self.custom_max_wait
             try:
                 due, next_s = task.schedule.is_due(last.astimezone(_zone_of(task.schedule)))
-                wait = min(wait, next_s)
+                wait = wait if next_s is None else min(wait, next_s)
             except Exception:
                 log.exception("cron: %s: its schedule's is_due raised; asked again later", task.id)
                 due = False
@@ -546,7 +548,7 @@ class CronEngine:
             if due:
                 wid = interval_window_id(last)
                 requests.append(FireRequest(task, GLOBAL_TENANT, window, wid=wid, ref=raw))
-        self._custom_next = min(self._custom_at[task.id] for task in custom)
+        self._custom_next = min(self._custom_at.get(task.id, -math.inf) for task in custom)
         return requests
 
     def _fire(

@@ -223,10 +223,12 @@ class CustomSchedule:
         """No fixed next window: the engine asks :meth:`is_due` every time it is due."""
         return None
 
-    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
-        """The schedule's own answer: (due now, seconds until it should be asked again)."""
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float | None]:
+        """The schedule's own answer: (due now, seconds until it should be asked again; None
+        when it gave no number, and beat then asks again after its max interval)."""
         due, next_s = self.value.is_due(last_run_at)
-        return bool(due), float(next_s)
+        number = isinstance(next_s, (int, float)) and not isinstance(next_s, bool)
+        return bool(due), float(next_s) if number else None
 
     def describe(self, tz: object = None) -> str:
         return self.text
