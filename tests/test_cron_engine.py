@@ -316,3 +316,17 @@ def test_tasks_that_fired_before_references_were_kept_keep_their_windows(cron_ap
     assert _fired(engine, T0 + 25 * SEC) == [("job", T0), ("ping", T0 + 20 * SEC)]
     end_runs(r)
     assert _fired(engine, T0 + 40 * SEC) == [("ping", T0 + 40 * SEC)]
+
+
+def test_diagnose_does_not_expect_a_new_task_in_the_window_it_was_first_seen_in(cron_app, r):
+    from celery_app.cron_tasks.service import CronService
+
+    _declare(cron_app, "hourly", spec="0 * * * *")
+    r.hset(Keys("cbtest").beat_heartbeat(), "beat-x", (T0 + 30 * MIN).timestamp())
+    engine = make_engine(cron_app, start=T0 + 30 * SEC, seen=None)
+    assert _fired(engine, T0 + 30 * SEC) == []  # 00:00 began before any beat saw it
+    quiet = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
+    assert not any("overdue" in f for f in quiet), quiet
+    # its first window is 01:00: missed with no beat running, that one is reported
+    late = CronService(cron_app, clock=lambda: T0 + 63 * MIN).diagnose()
+    assert any("'hourly' is overdue: window" in f and "never fired" in f for f in late), late

@@ -379,6 +379,7 @@ class CronService:
         findings = []
         grace = self.settings.cron_grace
         stats = self.store.stats(list(self.tasks))
+        refs = self.store.read_refs(list(self.tasks.values()))
         for task in self.tasks.values():
             if task.per_tenant and self.tenants is None:
                 continue
@@ -391,6 +392,10 @@ class CronService:
                 since = f"last handled window {task.window_id_of(handled)}"
             elif first_seen:
                 base = datetime.fromtimestamp(float(first_seen), UTC)
+                ref = refs.get(task.id)
+                if ref is not None:  # its first window is the first one after first sight
+                    seen = datetime.fromtimestamp(float(ref), UTC)
+                    base = max(base, task.window_of(seen) + task.window_length)
                 since = "never fired"
             else:
                 continue
