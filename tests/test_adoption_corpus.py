@@ -27,6 +27,7 @@ from support.adoption import (
 )
 from support.cron import make_engine, sends
 
+from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.sources import all_tasks
 
 QUEUES = ("celery", "reports")
@@ -133,6 +134,12 @@ def test_the_corpus_holds_every_kind_of_entry(broker_url, redis_url, r):
         "schedule-2m",
     }
     assert tasks["digest-every-2-min"].options["queue"] == "reports"
+    # what `schedule list` shows of them
+    rows = {row.id: row for row in CronService(app).rows()}
+    assert set(rows) == set(tasks)
+    assert rows["at-sunrise"].spec.startswith("celery.schedules.solar <solar: sunrise")
+    assert rows["flag-driven-30s"].spec.endswith("<flag proj:flag:sync every 0:00:30>")
+    assert rows["heartbeat-20s"].spec == "every 20 seconds"
     app.close()
 
 
