@@ -1,10 +1,10 @@
 """The drop-in issue, end to end: a Celery project of the user's own (``proj``, its own package
 and app, written to a tmp dir) switches to ``beat:CronScheduler`` and keeps every schedule.
 
-Its ``beat_schedule`` crontab and 20 s interval entries, an ``add_periodic_task`` call, a
-``@cron`` task and a runtime ``schedule add`` are fired by two real beats into a real worker over
-more than two windows of each; every task body INCRs a Redis counter keyed by (label, window),
-so a window fired twice or a gap shows. ``schedule rm`` stops the runtime entry within one
+Its ``beat_schedule`` crontab, 20 s interval and ``relative`` 30 s entries, an
+``add_periodic_task`` call, a ``@cron`` task and a runtime ``schedule add`` are fired by two real
+beats into a real worker over more than two windows of each; every task body INCRs a Redis
+counter keyed by (label, window), so a window fired twice or a gap shows. ``schedule rm`` stops the runtime entry within one
 tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x: 2.5 simulated minutes in ~40 s.
 """
 
@@ -48,6 +48,10 @@ app.conf.beat_schedule = {
     },
     "ping-20s": {
         "task": "proj.tasks.count", "schedule": timedelta(seconds=20), "args": ("ping",),
+    },
+    "rel-30s": {  # no fixed grid: asked is_due with the last run both beats share
+        "task": "proj.tasks.count", "schedule": timedelta(seconds=30), "relative": True,
+        "args": ("relative",),
     },
 }
 if os.environ.get("PROJ_BROKEN"):  # three entries Celery's beat could not run either
@@ -190,6 +194,11 @@ def test_every_source_fires_exactly_once_per_window_across_two_beats(project):
         assert _contiguous(windows, length), (label, sorted(windows))
         assert len(windows) >= 2, (label, sorted(windows), project.logs())
     assert len(_windows(counts, "report")) >= 2 and len(_windows(counts, "ping")) >= 6
+    # a window per shared last run, each run once: 30 s (to the second) after the one before
+    relative = sorted(_start_of(w) for w in _windows(counts, "relative"))
+    assert len(relative) >= 3, (relative, project.logs())
+    gaps = [b - a for a, b in pairwise(relative)]
+    assert all(every(seconds=29) <= gap < every(seconds=33) for gap in gaps), gaps
     # removed within one tick: no runtime window starting a whole window after the rm
     late = [w for w in _windows(counts, "runtime") if _start_of(w) > removed_at + every(seconds=15)]
     assert late == [], late
