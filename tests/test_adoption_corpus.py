@@ -25,7 +25,7 @@ from support.adoption import (
     settings_module,
     timeline,
 )
-from support.cron import make_engine, sends
+from support.cron import make_engine, sends, store_of
 
 from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.sources import all_tasks
@@ -140,6 +140,16 @@ def test_the_corpus_holds_every_kind_of_entry(broker_url, redis_url, r):
     assert rows["at-sunrise"].spec.startswith("celery.schedules.solar <solar: sunrise")
     assert rows["flag-driven-30s"].spec.endswith("<flag proj:flag:sync every 0:00:30>")
     assert rows["heartbeat-20s"].spec == "every 20 seconds"
+    # a run-now of a custom schedule is a window of its own: the shared last run stays
+    engine = make_engine(app, start=line.start, seen=None)
+    engine.tick(line.start)
+    store = store_of(app)
+    ref_key = store.keys.cron_ref("at-sunrise", tasks["at-sunrise"].fingerprint)
+    before = r.get(ref_key)
+    assert before is not None
+    sent = CronService(app, clock=lambda: line.start + timedelta(seconds=5)).run_now("at-sunrise")
+    assert sent.sent, sent
+    assert r.get(ref_key) == before
     app.close()
 
 

@@ -4,8 +4,9 @@ and app, written to a tmp dir) switches to ``beat:CronScheduler`` and keeps ever
 Its ``beat_schedule`` crontab, 20 s interval and ``relative`` 30 s entries, an
 ``add_periodic_task`` call, a ``@cron`` task and a runtime ``schedule add`` are fired by two real
 beats into a real worker over more than two windows of each; every task body INCRs a Redis
-counter keyed by (label, window), so a window fired twice or a gap shows. ``schedule rm`` stops the runtime entry within one
-tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x: 2.5 simulated minutes in ~40 s.
+counter keyed by (label, window), so a window fired twice or a gap shows. ``schedule rm`` stops
+the runtime entry within one tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x:
+2.5 simulated minutes in ~40 s.
 """
 
 from __future__ import annotations
