@@ -143,6 +143,11 @@ def test_the_corpus_holds_every_kind_of_entry(broker_url, redis_url, r):
     # a run-now of a custom schedule is a window of its own: the shared last run stays
     engine = make_engine(app, start=line.start, seen=None)
     engine.tick(line.start)
+    # once a beat has seen them, list says when each is next due, from the shared last run
+    shown = {row.id: row.next_fire for row in CronService(app).rows()}
+    relative_next = (line.start + timedelta(minutes=2)).replace(second=0)  # to its minute
+    assert shown["relative-2m"] == relative_next.isoformat(timespec="minutes")
+    assert shown["at-sunrise"] is not None and shown["flag-driven-30s"] is not None
     store = store_of(app)
     ref_key = store.keys.cron_ref("at-sunrise", tasks["at-sunrise"].fingerprint)
     before = r.get(ref_key)

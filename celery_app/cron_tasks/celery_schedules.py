@@ -230,6 +230,20 @@ class CustomSchedule:
         number = isinstance(next_s, (int, float)) and not isinstance(next_s, bool)
         return bool(due), float(next_s) if number else None
 
+    def next_after(self, last_run_at: datetime) -> datetime | None:
+        """When it is next due after a run at ``last_run_at``, by its ``remaining_estimate``
+        (what ``schedule list`` shows); None when it cannot say. ``last_run_at`` is read in the
+        schedule's zone, as beat's entries hold it."""
+        try:
+            remaining = self.value.remaining_estimate(last_run_at.astimezone(self.value.tz))
+            now = self.value.now()
+        except Exception:  # NotImplementedError on a bare BaseSchedule, or its own failure
+            return None
+        if not isinstance(remaining, timedelta) or not isinstance(now, datetime):
+            return None
+        now = now if now.utcoffset() is not None else now.replace(tzinfo=UTC)
+        return max(now, now + remaining).astimezone(UTC)
+
     def describe(self, tz: object = None) -> str:
         return self.text
 

@@ -132,12 +132,17 @@ class CronService:
         }
         listed = dict(sorted({**self.tasks, **paused}.items()))
         stats = self.store.stats(list(listed))
+        # a schedule without a fixed grid says when it is next due from its shared last run
+        last_runs = self.store.read_refs([t for t in listed.values() if t.is_custom])
         rows = []
         for task in listed.values():
             is_paused = task.id in paused
             s = stats.get(task.id, {})
             outcome = s.get(CronStatsField.LAST_OUTCOME)
             nxt = None if is_paused else task.next_fire(now)
+            if task.id in last_runs:
+                last = datetime.fromtimestamp(float(last_runs[task.id]), UTC)
+                nxt = task.schedule.next_after(last)
             rows.append(
                 TaskRow(
                     id=task.id,
