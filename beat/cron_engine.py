@@ -29,20 +29,38 @@ Where a new engine starts: singletons at the oldest window whose grace has not p
 window a killed beat never claimed is fired late instead of lost; a window another engine already
 handled is offered again and its window key answers ``taken`` (it never runs twice).
 Non-singletons have no window key, so they start at the current window: re-offering one would
-run it twice.
+run it twice. Never before the first window that starts after the task's reference instant
+(``Keys.cron_ref``: the first instant any beat saw the task with this schedule, written once and
+read alike by every beat): a task no beat has seen yet (a first deployment, a new task, a changed
+schedule) fires first at its next window start, as Celery's beat fires a new entry, and an
+interval's windows are counted from that instant (``anchor + k*every``), so its firings are
+beat's: ``every`` after it was first seen, then every ``every``.
+
+Schedules without a fixed grid (``CronTask.is_custom``: solar, relative intervals, any
+``BaseSchedule`` of the user's) are not in the heap: when their last answer says so, the engine
+reads their shared last runs (one round trip), asks each ``is_due(last_run_at)`` as Celery's beat
+does, and claims the due ones under a window named by that last run (``cron_claim.lua`` fires it
+only while the last run is the one read, and moves it to the claim's time).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, WINDOW, CronTask, window_start
-from celery_app.cron_tasks.store import CronStore, FireRequest, Gap
+from celery_app.cron_tasks.registration import (
+    GLOBAL_TENANT,
+    WINDOW,
+    CronTask,
+    interval_window_id,
+    window_start,
+)
+from celery_app.cron_tasks.store import CronStore, FireRequest, Gap, anchored
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
@@ -55,6 +73,11 @@ ALL_TENANTS = "*"
 MAX_COUNTED = 10_000
 #: How long a forward clock step is distrusted (fired by the steady clock) before it is accepted.
 STEP_HOLD = timedelta(hours=2)
+#: Longest wait before a custom schedule is asked ``is_due`` again (Celery's beat_max_loop_interval
+#: default): its own state (a database row, a flag) may change meanwhile.
+CUSTOM_MAX_WAIT = 300.0
+#: Shortest wait between two questions to one custom schedule.
+CUSTOM_MIN_WAIT = 0.1
 _UNSET = object()
 
 
@@ -103,6 +126,7 @@ class CronEngine:
         steady: Callable[[], float] | None = None,
         step_hold: timedelta = STEP_HOLD,
         lead: timedelta = timedelta(0),
+        custom_max_wait: float = CUSTOM_MAX_WAIT,
     ) -> None:
         self.tasks: tuple[CronTask, ...] = tuple(tasks)
         self.store = store
@@ -130,16 +154,27 @@ class CronEngine:
         self._unseen: set[str] = set()  # tasks no caller had handled when this engine started
         # (task, first window not fired, end, superseded only): recorded as gaps each tick
         self._missed: list[tuple[CronTask, float, float, bool]] = []
+        #: Task id -> its reference instant as stored (``Keys.cron_ref``), read at the first tick.
+        self._refs: dict[str, str] = {}
+        self.custom_max_wait = custom_max_wait
+        self._custom_next = -math.inf  # when a custom schedule is next asked is_due
+        self._custom_at: dict[str, float] = {}  # per custom task: when it is next asked
         self._starts: list[datetime] = []
         self._heap: list[tuple[float, int]] = []
+        self._place(start)
+
+    def _place(self, start: datetime) -> None:
+        """Every task's first window and the heap, from ``start`` and the references known."""
+        self._starts, self._heap = [], []
         for index, task in enumerate(self.tasks):
-            begin = self._begin_of(task, start)
+            begin = self._begin_of(task, start, self._refs.get(task.id))
             self._starts.append(begin)
             when = task.next_fire(begin)
             if when is not None:
                 self._heap.append((when.timestamp(), index))
         heapq.heapify(self._heap)
         self._timing = self._timing_of(self.tasks)
+        self._custom = tuple(task for task in self.tasks if task.is_custom)
 
     def _timing_of(self, tasks: tuple[CronTask, ...]) -> list[tuple[float, float]]:
         """Per task index: (window length, grace) in seconds, read once, not per tick."""
@@ -147,13 +182,21 @@ class CronEngine:
             (t.window_length.total_seconds(), t.grace_or(self.grace).total_seconds()) for t in tasks
         ]
 
-    def _begin_of(self, task: CronTask, start: datetime) -> datetime:
+    def _begin_of(self, task: CronTask, start: datetime, ref: str | None = None) -> datetime:
         """Where ``task`` starts: see the module docstring (windows of the task's own length,
-        grace of its own)."""
-        if not task.singleton:
-            return _window_of(task, start)
+        grace of its own, never a window that began at or before its reference instant)."""
         length = task.window_length
-        return _window_of(task, start - length - task.grace_or(self.grace)) + length
+        if not task.singleton:
+            begin = _window_of(task, start)
+        else:
+            begin = _window_of(task, start - length - task.grace_or(self.grace)) + length
+        if ref is not None:
+            begin = max(begin, _window_of(task, _utc(float(ref))) + length)
+        return begin
+
+    def _anchored(self, task: CronTask) -> CronTask:
+        """``task`` with its interval counted from its reference instant, when one is known."""
+        return anchored(task, self._refs.get(task.id))
 
     def set_tasks(self, tasks: Iterable[CronTask], at: datetime | None = None) -> None:
         """Replace the task list (runtime schedules changed): a task whose id and definition
@@ -162,18 +205,28 @@ class CronEngine:
         at = require_aware(at, "at") if at is not None else self.clock()
         new_tasks = tuple(tasks)
         old_index = {task.id: index for index, task in enumerate(self.tasks)}
+        kept = {
+            task.id
+            for task in new_tasks
+            if task.id in old_index and _same_definition(self.tasks[old_index[task.id]], task)
+        }
+        if self._announced:
+            # Before anything changes: a failed read leaves the engine as it was.
+            added = [task for task in new_tasks if task.id not in kept]
+            self._refs.update(self.store.note_refs(added, at))
+        new_tasks = tuple(self._anchored(task) for task in new_tasks)
         pending = {index: ts for ts, index in self._heap}
         heap: list[tuple[float, int]] = []
         starts: list[datetime] = []
         fresh: list[CronTask] = []
         for index, task in enumerate(new_tasks):
             old = old_index.get(task.id)
-            if old is not None and _same_definition(self.tasks[old], task):
+            if task.id in kept:
                 starts.append(self._starts[old])
                 if old in pending:
                     heap.append((pending[old], index))
                 continue
-            begin = self._begin_of(task, at)
+            begin = self._begin_of(task, at, self._refs.get(task.id))
             starts.append(begin)
             fresh.append(task)
             when = task.next_fire(begin)
@@ -182,16 +235,29 @@ class CronEngine:
         heapq.heapify(heap)
         self.tasks, self._starts, self._heap = new_tasks, starts, heap
         self._timing = self._timing_of(new_tasks)
+        self._custom = tuple(task for task in new_tasks if task.is_custom)
+        if any(task.is_custom for task in fresh):
+            self._custom_next = -math.inf
         if fresh and self._announced:
             self.store.note_first_seen(fresh, window_start(at))
 
     def next_due(self) -> datetime | None:
-        """Start of the next window in which some task fires."""
-        return _utc(self._heap[0][0]) if self._heap else None
+        """Start of the next window in which some task fires (or when custom schedules are
+        asked again, if sooner)."""
+        when = self._heap[0][0] if self._heap else None
+        if self._has_custom() and (when is None or self._custom_next < when):
+            return _utc(max(self._custom_next, 0.0))
+        return None if when is None else _utc(when)
 
     def next_fire(self) -> datetime | None:
-        """When the next window fires: its start less the lead."""
-        return _utc(self._heap[0][0] - self.lead.total_seconds()) if self._heap else None
+        """When the next window fires: its start less the lead (custom schedules: no lead)."""
+        when = self._heap[0][0] - self.lead.total_seconds() if self._heap else None
+        if self._has_custom() and (when is None or self._custom_next < when):
+            return _utc(max(self._custom_next, 0.0))
+        return None if when is None else _utc(when)
+
+    def _has_custom(self) -> bool:
+        return bool(self._custom)
 
     def trusted(self, at: datetime, steady: float | None = None) -> datetime:
         """``at``, or while a forward clock step is held, the steady clock's idea of now
@@ -272,11 +338,12 @@ class CronEngine:
         # Heap entries are window starts, so "starts within the lead" is "due". A window fired
         # ahead is not late: missed and grace are judged by ``now_ts`` itself.
         current_ts = now_ts + self.lead.total_seconds()
-        heap = self._heap
-        if self._announced and (not heap or heap[0][0] > current_ts):
-            return TickReport(at)
         if not self._announced:
             self._announce(at)
+        custom = self._custom_requests(at) if now_ts >= self._custom_next else []
+        heap = self._heap
+        if not custom and (not heap or heap[0][0] > current_ts):
+            return TickReport(at)
         saved = list(heap)
         timing = self._timing
         missed: list[Skipped] = []
@@ -292,8 +359,8 @@ class CronEngine:
                 missed.append(Skipped(task.id, ALL_TENANTS, _utc(ts), CronSkipReason.MISSED))
                 # Skip straight to the oldest window whose grace has not passed; every window
                 # in between is part of the gap.
-                edge = now_ts - length_s - grace_s
-                resume = max(resume, edge - edge % length_s + length_s)
+                edge = _window_of(task, _utc(now_ts - length_s - grace_s)).timestamp()
+                resume = max(resume, edge + length_s)
                 self._missed.append((task, ts, resume, False))
                 log.warning(
                     "cron: %s missed windows from %s to before %s (their grace has passed)",
@@ -314,7 +381,7 @@ class CronEngine:
                     self._missed.append((task, latest, latest + length_s, True))
                 due_at[index] = ts
             # Tasks sharing a spec and zone share the answer: one next() per spec per tick.
-            memo = (type(task.schedule), task.spec, task.timezone, resume)
+            memo = (type(task.schedule), task.spec, task.timezone, _anchor_of(task), resume)
             next_ts = next_fires.get(memo, _UNSET)
             if next_ts is _UNSET:
                 when = task.next_fire(_utc(resume))
@@ -330,9 +397,13 @@ class CronEngine:
             self._record_missed(at)
         self._unseen.clear()  # only a first tick's catch-up can be "no loss"
         try:
-            fired, skipped = self._fire(due, at)
+            fired, skipped = self._fire(due, at, custom)
         except BaseException:
             self._heap = saved
+            if custom:  # not claimed: ask them again at the next tick
+                for req in custom:
+                    self._custom_at[req.task.id] = -math.inf
+                self._custom_next = -math.inf
             raise
         return TickReport(at, tuple(fired), tuple(missed + superseded + skipped))
 
@@ -383,7 +454,14 @@ class CronEngine:
         for task, first, end, if_seen in ranges:
             if task.per_tenant and self.tenants is None:
                 continue
-            memo = (type(task.schedule).__name__, task.spec, task.timezone, first, end)
+            memo = (
+                type(task.schedule).__name__,
+                task.spec,
+                task.timezone,
+                _anchor_of(task),
+                first,
+                end,
+            )
             if memo not in counted:
                 counted[memo] = _count_windows(task, first, end)
             last, count, period = counted[memo]
@@ -411,8 +489,13 @@ class CronEngine:
         return gaps
 
     def _announce(self, at: datetime) -> None:
-        """First tick: note the tasks as seen, and record windows nobody fired while no beat
-        was running (the last handled window's successor is older than where we start)."""
+        """First tick: read (or set, for a task no beat has seen) every task's reference
+        instant and place the tasks after it, note the tasks as seen, and record windows nobody
+        fired while no beat was running (the last handled window's successor is older than
+        where we start)."""
+        self._refs.update(self.store.note_refs(self.tasks, self._start))
+        self.tasks = tuple(self._anchored(task) for task in self.tasks)
+        self._place(self._start)
         stats = self.store.stats([task.id for task in self.tasks])
         ranges: list[tuple[CronTask, float, float, bool]] = []
         for task, begin in zip(self.tasks, self._starts, strict=True):
@@ -430,11 +513,49 @@ class CronEngine:
             log.warning("cron: %d tasks have windows nobody fired before this beat", recorded)
         self._announced = True
 
+    def _custom_requests(self, at: datetime) -> list[FireRequest]:
+        """The custom schedules due at ``at``: each asked ``is_due`` with the last run all
+        beats share (one round trip reads them); sets when to ask again."""
+        custom = self._custom
+        if not custom:
+            self._custom_next = math.inf
+            return []
+        now_ts = at.timestamp()
+        # Each is asked when its own last answer said, as beat re-heaps an entry at its next
+        # time: asking one sooner could find it due sooner than beat would.
+        tasks = [task for task in custom if self._custom_at.get(task.id, -math.inf) <= now_ts]
+        if not tasks:
+            self._custom_next = min(self._custom_at.get(task.id, -math.inf) for task in custom)
+            return []
+        refs = self.store.read_refs(tasks)
+        missing = [task for task in tasks if task.id not in refs]
+        if missing:  # a reference deleted by hand: the task starts as a new one
+            refs.update(self.store.note_refs(missing, at))
+        window = at.astimezone(UTC).replace(microsecond=0)
+        requests: list[FireRequest] = []
+        for task in tasks:
+            raw = refs[task.id]
+            self._refs[task.id] = raw
+            last = _utc(float(raw))
+            wait = self.custom_max_wait
+            try:
+                due, next_s = task.schedule.is_due(last.astimezone(_zone_of(task.schedule)))
+                wait = wait if next_s is None else min(wait, next_s)
+            except Exception:
+                log.exception("cron: %s: its schedule's is_due raised; asked again later", task.id)
+                due = False
+            self._custom_at[task.id] = now_ts + max(CUSTOM_MIN_WAIT, wait)
+            if due:
+                wid = interval_window_id(last)
+                requests.append(FireRequest(task, GLOBAL_TENANT, window, wid=wid, ref=raw))
+        self._custom_next = min(self._custom_at.get(task.id, -math.inf) for task in custom)
+        return requests
+
     def _fire(
-        self, due: dict[float, list[CronTask]], at: datetime
+        self, due: dict[float, list[CronTask]], at: datetime, custom: Iterable[FireRequest] = ()
     ) -> tuple[list[Fired], list[Skipped]]:
         skipped: list[Skipped] = []
-        requests: list[FireRequest] = []
+        requests: list[FireRequest] = list(custom)
         marks: list[tuple[CronTask, datetime]] = []
         tenants: list[str] | None = None
         tenants_error: str | None = None
@@ -488,6 +609,20 @@ def _count_windows(task: CronTask, first: float, end: float) -> tuple[float, int
 
 def _window_of(task: CronTask, at: datetime) -> datetime:
     return task.window_of(at)
+
+
+def _anchor_of(task: CronTask) -> datetime | None:
+    """An interval's anchor: tasks with one spec but different anchors fire apart."""
+    return getattr(task.schedule, "anchor", None)
+
+
+def _zone_of(schedule: object) -> object:
+    """The zone a custom schedule reads ``last_run_at`` in: its app's, as beat's entries hold
+    ``app.now()`` (a crontab subclass reads the weekday and hour off it)."""
+    try:
+        return getattr(schedule.value, "tz", None) or UTC  # type: ignore[attr-defined]
+    except Exception:
+        return UTC
 
 
 def _same_definition(old: CronTask, new: CronTask) -> bool:

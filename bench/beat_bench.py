@@ -73,6 +73,9 @@ def _engine(app, settings, declared: list, owner: str):
     from celery_app.redis.schema import Keys
 
     store = CronStore(get_redis(settings.redis_url, settings), Keys("bench"), settings.cron_grace)
+    # A deployment in its steady state: the tasks were first seen a day ago, so T0's window is
+    # theirs to fire (a first deployment fires nothing before its next window).
+    store.note_refs(declared, T0 - timedelta(days=1))
     publisher = CronPublisher(app, settings.cron_grace)
     publisher.prepare(declared)
     return CronEngine(

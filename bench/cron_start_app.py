@@ -1,5 +1,5 @@
 """The cron start bench's project: a plain Celery app with checkbeat's beat scheduler and
-``CRON_START_ENTRIES`` ``beat_schedule`` entries every second (epoch-anchored windows), each
+``CRON_START_ENTRIES`` ``beat_schedule`` entries every second (whole-second windows), each
 firing ``bench.cron_started``, which records its window and when its body started.
 
 Its workers import checkbeat's cron-run recording (``imports``), as an installed app's do: the

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.cron import T0, end_runs, sends
+from support.cron import SEEN, T0, end_runs, seen_since, sends
 
 import beat.scheduler as scheduler_module
 from beat import CronScheduler
@@ -56,6 +56,7 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     cron("*/2 * * * *", app=cron_app, id="every-2", name="s.every2")(_noop)
     driver = CountingDriver()
     monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [driver])
+    seen_since(cron_app, SEEN)  # deployed before: the window in progress is caught up
     clock = FakeClock(T0 + timedelta(seconds=1))
     sched = CronScheduler(app=cron_app, clock=clock, max_interval=300)
     sleep = sched.tick()
@@ -128,6 +129,7 @@ def test_scheduler_survives_redis_outage_and_fires_after(broker_url):
         import redis as redis_lib
 
         redis_lib.Redis.from_url(broker_url).flushdb()
+        seen_since(app, SEEN)
         clock = FakeClock(T0 + timedelta(seconds=1))
         sched = CronScheduler(app=app, clock=clock)
         sched.tick()

@@ -24,6 +24,8 @@ from support.beat_entries import QUEUES, add_entries_with_options, message_shape
 from celery_app.cron_tasks.celery_schedules import (
     SUPPORTED,
     BeatEntryError,
+    BeatEntryErrors,
+    CustomSchedule,
     Interval,
     beat_entries,
     beat_entry,
@@ -330,12 +332,16 @@ def test_bad_intervals_are_refused_naming_the_entry(value, message):
         {"task": "t", "schedule": schedule(timedelta(hours=1), relative=True)},
     ],
 )
-def test_relative_intervals_are_refused(entry):
-    with pytest.raises(BeatEntryError, match=r"'rel': relative=True is not supported"):
-        beat_entry("rel", entry, make_app())
+def test_relative_intervals_are_asked_is_due_as_beat_asks_them(entry):
+    app = make_app()
+    converted = beat_entry("rel", entry, app)
+    assert isinstance(converted.schedule, CustomSchedule)
+    value = converted.schedule.value
+    assert type(value) is schedule and value.relative and value.app is app
+    assert value.run_every in (timedelta(seconds=30), timedelta(hours=1))
 
 
-# -- refused schedules -----------------------------------------------------------------------------
+# -- schedules without a fixed grid, and refused ones ----------------------------------------------
 
 
 def a_solar() -> solar:
@@ -359,19 +365,26 @@ class Every:
 
 
 @pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (a_solar(), "celery.schedules.solar <solar: sunrise at latitude 52.5, longitude: 13.4>"),
+        (MyCrontab(), "test_celery_schedules.MyCrontab <crontab: * * * * * (m/h/dM/MY/d)>"),
+        (MySchedule(5), "test_celery_schedules.MySchedule <freq: 5.00 seconds>"),
+    ],
+)
+def test_any_base_schedule_is_kept_as_itself_with_the_app_beat_gives_it(value, text):
+    app = make_app()
+    converted = beat_entry("sky", {"task": "t", "schedule": value}, app)
+    assert isinstance(converted.schedule, CustomSchedule)
+    assert converted.schedule.value is value and value.app is app
+    assert converted.describe() == text
+
+
+@pytest.mark.parametrize(
     ("value", "message"),
     [
-        (a_solar(), r"solar schedules \(sunrise\.\.\.\) are not supported"),
-        (Every(), r"test_celery_schedules\.Every is not a supported schedule"),
-        ("*/5 * * * *", r"builtins\.str is not a supported schedule"),
-        (
-            MyCrontab(),
-            r"test_celery_schedules\.MyCrontab is a subclass of celery\.schedules\.crontab",
-        ),
-        (
-            MySchedule(5),
-            r"test_celery_schedules\.MySchedule is a subclass of celery\.schedules\.schedule",
-        ),
+        (Every(), r"test_celery_schedules\.Every is not a schedule"),
+        ("*/5 * * * *", r"builtins\.str is not a schedule"),
     ],
 )
 def test_unsupported_schedules_are_refused_naming_the_entry_and_what_is_supported(value, message):
@@ -385,10 +398,27 @@ def test_one_refused_entry_fails_the_whole_read():
     app = make_app()
     app.conf.beat_schedule = {
         "fine": {"task": "t", "schedule": 10},
-        "dawn": {"task": "t", "schedule": a_solar()},
+        "dawn": {"task": "t", "schedule": Every()},
     }
-    with pytest.raises(BeatEntryError, match="'dawn'"):
+    with pytest.raises(BeatEntryError, match=r"^beat_schedule entry 'dawn': [^\n]*$"):
         beat_entries(app)
+
+
+def test_every_refused_entry_is_named_at_once_one_line_each():
+    app = make_app()
+    app.conf.beat_schedule = {
+        "fine": {"task": "t", "schedule": 10},
+        **{f"bad-{n}": {"task": "t", "schedule": Every()} for n in range(6)},
+        "no-task": {"schedule": 10},
+    }
+    with pytest.raises(BeatEntryErrors) as err:
+        beat_entries(app)
+    lines = str(err.value).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        *(f"beat_schedule entry 'bad-{n}'" for n in range(6)),
+        "beat_schedule entry 'no-task'",
+    ]
+    assert isinstance(err.value, BeatEntryError)
 
 
 @pytest.mark.parametrize(
@@ -396,7 +426,7 @@ def test_one_refused_entry_fails_the_whole_read():
     [
         ({"schedule": 10}, r"'task' must be a task name"),
         ({"task": "", "schedule": 10}, r"'task' must be a task name"),
-        ({"task": "t"}, r"'schedule' is missing; supported: celery\.schedules\.crontab"),
+        ({"task": "t"}, r"'schedule' is missing; supported: an instance of celery\.sched"),
         ({"task": "t", "schedule": 10, "last_run_at": datetime.now(UTC)}, r"'last_run_at'"),
         ({"task": "t", "schedule": 10, "every": 5}, r"unknown key 'every'; an entry has task,"),
         ({"task": "t", "schedule": 10, "args": "x"}, r"'args' must be a list or a tuple, got str"),

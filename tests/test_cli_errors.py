@@ -296,3 +296,37 @@ def test_checkbeat_refuses_a_bad_argument_in_one_line_and_exits_2(tmp_path, args
     (line,) = done.stderr.splitlines()
     assert line.startswith(expected), line
     assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+BROKEN_SCHEDULE = """
+from celery import current_app
+
+current_app.conf.beat_schedule = {
+    "as-text": {"task": "proj.x", "schedule": "*/5 * * * *"},
+    "fine": {"task": "proj.y", "schedule": 30},
+    "an-object": {"task": "proj.x", "schedule": object()},
+}
+"""
+
+
+def test_broken_beat_schedule_entries_are_named_one_line_each_by_every_loader(tmp_path, r):
+    (tmp_path / "cli_user_tasks.py").write_text(textwrap.dedent(BROKEN_SCHEDULE))
+    env = {"CHECKBEAT_IMPORTS": "cli_user_tasks"}
+    runs = {
+        "schedule list": run_module(
+            "celery", "-A", "celery_app", "schedule", "list", cwd=tmp_path,
+            pythonpath=[REPO, tmp_path], **env,
+        ),
+        "status": run_module(
+            "celery_app.cli.main", "status", "--data-dir", str(tmp_path), cwd=tmp_path,
+            pythonpath=[REPO, tmp_path], **env,
+        ),
+    }  # fmt: skip
+    for name, done in runs.items():
+        output = done.stdout + done.stderr
+        assert done.returncode == EXIT_CANNOT_RUN, (name, output)
+        assert "Traceback" not in output, (name, output)
+        lines = done.stderr.splitlines()
+        assert len(lines) == 2, (name, lines)
+        assert "beat_schedule entry 'as-text': builtins.str is not a schedule" in lines[0]
+        assert "beat_schedule entry 'an-object': builtins.object is not a schedule" in lines[1]

@@ -8,7 +8,13 @@ from datetime import timedelta
 import pytest
 from support.cron import T0, end_runs, make_engine, sends, store_of
 
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
+from celery_app.cron_tasks.registration import (
+    GLOBAL_TENANT,
+    cron,
+    cron_tasks,
+    unregister_cron,
+    window_id,
+)
 from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
@@ -249,3 +255,78 @@ def test_declared_queue_is_where_the_message_goes(cron_app, broker_url):
     make_engine(cron_app).tick(T0 + timedelta(seconds=1))
     assert set(sends(broker_url, queues=("reports",))) == {("routed", GLOBAL_TENANT, window_id(T0))}
     assert set(sends(broker_url)) == {("default-queue", GLOBAL_TENANT, window_id(T0))}
+
+
+SEC = timedelta(seconds=1)
+
+
+def _fired(engine, at):
+    return sorted((f.task_id, f.window) for f in engine.tick(at).fired)
+
+
+def test_a_first_deployment_fires_nothing_stale_and_counts_intervals_from_first_sight(
+    cron_app, broker_url, r
+):
+    _declare(cron_app, "minutely")
+    cron_app.conf.beat_schedule = {"ping": {"task": "t.ping", "schedule": 20}}
+    start = T0 + 30 * SEC  # a beat starts mid-window: the windows of T0 began before it
+    engines = [make_engine(cron_app, start=start, owner=f"e{n}", seen=None) for n in range(2)]
+    for engine in engines:
+        assert _fired(engine, start) == []
+    # Celery's beat: an interval `every` after it first saw it, a crontab at its next start
+    assert _fired(engines[0], T0 + 50 * SEC) == [("ping", T0 + 50 * SEC)]
+    assert _fired(engines[1], T0 + 50 * SEC) == []  # the other beat counts the same windows
+    end_runs(r)
+    assert _fired(engines[1], T0 + MIN) == [("minutely", T0 + MIN)]
+    assert _fired(engines[0], T0 + 70 * SEC) == [("ping", T0 + 70 * SEC)]
+    # a beat started later reads the same first sight (Keys.cron_ref), not its own start
+    late = make_engine(cron_app, start=T0 + 85 * SEC, owner="late", seen=None)
+    assert _fired(late, T0 + 90 * SEC) == [("ping", T0 + 90 * SEC)]
+    assert set(sends(broker_url).values()) == {1}
+
+
+def test_a_restart_catches_up_a_seen_tasks_window_and_a_changed_schedule_starts_afresh(
+    cron_app, broker_url, r
+):
+    _declare(cron_app, "job")
+    first = make_engine(cron_app, start=T0 + 10 * SEC, owner="first", seen=None)
+    assert _fired(first, T0 + 10 * SEC) == []
+    assert _fired(first, T0 + MIN) == [("job", T0 + MIN)]
+    end_runs(r)
+    # that beat dies; the next starts 20 s into the 00:02 window: the task has state, so the
+    # window is caught up within its grace, as a restart or a failover must
+    second = make_engine(cron_app, start=T0 + 2 * MIN + 20 * SEC, owner="second", seen=None)
+    assert _fired(second, T0 + 2 * MIN + 20 * SEC) == [("job", T0 + 2 * MIN)]
+    end_runs(r)
+    # the same id with another spec is a new schedule: no catch-up, its next window
+    unregister_cron("t.job", app=cron_app)
+    _declare(cron_app, "job", spec="*/2 * * * *")
+    third = make_engine(cron_app, start=T0 + 4 * MIN + 20 * SEC, owner="third", seen=None)
+    assert _fired(third, T0 + 4 * MIN + 20 * SEC) == []
+    assert _fired(third, T0 + 6 * MIN) == [("job", T0 + 6 * MIN)]
+
+
+def test_tasks_that_fired_before_references_were_kept_keep_their_windows(cron_app, r):
+    _declare(cron_app, "job")
+    cron_app.conf.beat_schedule = {"ping": {"task": "t.ping", "schedule": 20}}
+    for task_id in ("job", "ping"):  # what a deployment that predates references left
+        r.hset(Keys("cbtest").cron_stats(task_id), "last_window", int((T0 - MIN).timestamp()))
+    engine = make_engine(cron_app, start=T0 + 25 * SEC, owner="upgraded", seen=None)
+    # caught up within the grace, and the interval keeps the epoch's phase (:00, :20, :40)
+    assert _fired(engine, T0 + 25 * SEC) == [("job", T0), ("ping", T0 + 20 * SEC)]
+    end_runs(r)
+    assert _fired(engine, T0 + 40 * SEC) == [("ping", T0 + 40 * SEC)]
+
+
+def test_diagnose_does_not_expect_a_new_task_in_the_window_it_was_first_seen_in(cron_app, r):
+    from celery_app.cron_tasks.service import CronService
+
+    _declare(cron_app, "hourly", spec="0 * * * *")
+    r.hset(Keys("cbtest").beat_heartbeat(), "beat-x", (T0 + 30 * MIN).timestamp())
+    engine = make_engine(cron_app, start=T0 + 30 * SEC, seen=None)
+    assert _fired(engine, T0 + 30 * SEC) == []  # 00:00 began before any beat saw it
+    quiet = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
+    assert not any("overdue" in f for f in quiet), quiet
+    # its first window is 01:00: missed with no beat running, that one is reported
+    late = CronService(cron_app, clock=lambda: T0 + 63 * MIN).diagnose()
+    assert any("'hourly' is overdue: window" in f and "never fired" in f for f in late), late

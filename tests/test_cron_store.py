@@ -24,7 +24,7 @@ from celery_app.redis.schema import (
 
 KEYS = Keys("cbtest")
 MIN = timedelta(minutes=1)
-CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps", "cron_start", "cron_takeover")
+CRON_LUA = ("cron_claim", "cron_finish", "cron_gaps", "cron_ref", "cron_start", "cron_takeover")
 
 
 def _lua(name: str) -> str:
@@ -121,3 +121,32 @@ def test_marks_move_the_last_window_only_and_gaps_are_recorded_once(cron_app, r)
     (gap,) = store.gaps()
     assert set(gap) <= set(CronGapField)
     assert (gap[CronGapField.TASK], gap[CronGapField.DETECTOR]) == ("tenanted", "test")
+
+
+def test_a_custom_window_fires_once_per_shared_last_run_and_moves_it(cron_app, r):
+    cron_app.conf.beat_schedule = {
+        "rel": {"task": "t.rel", "schedule": timedelta(minutes=2), "relative": True}
+    }
+    from celery_app.cron_tasks.sources import all_tasks
+
+    task = all_tasks(cron_app)["rel"]
+    assert task.is_custom
+    store = store_of(cron_app)
+    last = store.note_refs([task], T0)["rel"]
+    assert last == str(int(T0.timestamp()))
+    due_at = T0 + 2 * MIN
+
+    def claim(ref: str, owner: str):
+        req = FireRequest(task, GLOBAL_TENANT, due_at, wid=f"after-{ref}", ref=ref)
+        return list(store.claim([req], now=due_at, owner=owner))
+
+    # two beats read the same last run: one fires, the other finds the window taken
+    assert claim(last, "a") == [CronClaimCode.FIRE]
+    assert claim(last, "b") == [CronClaimCode.TAKEN]
+    # the fire moved the last run to the claim's time, in the same script
+    moved = r.get(KEYS.cron_ref("rel", task.fingerprint))
+    assert float(moved) == due_at.timestamp()
+    # a beat that read the old last run before the move cannot fire it under another window id
+    stale = FireRequest(task, GLOBAL_TENANT, due_at, wid="another-name", ref=last)
+    assert list(store.claim([stale], now=due_at, owner="c")) == [CronClaimCode.TAKEN]
+    assert r.hget(KEYS.cron_stats("rel"), CronStatsField.FIRED) == "1"

@@ -1,11 +1,12 @@
 """The drop-in issue, end to end: a Celery project of the user's own (``proj``, its own package
 and app, written to a tmp dir) switches to ``beat:CronScheduler`` and keeps every schedule.
 
-Its ``beat_schedule`` crontab and 20 s interval entries, an ``add_periodic_task`` call, a
-``@cron`` task and a runtime ``schedule add`` are fired by two real beats into a real worker over
-more than two windows of each; every task body INCRs a Redis counter keyed by (label, window),
-so a window fired twice or a gap shows. ``schedule rm`` stops the runtime entry within one
-tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x: 2.5 simulated minutes in ~40 s.
+Its ``beat_schedule`` crontab, 20 s interval and ``relative`` 30 s entries, an
+``add_periodic_task`` call, a ``@cron`` task and a runtime ``schedule add`` are fired by two real
+beats into a real worker over more than two windows of each; every task body INCRs a Redis
+counter keyed by (label, window), so a window fired twice or a gap shows. ``schedule rm`` stops
+the runtime entry within one tick. The clock is the test clock (``CHECKBEAT_TEST_CLOCK``) at 4x:
+2.5 simulated minutes in ~40 s.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from itertools import pairwise
 from datetime import timedelta
 
 from celery import Celery
-from celery.schedules import crontab, solar
+from celery.schedules import crontab
 
 app = Celery("proj", broker=os.environ["PROJ_BROKER_URL"])
 app.conf.imports = ["proj.tasks"]
@@ -49,11 +50,15 @@ app.conf.beat_schedule = {
     "ping-20s": {
         "task": "proj.tasks.count", "schedule": timedelta(seconds=20), "args": ("ping",),
     },
+    "rel-30s": {  # no fixed grid: asked is_due with the last run both beats share
+        "task": "proj.tasks.count", "schedule": timedelta(seconds=30), "relative": True,
+        "args": ("relative",),
+    },
 }
-if os.environ.get("PROJ_SOLAR"):
-    dawn = solar.__new__(solar)  # solar() itself needs the ephem library
-    dawn.event, dawn.lat, dawn.lon, dawn.nowfun, dawn._app = "sunrise", 52.5, 13.4, None, None
-    app.conf.beat_schedule["at-dawn"] = {"task": "proj.tasks.count", "schedule": dawn}
+if os.environ.get("PROJ_BROKEN"):  # three entries Celery's beat could not run either
+    app.conf.beat_schedule["as-text"] = {"task": "proj.tasks.count", "schedule": "*/5 * * * *"}
+    app.conf.beat_schedule["an-object"] = {"task": "proj.tasks.count", "schedule": object()}
+    app.conf.beat_schedule["no-task"] = {"schedule": 10}
 
 
 @app.on_after_configure.connect
@@ -190,13 +195,31 @@ def test_every_source_fires_exactly_once_per_window_across_two_beats(project):
         assert _contiguous(windows, length), (label, sorted(windows))
         assert len(windows) >= 2, (label, sorted(windows), project.logs())
     assert len(_windows(counts, "report")) >= 2 and len(_windows(counts, "ping")) >= 6
+    # a window per shared last run, each run once: 30 s (to the second) after the one before
+    relative = sorted(_start_of(w) for w in _windows(counts, "relative"))
+    assert len(relative) >= 3, (relative, project.logs())
+    gaps = [b - a for a, b in pairwise(relative)]
+    assert all(every(seconds=29) <= gap < every(seconds=33) for gap in gaps), gaps
     # removed within one tick: no runtime window starting a whole window after the rm
     late = [w for w in _windows(counts, "runtime") if _start_of(w) > removed_at + every(seconds=15)]
     assert late == [], late
 
 
-def test_a_solar_entry_refuses_beat_start_naming_it(project):
-    beat = project.celery("beat", "--pidfile=", PROJ_SOLAR="1")
+BROKEN = ("as-text", "an-object", "no-task")
+
+
+def test_broken_entries_are_all_named_one_line_each_by_beat_and_the_cli(project):
+    beat = project.celery("beat", "--pidfile=", PROJ_BROKEN="1")
     output = beat.stdout + beat.stderr
-    assert beat.returncode != 0, output
-    assert "beat_schedule entry 'at-dawn'" in output and "solar" in output
+    assert beat.returncode == 2, output
+    assert "Traceback" not in output, output
+    named = [line for line in output.splitlines() if "beat_schedule entry" in line]
+    assert [next(e for e in BROKEN if f"entry '{e}'" in line) for line in named] == list(BROKEN)
+    for command in (("schedule", "list"), ("schedule", "diagnose"), ("schedule", "run", "x")):
+        result = project.celery(*command, PROJ_BROKEN="1")
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == len(BROKEN), lines
+        for line, entry in zip(lines, BROKEN, strict=True):
+            assert f"beat_schedule entry '{entry}'" in line, lines

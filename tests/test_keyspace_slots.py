@@ -48,13 +48,14 @@ CRON_HALF = {
     "beat_heartbeat",
 }
 #: Scripts of the cron half; every other script is the check half's.
-CRON_SCRIPTS = {"cron_claim", "cron_finish", "cron_gaps", "cron_start", "cron_takeover"}
+CRON_SCRIPTS = {"cron_claim", "cron_finish", "cron_gaps", "cron_ref", "cron_start", "cron_takeover"}
 #: Argument values a key may be built from, hostile ones included (a brace in a tenant name must
 #: not move its key: only the first {...} of a key is its tag, and the tag comes first).
 ARGS = {
     "task_id": ["t", "a{b}"],
     "tenant": ["acme", "}{x}"],
     "window": ["2026-01-01T00:00Z"],
+    "fingerprint": ["0123456789ab"],
     "uid": ["u1", "{u}"],
     "job": ["u1@eu"],
     "region": ["eu"],

@@ -12,7 +12,6 @@ from celery.schedules import crontab, solar
 from support.beat_entries import QUEUES, add_entries_with_options, message_shape
 from support.cron import T0, end_runs, make_engine, sends
 
-from celery_app.cron_tasks.celery_schedules import BeatEntryError
 from celery_app.cron_tasks.registration import cron
 from celery_app.cron_tasks.sources import DuplicateTaskId, all_tasks, id_for_entry_name
 from celery_app.redis.schema import CronSource, Keys
@@ -77,10 +76,11 @@ def test_a_duplicate_id_across_sources_names_both(cron_app):
         all_tasks(cron_app)
 
 
-def test_a_solar_entry_is_refused_naming_it(cron_app):
+def test_a_solar_entry_is_a_task_asked_is_due_as_beat_asks_it(cron_app):
     cron_app.conf.beat_schedule = {"at-dawn": {"task": "proj.x", "schedule": _a_solar()}}
-    with pytest.raises(BeatEntryError, match=r"'at-dawn'.*solar"):
-        all_tasks(cron_app)
+    task = all_tasks(cron_app)["at-dawn"]
+    assert task.is_custom and not task.is_interval
+    assert task.spec.startswith("celery.schedules.solar <solar: sunrise")
 
 
 def test_interval_and_crontab_entries_fire_once_per_window_across_engines(cron_app, broker_url, r):

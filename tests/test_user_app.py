@@ -147,7 +147,9 @@ def test_beat_scheduler_alone_fires_and_records_cron_tasks(project, project_db):
     """``plain`` never calls install: its beat fires the window, its worker records the run."""
     now = datetime.now(UTC)
     window = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
-    clock = Clock(start=window - timedelta(seconds=1), epoch=time.time(), rate=1.0)
+    # beat starts (imports included) before the window: a first deployment fires the first
+    # window that starts after beat saw the task
+    clock = Clock(start=window - timedelta(seconds=15), epoch=time.time(), rate=1.0)
     env = {TEST_CLOCK_ENV: clock.encode()}
     worker = project.start("worker", "-P", "solo", "--without-mingle", app="plain", **env)
     beat = project.start("beat", "--pidfile=", app="plain", **env)

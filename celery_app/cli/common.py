@@ -114,7 +114,8 @@ def settings_invalid(exc: SettingsError) -> str:
 
 @contextmanager
 def reported_as_cannot_run(settings: Callable[[], Settings]) -> Iterator[None]:
-    """Turn an unreachable Redis or broker, or invalid settings, into :class:`CannotRun`;
+    """Turn an unreachable Redis or broker, invalid settings, or a schedule that cannot be
+    loaded (broken ``beat_schedule`` entries, a task id declared twice) into :class:`CannotRun`;
     ``settings`` (called only then) tells which URLs the command used."""
     try:
         yield
@@ -124,6 +125,13 @@ def reported_as_cannot_run(settings: Callable[[], Settings]) -> Iterator[None]:
         raise CannotRun(redis_unreachable(exc, settings())) from None
     except OperationalError as exc:  # kombu: the broker connection
         raise CannotRun(broker_unreachable(exc, settings())) from None
+    except ValueError as exc:
+        from celery_app.cron_tasks.celery_schedules import BeatEntryError
+        from celery_app.cron_tasks.registration import CronSpecError
+
+        if isinstance(exc, (BeatEntryError, CronSpecError)):  # the schedule cannot be loaded
+            raise CannotRun(str(exc)) from None  # every entry named, one line each
+        raise
 
 
 def refuse_name_clashes(app: Celery) -> None:

@@ -6,7 +6,9 @@ one line naming it (``--every: must be ...``), and Redis is untouched. ``--task`
 the app knows, unless ``--remote-task`` says it is registered only on the workers.
 
 ``diagnose`` exits 1 when it reports anything, so it can serve as a health probe; every command
-exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``).
+exits 2 with one line when it cannot run (Redis unreachable, bad settings: ``cli.common``), and
+with one line per entry when the schedule cannot be loaded (every broken ``beat_schedule``
+entry, a task id declared twice).
 
 ``run`` exits 0 when the run was sent (with ``--wait``: and succeeded), 1 when it was refused or
 the run failed, and 3 (:data:`EXIT_UNKNOWN`) when ``--wait`` could not learn the outcome within
@@ -23,9 +25,11 @@ import time
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import EXIT_PROBLEM, BadInput, CheckbeatGroup, load_app
+from celery_app.cli.common import EXIT_PROBLEM, BadInput, CannotRun, CheckbeatGroup, load_app
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks import recorders
+from celery_app.cron_tasks.celery_schedules import BeatEntryError
+from celery_app.cron_tasks.registration import CronSpecError
 from celery_app.cron_tasks.runtime import (
     RuntimeSchedule,
     ScheduleConflict,
@@ -47,7 +51,10 @@ EXIT_UNKNOWN = 3
 
 
 def _service(ctx: click.Context) -> CronService:
-    return CronService(load_app(ctx))
+    try:
+        return CronService(load_app(ctx))
+    except (BeatEntryError, CronSpecError) as exc:  # the schedule cannot be loaded
+        raise CannotRun(str(exc)) from None
 
 
 @click.group(name="schedule", cls=CheckbeatGroup)
@@ -227,6 +234,8 @@ def _runtime_call(ctx: click.Context, action, *args, **kwargs):  # type: ignore[
         head = name.group() if name else exc.field
         flag = _FLAG_OF.get(head, head) + exc.field[len(head) :]  # and the place inside it
         raise BadInput(f"{flag}: {exc.problem}") from None
+    except BeatEntryError as exc:  # the code's schedule cannot be loaded
+        raise CannotRun(str(exc)) from None
     except (ScheduleConflict, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
 

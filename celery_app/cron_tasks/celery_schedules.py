@@ -20,25 +20,31 @@ What is supported, and how exactly
   otherwise the entry is refused: beat would fire by that other clock. The entry's ``relative``
   does not apply to a crontab (Celery ignores it too).
 * Intervals: a ``datetime.timedelta``, a number of seconds (``int`` or ``float``) or a
-  ``celery.schedules.schedule``, one second or more: an :class:`Interval`, whose windows are
-  anchored at the Unix epoch (:func:`interval_window`). Celery's own beat fires an interval
-  ``every`` after its previous send (its ``PersistentScheduler`` keeps that ``last_run_at``), so
-  its phase is set by when that one beat started and drifts by each send's latency; with several
-  beats there is no such shared last run, and windows that every beat computes alike from the
-  clock alone are what makes "one firing per window across beats" decidable. The spacing is
-  Celery's; the phase is the epoch's (a 1-day interval fires at 00:00 UTC, and an interval that
-  does not divide a day drifts against midnight, exactly as elapsed-time intervals do). The
-  first firing after deployment is at the next window start, not ``every`` after start.
-  ``relative=True`` is refused: Celery rounds each deadline to the interval's unit counted from
-  the last run, which again depends on when that beat started.
-* Refused, naming the entry and what is supported: ``solar``, subclasses of ``crontab`` and
-  ``schedule`` (they may compute their own times), any other class, sub-second and non-positive
-  intervals, ``bool`` (Celery would read ``True`` as one second), a timezone that is not a
-  ``zoneinfo`` zone, entries without a task or a schedule, ``last_run_at`` (our windows do not
-  start from a last run), unknown keys (Celery's beat fails on them), args that are not a list
-  or tuple (Celery would iterate a string into characters), and options that collide with the
-  arguments beat passes itself (``args``, ``kwargs``, ``producer``). ``name``, ``app`` and
-  ``total_run_count`` in an entry are accepted and ignored, as Celery's beat ignores them.
+  ``celery.schedules.schedule`` (``relative=False``), one second or more: an :class:`Interval`
+  whose windows are ``anchor + k*every``, the anchor being the first instant any beat saw the
+  entry (kept in Redis, written once, the same on every beat). Celery's own beat fires a new
+  entry ``every`` after it first saw it, then ``every`` after each send; here the first firing
+  is the same and the next ones stay on that grid (they do not drift by each send's latency),
+  which is what makes "one firing per window across beats" decidable.
+* Everything else Celery's beat accepts, any ``celery.schedules.BaseSchedule``: ``solar``,
+  ``relative=True`` intervals, subclasses of ``crontab`` and ``schedule``, classes of your own
+  with ``is_due`` / ``remaining_estimate`` and state of their own: a :class:`CustomSchedule`,
+  asked ``is_due(last_run_at)`` as beat asks it, with the entry's last run shared by every beat
+  through Redis (see the class).
+* First deployment (an entry no beat has seen, or whose schedule changed): as Celery's beat, no
+  window that began before a beat first saw it fires; the first firing is the next window start
+  after that instant (``every`` after it for an interval, the schedule's own answer for a
+  custom one). An entry already seen catches up a window missed while no beat ran, within its
+  grace.
+* Refused, naming the entry and what is supported: objects that are not schedules (any class
+  that is not a ``BaseSchedule``), sub-second and non-positive intervals (on the fixed grid),
+  ``bool`` (Celery would read ``True`` as one second), a crontab timezone that is not a
+  ``zoneinfo`` zone, entries without a task or a schedule, ``last_run_at`` (the last run is
+  kept in Redis, shared by every beat), unknown keys (Celery's beat fails on them), args that
+  are not a list or tuple (Celery would iterate a string into characters), and options that
+  collide with the arguments beat passes itself (``args``, ``kwargs``, ``producer``). ``name``,
+  ``app`` and ``total_run_count`` in an entry are accepted and ignored, as Celery's beat
+  ignores them. Every refused entry of a ``beat_schedule`` is named at once, one line each.
 
 Sending, as beat does (``Scheduler.apply_async``)
 -------------------------------------------------
@@ -66,7 +72,7 @@ from zoneinfo import ZoneInfo
 
 from celery import Celery
 from celery.beat import BeatLazyFunc
-from celery.schedules import crontab, schedule, solar
+from celery.schedules import BaseSchedule, crontab, schedule
 
 from scheduling_core._time import require_aware
 from scheduling_core.celery_crontab import CeleryCrontab
@@ -76,6 +82,8 @@ __all__ = [
     "SUPPORTED",
     "BeatEntry",
     "BeatEntryError",
+    "BeatEntryErrors",
+    "CustomSchedule",
     "Interval",
     "IntervalWindow",
     "beat_entries",
@@ -87,8 +95,8 @@ MIN_INTERVAL = timedelta(seconds=1)
 #: How far a crontab's or schedule's ``nowfun`` may be from the real clock.
 CLOCK_TOLERANCE = timedelta(seconds=2)
 SUPPORTED = (
-    "celery.schedules.crontab, or an interval of 1 second or more: a datetime.timedelta, "
-    "a number of seconds (int or float) or celery.schedules.schedule (relative=False)"
+    "an instance of celery.schedules.BaseSchedule (crontab, schedule, solar, or a class of your "
+    "own), or an interval of 1 second or more: a datetime.timedelta or a number of seconds"
 )
 #: Keys of a beat_schedule entry that are honoured.
 ENTRY_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
@@ -127,34 +135,44 @@ class IntervalWindow:
     end: datetime
 
 
-def interval_window(t: datetime, every: timedelta) -> IntervalWindow:
-    """The window of length ``every`` that ``t`` falls in: window k is ``[k*every, (k+1)*every)``
-    counted from the Unix epoch, exact to the microsecond, so every beat agrees on it."""
+def interval_window(t: datetime, every: timedelta, anchor: datetime = _EPOCH) -> IntervalWindow:
+    """The window of length ``every`` that ``t`` falls in: window k is
+    ``[anchor + k*every, anchor + (k+1)*every)``, exact to the microsecond, so every beat that
+    reads the same anchor agrees on it."""
     require_aware(t, "t")
     if not isinstance(every, timedelta) or every < _MICROSECOND:
         raise ValueError(f"every must be a positive timedelta, got {every!r}")
     step = every // _MICROSECOND
-    index = ((t - _EPOCH) // _MICROSECOND) // step
-    start = _EPOCH + index * step * _MICROSECOND
+    index = ((t - anchor) // _MICROSECOND) // step
+    start = anchor + index * step * _MICROSECOND
     return IntervalWindow(index, start, start + step * _MICROSECOND)
 
 
 @dataclass(frozen=True)
 class Interval:
-    """An interval schedule: it fires once per epoch-anchored window, at the window's start.
+    """An interval schedule: it fires once per window, at the window's start.
 
-    ``next``/``next_after`` answer like a crontab's (in ``t``'s timezone), so the engine can hold
-    either; ``window`` names the window a firing belongs to.
+    Windows are ``anchor + k*every``. The engine sets ``anchor`` to the instant a beat first saw
+    the task (``Keys.cron_ref``, written once, read alike by every beat), so the firings are
+    Celery's beat's: the first ``every`` after the task was first seen, then every ``every``.
+    Without one (the Unix epoch) the windows are only what a reader that has not asked Redis
+    can show. ``next``/``next_after`` answer like a crontab's (in ``t``'s timezone), so the
+    engine can hold either; ``window`` names the window a firing belongs to.
     """
 
     every: timedelta
+    anchor: datetime = _EPOCH
 
     def __post_init__(self) -> None:
         if not isinstance(self.every, timedelta) or self.every < MIN_INTERVAL:
             raise ValueError(f"an interval must be a timedelta of 1 second or more: {self.every!r}")
 
+    def anchored(self, anchor: datetime) -> Interval:
+        """The same interval with its windows counted from ``anchor``."""
+        return Interval(self.every, require_aware(anchor, "anchor").astimezone(UTC))
+
     def window(self, t: datetime) -> IntervalWindow:
-        return interval_window(t, self.every)
+        return interval_window(t, self.every, self.anchor)
 
     def next(self, t: datetime) -> datetime:
         """The first window start ``>= t``, in ``t``'s timezone."""
@@ -180,6 +198,66 @@ class Interval:
         return f"every {seconds:g} second{'s' if seconds != 1 else ''}"
 
 
+# -- schedules without a fixed grid ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CustomSchedule:
+    """A Celery schedule with no fixed grid of windows, fired as Celery's beat fires it.
+
+    ``solar``, ``relative=True`` intervals, subclasses of ``crontab`` and ``schedule`` and any
+    other ``celery.schedules.BaseSchedule``: their ``is_due(last_run_at)`` decides, and may read
+    state of their own (a database row, a flag). What makes them exactly-once across beats is
+    that every beat asks with the same ``last_run_at``: the task's last run kept in Redis
+    (``Keys.cron_ref``; the first instant a beat saw the task until it first fires, as beat's
+    new entry starts with ``last_run_at`` = now). The window is named after that shared last
+    run, and the claim that fires it moves it to the claim's time, atomically
+    (``cron_claim.lua``), so two beats that both see it due claim one key, and it fires once.
+    """
+
+    value: Any = field(compare=False)
+    text: str = ""
+    custom: bool = True
+
+    def next(self, t: datetime) -> None:
+        """No fixed next window: the engine asks :meth:`is_due` every time it is due."""
+        return None
+
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float | None]:
+        """The schedule's own answer: (due now, seconds until it should be asked again; None
+        when it gave no number, and beat then asks again after its max interval)."""
+        due, next_s = self.value.is_due(last_run_at)
+        number = isinstance(next_s, (int, float)) and not isinstance(next_s, bool)
+        return bool(due), float(next_s) if number else None
+
+    def next_after(self, last_run_at: datetime) -> datetime | None:
+        """When it is next due after a run at ``last_run_at``, by its ``remaining_estimate``
+        (what ``schedule list`` shows); None when it cannot say. ``last_run_at`` is read in the
+        schedule's zone, as beat's entries hold it."""
+        try:
+            remaining = self.value.remaining_estimate(last_run_at.astimezone(self.value.tz))
+            now = self.value.now()
+        except Exception:  # NotImplementedError on a bare BaseSchedule, or its own failure
+            return None
+        if not isinstance(remaining, timedelta) or not isinstance(now, datetime):
+            return None
+        now = now if now.utcoffset() is not None else now.replace(tzinfo=UTC)
+        return max(now, now + remaining).astimezone(UTC)
+
+    def describe(self, tz: object = None) -> str:
+        return self.text
+
+
+def _custom_text(value: Any) -> str:
+    """How ``schedule list`` shows a custom schedule (and what its fingerprint is made of): its
+    class and its ``repr`` when the class has one of its own (an object address would change at
+    each start and reset the task's state)."""
+    cls = type(value)
+    if cls.__repr__ is object.__repr__:
+        return _class_name(value)
+    return f"{_class_name(value)} {value!r}"
+
+
 # -- the entry -------------------------------------------------------------------------------------
 
 
@@ -193,7 +271,7 @@ class BeatEntry:
 
     name: str
     task: str
-    schedule: CeleryCrontab | Interval
+    schedule: CeleryCrontab | Interval | CustomSchedule
     zone: tzinfo | None
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -216,9 +294,20 @@ class BeatEntry:
         return self.schedule.describe(self.zone)
 
 
+class BeatEntryErrors(BeatEntryError):
+    """Several entries cannot be fired: the message names each, one line per entry, so a user
+    fixes them all in one go."""
+
+    def __init__(self, errors: list[BeatEntryError]) -> None:
+        ValueError.__init__(self, "\n".join(str(error) for error in errors))
+        self.entry = errors[0].entry
+        self.errors = tuple(errors)
+
+
 def beat_entries(app: Celery, *, include_defaults: bool = True) -> tuple[BeatEntry, ...]:
-    """Every entry of ``app.conf.beat_schedule`` (with Celery's default entry), converted; the
-    first entry that cannot be fired exactly raises :class:`BeatEntryError`."""
+    """Every entry of ``app.conf.beat_schedule`` (with Celery's default entry), converted;
+    entries that cannot be fired raise :class:`BeatEntryError` (one) or
+    :class:`BeatEntryErrors` (several, each named on its own line)."""
     entries = dict(app.conf.beat_schedule or {})
     if include_defaults and BACKEND_CLEANUP not in entries and _needs_backend_cleanup(app):
         entries[BACKEND_CLEANUP] = {
@@ -226,7 +315,20 @@ def beat_entries(app: Celery, *, include_defaults: bool = True) -> tuple[BeatEnt
             "schedule": crontab("0", "4", "*"),
             "options": {"expires": 12 * 3600},
         }
-    return tuple(beat_entry(name, entry, app) for name, entry in entries.items())
+    converted: list[BeatEntry] = []
+    errors: list[BeatEntryError] = []
+    for name, entry in entries.items():
+        try:
+            converted.append(beat_entry(name, entry, app))
+        except BeatEntryError as exc:
+            errors.append(exc)
+        except Exception as exc:  # a schedule whose own code fails (a property, __repr__)
+            errors.append(BeatEntryError(str(name), f"reading it raised {exc!r}"))
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise BeatEntryErrors(errors)
+    return tuple(converted)
 
 
 def _needs_backend_cleanup(app: Celery) -> bool:
@@ -313,38 +415,26 @@ def _options_of(name: str, options: Any) -> dict[str, Any]:
 
 def _schedule_of(
     name: str, value: Any, relative: bool, app: Celery
-) -> tuple[CeleryCrontab | Interval, tzinfo | None]:
+) -> tuple[CeleryCrontab | Interval | CustomSchedule, tzinfo | None]:
     if type(value) is crontab:
         return _crontab_of(name, value, app)
-    if isinstance(value, solar):
-        raise BeatEntryError(
-            name,
-            f"solar schedules ({value.event if hasattr(value, 'event') else 'sunrise, sunset'}"
-            f"...) are not supported; supported: {SUPPORTED}",
-        )
-    if type(value) is schedule:
+    if type(value) is schedule and not value.relative:
         _check_clock(name, value, None)
-        if value.relative:
-            raise BeatEntryError(name, _RELATIVE)
         every = value.run_every
         if not isinstance(every, timedelta):
             raise BeatEntryError(name, f"schedule(run_every={every!r}) is not an interval")
-    elif isinstance(value, (crontab, schedule)):
-        base = "crontab" if isinstance(value, crontab) else "schedule"
-        raise BeatEntryError(
-            name,
-            f"{_class_name(value)} is a subclass of celery.schedules.{base}, which may compute "
-            f"its own times; only the class itself is supported. Supported: {SUPPORTED}",
-        )
     elif isinstance(value, bool):
         raise BeatEntryError(name, f"{value!r} is not a schedule; supported: {SUPPORTED}")
     elif isinstance(value, (timedelta, int, float)):
-        if relative:
-            raise BeatEntryError(name, _RELATIVE)
         every = _timedelta_of(name, value)
+        if relative:
+            # as Celery's maybe_schedule: an interval whose deadlines round to its unit
+            return _custom_of(name, schedule(every, relative=True, app=app), app), None
+    elif isinstance(value, BaseSchedule):
+        return _custom_of(name, value, app), None
     else:
         raise BeatEntryError(
-            name, f"{_class_name(value)} is not a supported schedule; supported: {SUPPORTED}"
+            name, f"{_class_name(value)} is not a schedule; supported: {SUPPORTED}"
         )
     every = timedelta(days=every.days, seconds=every.seconds, microseconds=every.microseconds)
     if every < MIN_INTERVAL:
@@ -356,11 +446,13 @@ def _schedule_of(
     return Interval(every), None
 
 
-_RELATIVE = (
-    "relative=True is not supported: Celery rounds each deadline to the interval's unit counted "
-    "from the last run, so the times depend on when that beat started; drop relative, or use a "
-    "crontab for clock-aligned times"
-)
+def _custom_of(name: str, value: BaseSchedule, app: Celery) -> CustomSchedule:
+    """A schedule asked ``is_due`` as beat asks it; beat gives it its own app first
+    (``maybe_schedule``), so its ``now()`` and timezone are the app's."""
+    value.app = app
+    if not callable(getattr(value, "is_due", None)):
+        raise BeatEntryError(name, f"{_class_name(value)} has no is_due(last_run_at) method")
+    return CustomSchedule(value, _custom_text(value))
 
 
 def _timedelta_of(name: str, value: timedelta | float) -> timedelta:

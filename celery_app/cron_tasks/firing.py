@@ -162,7 +162,8 @@ def take_over_expired(
             elif window_deadline(window, store.grace) <= now:
                 late.append(member)
             else:
-                to_send.append(FireRequest(task, tenant, window))
+                # a custom schedule's window id names its shared last run, not a start
+                to_send.append(FireRequest(task, tenant, window, wid=wid if task.is_custom else ""))
         if late:
             store.record_never_published(claim, late, now, f"deadline passed; found by {owner}")
         if unknown:

@@ -12,6 +12,7 @@ scope, which is what a worker runs. A task declared without a timezone follows t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -45,7 +46,8 @@ class CronTask:
 
     ``schedule`` is anything with ``next(t)`` (our cron :class:`Schedule`, Celery's crontab as
     ``CeleryCrontab``, or an ``Interval``); the window a firing belongs to is a minute for
-    crontabs and the interval's own epoch-anchored window for intervals (:attr:`window_length`,
+    crontabs and the interval's own window for intervals, anchored where a beat first saw the task
+    (:attr:`window_length`,
     :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``. ``args``,
     ``kwargs`` and ``options`` are what the message carries (a beat_schedule entry's, as beat
     sends them; ``entry`` evaluates its ``BeatLazyFunc`` arguments at each send).
@@ -97,6 +99,20 @@ class CronTask:
         return isinstance(getattr(self.schedule, "every", None), timedelta)
 
     @cached_property
+    def is_custom(self) -> bool:
+        """Whether the schedule has no fixed grid of windows (a ``BaseSchedule`` asked
+        ``is_due`` with the last run all beats share, :class:`CustomSchedule`)."""
+        return bool(getattr(self.schedule, "custom", False))
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """A short digest of what decides the task's windows (kind, spec, timezone): the
+        state that only holds for one schedule (``Keys.cron_ref``) is keyed by it, so a changed
+        schedule starts as a new one."""
+        text = f"{type(self.schedule).__name__}|{self.spec}|{self.timezone}"
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    @cached_property
     def plain_message(self) -> bool:
         """Whether a firing is a bare message (no args, no apply_async options, not a
         beat_schedule entry): the fast, common case of ``cron_message``."""
@@ -113,9 +129,7 @@ class CronTask:
         """Start (UTC) of this task's window that ``at`` falls in."""
         if not self.is_interval:
             return window_start(at)
-        ts = at.timestamp()
-        step = self.window_length.total_seconds()
-        return datetime.fromtimestamp(ts - ts % step, UTC)
+        return self.schedule.window(at).start
 
     def grace_or(self, default: timedelta) -> timedelta:
         return default if self.grace is None else self.grace
@@ -130,7 +144,7 @@ class CronTask:
         """Start (UTC) of the first window at or after ``at`` this task fires in.
 
         The schedule is evaluated in the task's timezone, so DST follows its parser's rules;
-        windows are whole minutes (or epoch-anchored intervals) in every zone, so the UTC start
+        windows are whole minutes (or anchored intervals) in every zone, so the UTC start
         names the window.
         """
         found = self.schedule.next(at.astimezone(self.zone))

@@ -200,7 +200,8 @@ class RuntimeSchedule:
 
     def as_task(self, default_timezone: str) -> CronTask:
         """The schedule as the engine fires it (a cron spec is read by our parser, as
-        ``@cron``'s; an interval has epoch-anchored windows, as a beat_schedule interval)."""
+        ``@cron``'s; an interval counts its windows from the first beat that saw it, as a
+        beat_schedule interval)."""
         timezone = self.timezone or default_timezone
         schedule = parse(self.cron) if self.cron is not None else Interval(self.every)  # type: ignore[arg-type]
         return CronTask(

@@ -189,7 +189,7 @@ class CronService:
             get_redis(self.settings.redis_url, self.settings), self.keys, self.settings.cron_grace
         )
         self.runtime = runtime_store(app)
-        self.tasks = all_tasks(app, self.runtime)
+        self.tasks = self.store.anchored(all_tasks(app, self.runtime))
         self.tenants: TenantsSource | None = resolve_tenants(app)
         self._recorders: list[str] | None = None
 
@@ -212,12 +212,17 @@ class CronService:
         listed = dict(sorted({**self.tasks, **paused}.items()))
         recorded = bool(self.recording_workers())
         stats = self.store.stats(list(listed))
+        # a schedule without a fixed grid says when it is next due from its shared last run
+        last_runs = self.store.read_refs([t for t in listed.values() if t.is_custom])
         rows = []
         for task in listed.values():
             is_paused = task.id in paused
             s = stats.get(task.id, {})
             outcome = s.get(CronStatsField.LAST_OUTCOME)
             nxt = None if is_paused else task.next_fire(now)
+            if task.id in last_runs and not is_paused:
+                last = datetime.fromtimestamp(float(last_runs[task.id]), UTC)
+                nxt = task.schedule.next_after(last)
             # Seconds where a minute would hide them (a 10 s interval, a 90 s one's :30).
             whole_minutes = task.window_length >= WINDOW and nxt is not None and not nxt.second
             rows.append(
@@ -589,6 +594,7 @@ class CronService:
         findings = []
         grace = self.settings.cron_grace
         stats = self.store.stats(list(self.tasks))
+        refs = self.store.read_refs(list(self.tasks.values()))
         for task in self.tasks.values():
             if task.per_tenant and self.tenants is None:
                 continue
@@ -601,6 +607,10 @@ class CronService:
                 since = f"last handled window {task.window_id_of(handled)}"
             elif first_seen:
                 base = datetime.fromtimestamp(float(first_seen), UTC)
+                ref = refs.get(task.id)
+                if ref is not None:  # its first window is the first one after first sight
+                    seen = datetime.fromtimestamp(float(ref), UTC)
+                    base = max(base, task.window_of(seen) + task.window_length)
                 since = "never fired"
             else:
                 continue

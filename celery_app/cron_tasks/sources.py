@@ -90,7 +90,7 @@ def beat_policy(
 
 def beat_schedule_tasks(app: Celery) -> list[CronTask]:
     """The app's beat_schedule and add_periodic_task entries, read after ``app.finalize()`` as
-    ``celery beat`` does (a solar or unknown schedule raises ``BeatEntryError`` naming it),
+    ``celery beat`` does (entries that are not schedules raise ``BeatEntryError`` naming each),
     with the :func:`beat_policy` of each."""
     app.finalize()
     # Celery's default celery.backend_cleanup entry cleans a result backend: without one
@@ -100,6 +100,12 @@ def beat_schedule_tasks(app: Celery) -> list[CronTask]:
     policies = dict(getattr(app, _POLICIES_ATTRIBUTE, None) or {})
     for index, task in enumerate(tasks):
         policy = policies.pop(task.display_name, None)
+        if policy is not None and task.is_custom and policy[1] == Overlap.SKIP:
+            raise CronSpecError(
+                f"beat_policy for {task.display_name!r}: overlap='skip' is not available for a "
+                "schedule without fixed windows (its windows are its shared last runs); "
+                "use overlap='allow'"
+            )
         if policy is not None:
             tasks[index] = replace(task, grace=policy[0], overlap=policy[1])
     if policies:

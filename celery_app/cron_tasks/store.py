@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -40,7 +40,7 @@ from celery_app.redis.schema import (
 )
 from celery_app.redis.scripts import run_script
 
-CHUNK = 500  # entries per claim call (4 KEYS each); one pipeline carries all chunks
+CHUNK = 500  # entries per claim call (5 KEYS each); one pipeline carries all chunks
 GAPS_KEPT = 1000  # gap records kept, newest first
 
 _CODES = {str(code.value): code for code in CronClaimCode}  # cron_claim.lua answers digits
@@ -107,15 +107,32 @@ class FireRequest:
 
     task: CronTask
     tenant: str
-    window: datetime  # window start, UTC
+    window: datetime  # window start, UTC (a custom schedule's: when it was found due)
+    #: A custom schedule's window id and the shared last run it was found due after (read from
+    #: ``Keys.cron_ref``): every beat that found it due names the same window.
+    wid: str = ""
+    ref: str = ""
 
     @cached_property
     def window_id(self) -> str:
-        return self.task.window_id_of(self.window)
+        return self.wid or self.task.window_id_of(self.window)
 
     @cached_property
     def member(self) -> str:
         return f"{self.task.id}|{self.tenant}|{self.window_id}"
+
+
+def anchored(task: CronTask, ref: str | None) -> CronTask:
+    """``task`` as beats fire it: an interval's windows counted from its reference instant
+    (``Keys.cron_ref``, as stored), when it has one; any other task as it is."""
+    if ref is None or not task.is_interval:
+        return task
+    return replace(task, schedule=task.schedule.anchored(datetime.fromtimestamp(float(ref), UTC)))
+
+
+def _text(value: str | bytes) -> str:
+    """A value as text (a client may not decode responses)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def split_member(member: str) -> tuple[str, str, str]:
@@ -171,15 +188,55 @@ class CronStore:
         self.grace = grace
 
     # --- beat / run-now -------------------------------------------------------------------
-    def _claim_keys(self, task: CronTask, tenant: str, wid: str) -> tuple[str, str, str, str]:
-        """The four keys ``cron_claim.lua`` takes per entry."""
+    def _claim_keys(self, task: CronTask, tenant: str, wid: str) -> tuple[str, str, str, str, str]:
+        """The five keys ``cron_claim.lua`` takes per entry."""
         keys = self.keys
         return (
             keys.cron_window(task.id, tenant, wid),
             keys.cron_inflight(task.id, tenant),
             keys.cron_state(task.id, tenant),
             keys.cron_stats(task.id),
+            keys.cron_ref(task.id, task.fingerprint),
         )
+
+    def note_refs(self, tasks: Sequence[CronTask], at: datetime) -> dict[str, str]:
+        """Each task's reference instant (``Keys.cron_ref``), set to ``at`` (rounded up to the
+        second, so interval windows keep whole-second ids) where no beat had set one: the
+        first instant a beat saw the task with this schedule (``0`` for a task that fired
+        before references were kept: see ``cron_ref.lua``). One round trip; every beat reads
+        the value the first one wrote."""
+        if not tasks:
+            return {}
+        stamp = math.ceil(at.timestamp())
+        pipe = self.client.pipeline(transaction=False)
+        for start in range(0, len(tasks), CHUNK):
+            chunk = tasks[start : start + CHUNK]
+            keys: list[str] = []
+            for task in chunk:
+                keys += [
+                    self.keys.cron_ref(task.id, task.fingerprint),
+                    self.keys.cron_stats(task.id),
+                ]
+            run_script(pipe, "cron_ref", keys, [stamp, *(task.fingerprint for task in chunk)])
+        answers = [_text(value) for chunk in pipe.execute() for value in chunk]
+        return {task.id: value for task, value in zip(tasks, answers, strict=True)}
+
+    def anchored(self, tasks: Mapping[str, CronTask]) -> dict[str, CronTask]:
+        """``tasks`` (by id) with their intervals' windows where the beats have them, so
+        ``schedule list`` shows the next firing and run-now takes the window a beat would."""
+        refs = self.read_refs([task for task in tasks.values() if task.is_interval])
+        return {task_id: anchored(task, refs.get(task_id)) for task_id, task in tasks.items()}
+
+    def read_refs(self, tasks: Sequence[CronTask]) -> dict[str, str]:
+        """The reference instants (as stored) of ``tasks`` that have one; readers that must not
+        write (``schedule list``) use this, the engine :meth:`note_refs`."""
+        if not tasks:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for task in tasks:
+            pipe.get(self.keys.cron_ref(task.id, task.fingerprint))
+        found = zip(tasks, pipe.execute(), strict=True)
+        return {t.id: _text(v) for t, v in found if v is not None}
 
     def claim(
         self,
@@ -198,12 +255,17 @@ class CronStore:
         run has not finished; the window is consumed and recorded as skipped. ``marks`` record
         that a task's window was handled even with no tenant to fire for.
         """
-        # (task, tenant, window, "<kind>:<in-flight ttl ms>"), see cron_claim.lua
-        entries: list[tuple[CronTask, str, datetime, str]] = []
+        # (task, tenant, window, "<kind>:<in-flight ttl ms>", custom wid), see cron_claim.lua
+        entries: list[tuple[CronTask, str, datetime, str, str]] = []
         # per (window, length, grace): ms until its grace ends
         left_ms: dict[tuple[datetime, timedelta, timedelta | None], float] = {}
         for req in requests:
             task = req.task
+            if task.is_custom and req.ref:  # a run-now has no last run: a plain keyed window
+                entries.append(
+                    (task, req.tenant, req.window, f"{CronClaimKind.CUSTOM}:{req.ref}", req.wid)
+                )
+                continue
             if not task.singleton:
                 kind = CronClaimKind.NON_SINGLETON
             elif task.overlap == Overlap.ALLOW:
@@ -218,21 +280,22 @@ class CronStore:
                 base = left_ms[memo] = (deadline - now).total_seconds() * 1000
             # A message may wait until the deadline, then run up to the hard limit.
             inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
-            entries.append((req.task, req.tenant, window, f"{kind}:{inflight_ms}"))
+            entries.append((req.task, req.tenant, window, f"{kind}:{inflight_ms}", ""))
         for task, window in marks:
-            entries.append((task, GLOBAL_TENANT, window, f"{CronClaimKind.MARK}:0"))
+            entries.append((task, GLOBAL_TENANT, window, f"{CronClaimKind.MARK}:0", ""))
         # One script call per (window, window id, deadline): a crontab's and an interval's
         # window may start at the same instant under different ids and lengths.
         by_window: dict[tuple[datetime, str, datetime], list[int]] = {}
-        groups: dict[tuple[datetime, bool, timedelta, timedelta | None], tuple] = {}
+        groups: dict[tuple[datetime, bool, timedelta, timedelta | None, str], tuple] = {}
         for index, entry in enumerate(entries):
-            task, window = entry[0], entry[2]
+            task, window, custom_wid = entry[0], entry[2], entry[4]
             # a crontab's and a 60 s interval's windows differ in id only
-            memo = (window, task.is_interval, task.window_length, task.grace)
+            memo = (window, task.is_interval, task.window_length, task.grace, custom_wid)
             group = groups.get(memo)
             if group is None:
                 deadline = task_deadline(task, window, self.grace)
-                group = groups[memo] = (window, task.window_id_of(window), deadline)
+                wid = custom_wid or task.window_id_of(window)
+                group = groups[memo] = (window, wid, deadline)
             by_window.setdefault(group, []).append(index)
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
@@ -265,7 +328,7 @@ class CronStore:
                 call_keys: list[str] = []
                 args = list(header)
                 for index in chunk:
-                    task, tenant, _, spec = entries[index]
+                    task, tenant, _, spec, _ = entries[index]
                     call_keys.extend(self._claim_keys(task, tenant, wid))
                     args.append(spec)
                 run_script(pipe, "cron_claim", call_keys, args)

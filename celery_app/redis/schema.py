@@ -207,6 +207,15 @@ class Keys:
         """Hash per task (all tenants): last window handled, first window seen, counters."""
         return f"{self._cron}:cron:stats:{task_id}"
 
+    def cron_ref(self, task_id: str, fingerprint: str) -> str:
+        """Unix s, the reference instant of a task's schedule, keyed by the schedule's
+        fingerprint (a changed schedule has no reference yet): the first instant any beat saw
+        it (``SET NX``: every beat reads the same value). An interval's windows are
+        ``ref + k * every``; a crontab or cron spec fires first at its first window after it.
+        For a schedule without a fixed grid (``CronTask.is_custom``) it is the last run all
+        beats share: the claim that fires it moves it forward (``cron_claim.lua``)."""
+        return f"{self._cron}:cron:ref:{task_id}:{fingerprint}"
+
     def cron_pending(self) -> str:
         """Hash claim id -> JSON {owner, at, members}: claims not yet confirmed published.
 
@@ -457,6 +466,7 @@ class CronStatsField(StrEnum):
 
     LAST_WINDOW = "last_window"  # Unix s; windows of a task are claimed in order
     FIRST_SEEN = "first_seen"  # Unix s of the first window any beat knew the task in
+    REF_FINGERPRINT = "ref_fingerprint"  # the schedule fingerprint of the last reference set
     FIRED = "fired"
     SKIPPED = "skipped"
     FAILED = "failed"
@@ -542,6 +552,7 @@ class CronClaimKind(StrEnum):
     OVERLAP = "O"  # take the window key only (overlap=allow): a run in flight does not skip
     NON_SINGLETON = "N"  # no keys to take: record the firing
     MARK = "M"  # only move the task's last handled window
+    CUSTOM = "C"  # as OVERLAP, guarded by and advancing the task's shared last run (cron_ref)
 
 
 class CronSource(StrEnum):

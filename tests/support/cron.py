@@ -44,9 +44,27 @@ def store_of(app: Celery) -> CronStore:
     )
 
 
-def make_engine(app: Celery, *, start: datetime = T0, owner: str = "engine-1") -> CronEngine:
+#: When :func:`make_engine`'s tasks were first seen by default: a day before ``T0``, so its
+#: engines run a deployment in its steady state (every task has its reference instant; an
+#: interval's windows are counted from a midnight, as from the epoch for any that divides a day).
+SEEN = T0 - timedelta(days=1)
+
+
+def seen_since(app: Celery, when: datetime) -> None:
+    """Record every task of ``app`` as first seen at ``when`` (``Keys.cron_ref``), as a beat that
+    ran then would have; a reference already there is kept."""
+    store_of(app).note_refs(list(all_tasks(app).values()), when)
+
+
+def make_engine(
+    app: Celery, *, start: datetime = T0, owner: str = "engine-1", seen: datetime | None = SEEN
+) -> CronEngine:
+    """An engine whose clock stands at ``start``; its tasks were first seen at ``seen`` (None:
+    never, a first deployment)."""
     settings = settings_of(app)
     tasks = list(all_tasks(app).values())
+    if seen is not None:
+        seen_since(app, seen)
     publisher = CronPublisher(app, settings.cron_grace)
     publisher.prepare(tasks)
     return CronEngine(

@@ -3,24 +3,40 @@
 -- A singleton whose previous run still holds its in-flight key consumes the window as skipped.
 -- A window older than the last one its (task, tenant) handled (for a singleton: not newer) is
 -- TAKEN: a beat whose clock stepped back must not fire it again once its window key expired.
--- KEYS: 4 per entry: window key, in-flight key, state hash, stats hash (Keys.cron_window,
---       cron_inflight, cron_state, cron_stats); a mark entry only touches its stats hash.
+-- A custom entry (a schedule without a fixed grid) names its window by the task's shared last
+-- run: it fires only while that last run is still the one the caller read (another beat has
+-- not fired it meanwhile), and firing moves the last run to now, atomically with the window key.
+-- KEYS: 5 per entry: window key, in-flight key, state hash, stats hash, reference key
+--       (Keys.cron_window, cron_inflight, cron_state, cron_stats, cron_ref); a mark entry only
+--       touches its stats hash.
 -- ARGV: 1 window start (Unix s), 2 window id, 3 now (Unix s), 4 owner, 5 manual ("1" / "0"),
 --       6 window key TTL ms, 7 the window key value of a skipped window; then 1 per entry:
 --       "<kind>:<in-flight TTL ms>", kind a
---       CRON_CLAIM_KIND (e.g. "S:305000").
+--       CRON_CLAIM_KIND (e.g. "S:305000"); a custom entry: "C:<the last run the caller read>".
 -- Returns ONE string, the CRON_CLAIM code (a digit) of each entry in order: one bulk reply
 -- parses far faster than one per entry.
 local wts, wid, now, owner, manual, winttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local skipped_by = ARGV[7]
 local out = {}
-for i = 0, #KEYS / 4 - 1 do
-  local win, infl, state, stats = KEYS[4*i+1], KEYS[4*i+2], KEYS[4*i+3], KEYS[4*i+4]
+for i = 0, #KEYS / 5 - 1 do
+  local win, infl, state, stats, ref = KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+3], KEYS[5*i+4],
+    KEYS[5*i+5]
   local spec = ARGV[8+i]
   local kind = string.sub(spec, 1, 1)
   local code = CRON_CLAIM.FIRE
   if kind == CRON_CLAIM_KIND.MARK then
     code = CRON_CLAIM.MARKED
+  elseif kind == CRON_CLAIM_KIND.CUSTOM then
+    if redis.call('GET', ref) == string.sub(spec, 3)
+        and redis.call('SET', win, owner, 'NX', 'PX', winttl) then
+      redis.call('SET', ref, now)
+      redis.call('HSET', state, CRON_STATE.LAST_WINDOW, wts, CRON_STATE.LAST_SENT_AT, now,
+                 CRON_STATE.MANUAL, manual)
+      redis.call('HINCRBY', state, CRON_STATE.FIRED, 1)
+      redis.call('HINCRBY', stats, CRON_STATS.FIRED, 1)
+    else
+      code = CRON_CLAIM.TAKEN
+    end
   else
     local keyed = kind == CRON_CLAIM_KIND.SINGLETON or kind == CRON_CLAIM_KIND.OVERLAP
     local last = tonumber(redis.call('HGET', state, CRON_STATE.LAST_WINDOW) or '0')
