@@ -106,7 +106,9 @@ def proj(r, broker, broker_url, monkeypatch):
         for queue in app.conf.task_queues:
             queue(conn.default_channel).declare()
     add_schedule(app, "rt-queued", task="proj.plain", every="15s", queue="cron.q")
-    add_schedule(app, "rt-plain", task="remote.job", cron="*/2 * * * *", args='["x"]')
+    add_schedule(
+        app, "rt-plain", task="remote.job", cron="*/2 * * * *", args='["x"]', remote_task=True
+    )
     yield app
     app.close()
 
