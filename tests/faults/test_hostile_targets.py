@@ -303,6 +303,9 @@ def test_a_charset_outside_the_safe_list_is_read_as_utf8_within_the_deadline(pag
     assert judged(latin, 1.0, body_contains="café")[0].ok
     sjis = pages.page("/sjis", "健康".encode("shift_jis"), ctype="text/plain; charset=Shift_JIS")
     assert judged(sjis, 1.0, body_contains="健康")[0].ok
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf\x008\r\n"
+    with HostileServer(answering(head, b"ok")) as server:  # not a codec name at all
+        assert judged(server.url("/"), 1.0, body_contains="ok")[0].ok
 
 
 def test_a_deeply_nested_json_body_is_a_body_failure_not_an_escaped_exception(pages):

@@ -245,7 +245,7 @@ def safe_charset(charset: str | None) -> str:
         return "utf-8"
     try:
         name = codecs.lookup(charset).name
-    except LookupError:  # a charset Python does not know
+    except (LookupError, ValueError):  # a charset Python does not know, or not a name at all
         return "utf-8"
     return name if name in SAFE_CHARSETS else "utf-8"
 
