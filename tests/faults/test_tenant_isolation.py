@@ -119,8 +119,9 @@ def in_window(rows: list[dict], start: float, end: float) -> list[dict]:
 
 
 def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank); NaN without values (the run counts then fail)."""
     ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
 
 
 def lateness(rows: list[dict]) -> list[float]:
@@ -237,7 +238,9 @@ def test_a_hostile_tenant_does_not_make_another_tenants_checks_late(
         "healthz_answers": len(baseline_health) + len(hostile_health),
         "healthz_worst_ms_baseline": round(1000 * max(s for _c, s in baseline_health), 1),
         "healthz_worst_ms_with_hostile": round(1000 * max(s for _c, s in hostile_health), 1),
-        "worst_slot_overrun_ms": round(1000 * max(overrun(row) for row in every_mixed), 1),
+        "worst_slot_overrun_ms": round(
+            1000 * max((overrun(row) for row in every_mixed), default=math.nan), 1
+        ),
         "hostile_runs": {uid: len(rows) for uid, rows in evil.items()},
     }
     print("\ntenant isolation, one threads worker with 4 slots:")

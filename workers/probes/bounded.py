@@ -11,8 +11,9 @@ run's deadline. So:
 - **regex**: RE2 (``google-re2``), linear in the body and releasing the GIL while it matches.
   Its cost is still the body's length times the pattern's program size, so a pattern is refused
   at write above :data:`MAX_REGEX_PROGRAM_SIZE`, and a search whose worst case exceeds
-  :data:`INLINE_REGEX_COST` runs in a helper thread waited for only until the deadline (it then
-  finishes on its own, within that bounded worst case, while the slot is already free);
+  :data:`INLINE_REGEX_COST` runs in a helper thread at the lowest CPU priority, waited for only
+  until the deadline (it then finishes on its own, within that bounded worst case, while the
+  slot is already free);
 - **JSON**: parsed only up to :data:`MAX_JSON_DEPTH` levels (checked by a linear pass in C
   before the parser recurses), from a body already capped at the probe's body cap;
 - **JMESPath**: evaluated by an interpreter that checks the deadline at every node, refuses any
@@ -26,9 +27,11 @@ message) or :class:`~workers.deadline.DeadlineExceeded` (a ``timeout``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
+import os
 import threading
 from array import array
 from typing import Any
@@ -94,6 +97,15 @@ def compile_regex(pattern: str) -> Any:
     return compiled
 
 
+def _lowest_cpu_priority() -> None:
+    """Give the calling thread the lowest CPU priority (nice 19; on Linux it applies to the
+    thread alone). Why: a costly search may go on after its run's deadline, while its slot
+    already runs other work; when CPU is short, that work, the worker's other slots and
+    ``/healthz`` come first. Raising a nice value needs no privilege."""
+    with contextlib.suppress(AttributeError, OSError):  # elsewhere it runs as it is
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 def regex_search(pattern: str, text: str, deadline: Deadline) -> bool:
     """Whether ``pattern`` (valid for :func:`compile_regex`) matches somewhere in ``text``.
 
@@ -109,6 +121,7 @@ def regex_search(pattern: str, text: str, deadline: Deadline) -> bool:
     done = threading.Event()
 
     def search() -> None:
+        _lowest_cpu_priority()
         try:
             outcome.append(compiled.search(text) is not None)
         except BaseException as exc:  # handed to the waiting run below
