@@ -362,6 +362,18 @@ def test_more_than_two_content_codings_are_a_body_failure():
     assert "Content-Encoding lists 3 codings; at most 2 are undone" in result.error
 
 
+def test_a_body_that_decompresses_past_the_cap_is_judged_on_the_cap_and_says_so():
+    """A 1 KiB gzip body of 2 MiB: decompressed to 1 MiB only, and a miss says it was cut."""
+    import gzip
+
+    body = gzip.compress(b"a" * (2 << 20) + b"needle")
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+    with HostileServer(answering(head, body)) as server:
+        result, held, stall = judged(server.url("/"), 1.0, body_regex="needle")
+    assert result.error_class == "body" and "(only the first 1 MiB is read)" in result.error
+    assert held < 0.5 and stall < STALL_BOUND_S, (held, stall)
+
+
 def test_a_thousand_response_headers_are_refused_at_once():
     with HostileServer(many_headers) as server:
         result, held, stall = judged(server.url("/"), 1.0)

@@ -340,7 +340,7 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
                 body_regex=spec.body_regex,
                 json_path=spec.json_path,
                 json_expected=spec.json_expected,
-                truncated=len(body) >= MAX_BODY_BYTES,
+                truncated=len(body) >= MAX_BODY_BYTES or exchange.cut,
                 deadline=deadline,
             )
         except DeadlineExceeded as exc:

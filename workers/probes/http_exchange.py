@@ -186,6 +186,8 @@ class Exchange:
         self.response = response
         self.address = address
         self._sock = sock
+        #: Whether :meth:`text` stopped a decompression at its limit (the rest is not judged).
+        self.cut = False
 
     @property
     def status_code(self) -> int:
@@ -223,6 +225,7 @@ class Exchange:
         try:
             for coding in reversed(codings):
                 body = _decompress(body, coding, limit)
+                self.cut = self.cut or len(body) >= limit
         except zlib.error as exc:
             raise BodyNotDecoded(f"Content-Encoding {', '.join(codings)}: {exc}") from None
         return body.decode(safe_charset(self.response.msg.get_content_charset()), "replace")
