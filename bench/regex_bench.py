@@ -11,19 +11,24 @@ This prints what that costs a run on ordinary patterns and bodies, side by side 
 
 ``python -m bench.regex_bench [--runs 2000] [--rounds 3]``: per pattern and body the median
 microseconds per run of each engine over the rounds, and re2's ratio to re from the same rounds.
+Then, for one long search per engine (RE2 on a costly pattern over 1 MiB, ``re`` backtracking
+``^(a+)+$`` on 25 bytes), how long it took and the longest another thread of the process waited
+to run meanwhile: whether the engine holds the GIL.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable
 
 from workers.deadline import Deadline
-from workers.probes.bounded import regex_search
+from workers.probes.bounded import compile_regex, regex_search
 
 #: Ordinary patterns: what a health check asserts.
 PATTERNS = {
@@ -80,7 +85,46 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(ours / theirs)
             print(f"{name:18}{body_name:14}{ours:14.2f}{theirs:14.2f}{ours / theirs:9.2f}x")
     print(f"re2 / re, median over the cases: {statistics.median(ratios):.2f}x")
+    _gil()
     return 0
+
+
+def _longest_wait(search: Callable[[], object]) -> tuple[float, float]:
+    """(seconds ``search()`` took, the longest gap between two wake-ups of a thread that asks
+    to run every millisecond meanwhile)."""
+    stop = threading.Event()
+    worst = [0.0]
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while not stop.wait(0.001):
+            now = time.perf_counter()
+            worst[0] = max(worst[0], now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    started = time.perf_counter()
+    search()
+    took = time.perf_counter() - started
+    stop.set()
+    ticker.join()
+    return took, worst[0]
+
+
+def _gil() -> None:
+    rng = random.Random(1)
+    body = "".join(rng.choice("ab") for _ in range(1 << 20))
+    costly = compile_regex("[ab]*a[ab]{250}c")
+    backtracking = re.compile("^(a+)+$")
+    cases = [
+        ("re2, [ab]*a[ab]{250}c on 1 MiB", lambda: costly.search(body)),
+        ("re, ^(a+)+$ on 25 bytes", lambda: backtracking.search("a" * 24 + "!")),
+    ]
+    print("one long search: its time, and the longest wait of another thread meanwhile (ms)")
+    for name, search in cases:
+        took, waited = _longest_wait(search)
+        print(f"{name:36}{1000 * took:10.1f}{1000 * waited:10.1f}")
 
 
 if __name__ == "__main__":
