@@ -7,14 +7,17 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import jmespath
 import pytest
 from support.content_server import ContentServer
 
 from bench.http_target import DelayServer
 from celery_app.checks.run_contract import RunRequest
 from celery_app.errors import CheckFieldError
+from workers.deadline import Deadline
 from workers.outcome import RunOutcome
 from workers.probes import ProbeContext, http_probe, validate_http_config
+from workers.probes.bounded import json_path_search
 from workers.probes.http_judgement import json_equal
 from workers.target_guard import AddressPolicy
 
@@ -217,3 +220,39 @@ def test_a_custom_kind_may_report_a_degraded_success():
     assert normalise({"ok": True}, 1.0).degraded is None
     failed = normalise({"ok": False, "degraded": "ignored", "error": "no"}, 1.0)
     assert not failed.ok and failed.degraded is None and "degraded" not in failed.detail
+
+
+# --- the bounded JMESPath interpreter yields what jmespath does ---------------------------------
+
+DOC = {
+    "status": "ok",
+    "name": "café",
+    "n": 3,
+    "items": [
+        {"id": 1, "ok": True, "tags": ["a", "b"]},
+        {"id": 2, "ok": False, "tags": []},
+        {"id": 3, "ok": None, "tags": ["a"]},
+    ],
+    "m": {"x": 1, "y": [1, 2, [3, 4]]},
+    "nested": [[1, 2], [3, [4, 5]]],
+}
+EXPRESSIONS = [
+    *("status", "items[*].id", "items[?ok].id", "items[?ok == `false`].id", "items[?id > `1`].id"),
+    *("length(items)", "items[0].tags[]", "nested[]", "nested[][]", "m.y[2][1]", "items[-1]"),
+    *("items[::2].id", "{a: status, b: n}", "[status, n]", "to_string(m)", "to_string(name)"),
+    *("contains(items[*].id, `2`)", "contains(name, 'af')", "join(',', items[0].tags)"),
+    *("sort_by(items, &id)[].id", "max_by(items, &id).id", "items[?contains(tags, 'a')].id"),
+    *('m == `{"x": 1, "y": [1, 2, [3, 4]]}`', "m != m", "keys(m)", "not_null(missing, n)"),
+    *("reverse(items[*].id)", "items[*].tags[]", "`1` == `1.0`", "`true` == `1`", "m.*"),
+    *("items[?ok != `null`].id", "merge(m, {z: n})", "avg(items[*].id)", "map(&id, items)"),
+    *("items | [0]", "items[*].[id, ok]", "*.x", "status || n", "missing && n", "!status"),
+    *('contains(items, `{"id": 2, "ok": false, "tags": []}`)', "items[?tags == `[]`].id"),
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_the_bounded_interpreter_yields_what_jmespath_does(expression):
+    found, _steps = json_path_search(expression, DOC, Deadline(5.0))
+    assert json.dumps(found, sort_keys=True) == json.dumps(
+        jmespath.search(expression, DOC), sort_keys=True
+    )

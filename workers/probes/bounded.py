@@ -234,7 +234,7 @@ def bounded_equal(a: Any, b: Any, steps: Steps) -> bool:
 def bounded_dumps(value: Any, limit: int, steps: Steps) -> str:
     """``value`` as compact JSON, at most ``limit`` characters (BodyRuleBroken past it), built
     piece by piece so an expanded size far larger than the value's memory is never produced."""
-    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+    encoder = json.JSONEncoder(separators=(",", ":"), default=str)  # as jmespath renders
     pieces: list[str] = []
     size = 0
     try:
