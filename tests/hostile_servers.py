@@ -264,3 +264,32 @@ def black_holes(count: int, first: int = 10) -> Iterator[tuple[list[str], int]]:
     finally:
         for sock in fillers + listeners:
             sock.close()
+
+
+def answering(head: bytes, body: bytes) -> Behaviour:
+    """A behaviour that answers every request with ``head`` (status line and headers, without
+    Content-Length or the blank line) and ``body``."""
+
+    def answer(server: HostileServer, conn: socket.socket, record: Connection) -> None:
+        read_request(conn)
+        conn.sendall(head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        record.sent += len(body)
+
+    return answer
+
+
+#: The response head of :func:`many_headers`: 1,000 headers (``http.client`` reads 100 at most).
+MANY_HEADERS = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %d\r\n" % (i, i) for i in range(1000))
+many_headers = answering(MANY_HEADERS, b"ok")
+
+
+def redirecting(location: Callable[[], str]) -> Behaviour:
+    """A behaviour that answers every request with a 302 to ``location()``."""
+
+    def redirect(server: HostileServer, conn: socket.socket, record: Connection) -> None:
+        read_request(conn)
+        conn.sendall(
+            f"HTTP/1.1 302 Found\r\nLocation: {location()}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+
+    return redirect

@@ -132,7 +132,7 @@ def test_a_bad_check_among_many_is_refused_with_line_index_and_field(cli, r, tmp
     assert "checks.yaml: 2 problem(s), nothing written" in out
     assert (
         f"checks.yaml:{regex_line}: checks[37].config.body_regex (uid 'web37'): "
-        "is not a valid Python regular expression" in out
+        "is not a valid RE2 regular expression" in out
     )
     assert (
         f"checks.yaml:{period_line}: checks[52].period (uid 'web52'): must be an integer >= 1"

@@ -7,14 +7,17 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import jmespath
 import pytest
 from support.content_server import ContentServer
 from support.http_target import DelayServer
 
 from celery_app.checks.run_contract import RunRequest
 from celery_app.errors import CheckFieldError
+from workers.deadline import Deadline
 from workers.outcome import RunOutcome
 from workers.probes import ProbeContext, http_probe, validate_http_config
+from workers.probes.bounded import json_path_search
 from workers.probes.http_judgement import json_equal
 from workers.target_guard import AddressPolicy
 
@@ -130,7 +133,7 @@ def test_body_regex_is_matched_within_the_body_cap(plain):
     url = plain.page("/", b"a" * (1 << 20) + b"NEEDLE")
     result = http_probe(url, config(url, body_regex="NEEDLE"), ctx())
     assert not result.ok and "only the first 1 MiB is read" in result.error
-    assert http_probe(url, config(url, body_regex="a{1000}"), ctx()).ok
+    assert http_probe(url, config(url, body_regex="a{250}"), ctx()).ok
 
 
 def test_json_assertion_passes_and_fails(plain):
@@ -175,8 +178,11 @@ HTTPS = "https://example.com/"
         ("http://example.com/", {"tls_min_days": 7}, "config.tls_min_days", "https:// targets"),
         (HTTPS, {"max_latency_ms": 0}, "config.max_latency_ms", "greater than or equal to 1"),
         (HTTPS, {"max_latency_ms": "fast"}, "config.max_latency_ms", "valid integer"),
-        (HTTPS, {"body_regex": "(unclosed"}, "config.body_regex", "valid Python regular"),
+        (HTTPS, {"body_regex": "(unclosed"}, "config.body_regex", "valid RE2 regular"),
         (HTTPS, {"body_regex": "x" * 1025}, "config.body_regex", "at most 1024"),
+        (HTTPS, {"body_regex": r"(a)\1"}, "config.body_regex", "no backreferences or lookaround"),
+        (HTTPS, {"body_regex": "a(?=b)"}, "config.body_regex", "valid RE2 regular expression"),
+        (HTTPS, {"body_regex": "(a|b){1,500}c"}, "config.body_regex", "at most 300 are allowed"),
         (HTTPS, {"body_regex": ""}, "config.body_regex", "non-empty"),
         (HTTPS, {"json_path": "a[", "json_expected": 1}, "config.json_path", "JMESPath"),
         (HTTPS, {"json_path": "a" * 513, "json_expected": 1}, "config.json_path", "at most 512"),
@@ -214,3 +220,39 @@ def test_a_custom_kind_may_report_a_degraded_success():
     assert normalise({"ok": True}, 1.0).degraded is None
     failed = normalise({"ok": False, "degraded": "ignored", "error": "no"}, 1.0)
     assert not failed.ok and failed.degraded is None and "degraded" not in failed.detail
+
+
+# --- the bounded JMESPath interpreter yields what jmespath does ---------------------------------
+
+DOC = {
+    "status": "ok",
+    "name": "café",
+    "n": 3,
+    "items": [
+        {"id": 1, "ok": True, "tags": ["a", "b"]},
+        {"id": 2, "ok": False, "tags": []},
+        {"id": 3, "ok": None, "tags": ["a"]},
+    ],
+    "m": {"x": 1, "y": [1, 2, [3, 4]]},
+    "nested": [[1, 2], [3, [4, 5]]],
+}
+EXPRESSIONS = [
+    *("status", "items[*].id", "items[?ok].id", "items[?ok == `false`].id", "items[?id > `1`].id"),
+    *("length(items)", "items[0].tags[]", "nested[]", "nested[][]", "m.y[2][1]", "items[-1]"),
+    *("items[::2].id", "{a: status, b: n}", "[status, n]", "to_string(m)", "to_string(name)"),
+    *("contains(items[*].id, `2`)", "contains(name, 'af')", "join(',', items[0].tags)"),
+    *("sort_by(items, &id)[].id", "max_by(items, &id).id", "items[?contains(tags, 'a')].id"),
+    *('m == `{"x": 1, "y": [1, 2, [3, 4]]}`', "m != m", "keys(m)", "not_null(missing, n)"),
+    *("reverse(items[*].id)", "items[*].tags[]", "`1` == `1.0`", "`true` == `1`", "m.*"),
+    *("items[?ok != `null`].id", "merge(m, {z: n})", "avg(items[*].id)", "map(&id, items)"),
+    *("items | [0]", "items[*].[id, ok]", "*.x", "status || n", "missing && n", "!status"),
+    *('contains(items, `{"id": 2, "ok": false, "tags": []}`)', "items[?tags == `[]`].id"),
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_the_bounded_interpreter_yields_what_jmespath_does(expression):
+    found, _steps = json_path_search(expression, DOC, Deadline(5.0))
+    assert json.dumps(found, sort_keys=True) == json.dumps(
+        jmespath.search(expression, DOC), sort_keys=True
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import random
 import socket
 import threading
 import time
@@ -26,20 +27,25 @@ from hostile_servers import (
     HUGE_BODY_BYTES,
     HUGE_SNDBUF,
     HostileServer,
+    answering,
     black_holes,
     drip_body,
     drip_headers,
     huge_body,
+    many_headers,
     patch_resolver,
     read_request,
     silent,
     tls_drip,
 )
+from support.content_server import ContentServer
 from support.polling import wait_for
+from support.stall_watch import StallWatch
 
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys, check_queue, job_id
-from workers.probes import ProbeContext, ProbeResult, http_probe, tcp_probe
+from workers.probes import ProbeContext, ProbeResult, http_probe, tcp_probe, validate_http_config
+from workers.probes.bounded import MAX_JSON_DEPTH, MAX_TO_STRING_CHARS
 from workers.probes.http import MAX_BODY_BYTES
 from workers.target_guard import AddressPolicy
 
@@ -238,6 +244,141 @@ def test_tcp_connect_that_never_completes_and_a_silent_peer(fault_report):
         up, up_held = timed(tcp_probe, quiet.address, {}, 0.75)
     assert up.ok and up_held < 0.5, up
     add_row(fault_report, "tcp: connect never completes", [hole], 0.75)
+
+
+# --- hostile bodies and rules: bounded by the run's deadline, stalling no other slot -------------
+
+#: The longest another thread of the worker may wait while a run judges a body.
+STALL_BOUND_S = 0.1
+
+
+def judged(url: str, timeout_s: float, **fields) -> tuple[ProbeResult, float, float]:
+    """Probe ``url`` with the config as the store keeps it: (result, seconds the slot was held,
+    the longest any other thread of this process was stalled meanwhile)."""
+    config = validate_http_config(url, fields, LOOPBACK)
+    with StallWatch() as watch:
+        result, held = timed(http_probe, url, config, timeout_s)
+    return result, held, watch.worst_gap_s
+
+
+@pytest.fixture
+def pages(tmp_path: Path):
+    with ContentServer(tmp_path) as server:
+        yield server
+
+
+def test_a_catastrophic_regex_is_linear_and_stalls_no_other_slot(pages):
+    """Before: ``re`` backtracked 2^26 times on 26 bytes, holding the GIL for 5 s at a 1 s
+    timeout, and the run was recorded as a ``body`` failure of 3 ms."""
+    url = pages.page("/", "a" * 26 + "!")
+    result, held, stall = judged(url, 1.0, body_regex="^(a+)+$")
+    assert (result.error_class, result.error) == (
+        "body",
+        "body does not match body_regex '^(a+)+$'",
+    )
+    assert held < 0.5 and stall < STALL_BOUND_S, (held, stall)
+    assert judged(pages.page("/a", "a" * 26), 1.0, body_regex="^(a+)+$")[0].ok
+
+
+def test_a_costly_regex_gives_its_slot_back_at_the_deadline_as_a_timeout(pages):
+    """RE2 is linear, but its cost per byte grows with the pattern's program: this one on 1 MiB
+    takes about a second of CPU, in a thread that releases the GIL and that the run stops
+    waiting for at its deadline. Before: ``re`` backtracked without end."""
+    rng = random.Random(1)
+    url = pages.page("/", "".join(rng.choice("ab") for _ in range(MAX_BODY_BYTES)))
+    result, held, stall = judged(url, 0.3, body_regex="[ab]*a[ab]{250}c")
+    assert result.error_class == "timeout", result
+    assert "body_regex did not finish within 0.3 s" in result.error
+    assert result.latency_ms >= 300  # the run's time, judging included
+    assert held < 0.3 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
+
+
+def test_a_charset_outside_the_safe_list_is_read_as_utf8_within_the_deadline(pages):
+    """Before: ``charset=punycode`` on 1 MiB ran the pure-Python codec for 21 s at 1 s."""
+    url = pages.page("/", b"a" * MAX_BODY_BYTES, ctype="text/plain; charset=punycode")
+    result, held, stall = judged(url, 1.0, body_contains="needle")
+    assert result.error_class == "body" and "does not contain 'needle'" in result.error
+    assert held < 1.0 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
+    latin = pages.page("/latin", "café".encode("latin-1"), ctype="text/plain; charset=ISO-8859-1")
+    assert judged(latin, 1.0, body_contains="café")[0].ok
+    sjis = pages.page("/sjis", "健康".encode("shift_jis"), ctype="text/plain; charset=Shift_JIS")
+    assert judged(sjis, 1.0, body_contains="健康")[0].ok
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf\x008\r\n"
+    with HostileServer(answering(head, b"ok")) as server:  # not a codec name at all
+        assert judged(server.url("/"), 1.0, body_contains="ok")[0].ok
+
+
+def test_a_deeply_nested_json_body_is_a_body_failure_not_an_escaped_exception(pages):
+    """Before: ``json.loads`` raised RecursionError out of the probe (recorded as ``error``)."""
+    deep = pages.page("/deep", "[" * 100_000 + "]" * 100_000, ctype="application/json")
+    result, held, stall = judged(deep, 1.0, json_path="status", json_expected="ok")
+    assert result.error_class == "body", result
+    assert result.error == (
+        f"body nests 100000 levels deep; at most {MAX_JSON_DEPTH} are judged, "
+        "so json_path 'status' cannot be checked"
+    )
+    assert held < 1.0 and stall < STALL_BOUND_S, (held, stall)
+    over = pages.page("/65", "[" * 65 + "]" * 65)
+    assert "nests 65 levels deep" in judged(over, 1.0, json_path="a", json_expected=1)[0].error
+    at_bound = {"status": "ok", "x": json.loads("[" * 63 + "]" * 63), "s": "[[[{{{" * 100}
+    ok = pages.page("/64", json.dumps(at_bound))  # brackets in a string do not count
+    assert judged(ok, 1.0, json_path="status", json_expected="ok")[0].ok
+
+
+DOUBLED_40 = "|".join(["@"] + ["[@,@]"] * 40)  # a list whose expanded size is 2^40
+
+
+@pytest.mark.parametrize(
+    ("path", "error_class", "message"),
+    [
+        ("|".join(["[@,@][]"] * 25), "body", "json_path would build a list of "),
+        (f"({DOUBLED_40}) == ({DOUBLED_40})", "timeout", "json_path did not finish within 1 s"),
+        (f"to_string({DOUBLED_40})", "body", f"over {MAX_TO_STRING_CHARS} characters"),
+        (DOUBLED_40, "body", f"is {'[' * 41}1], [1]], [[1], [1]]], [[[1], [1]], ..., expected 1"),
+        ("abs(@)", "body", "json_path cannot be evaluated: In function abs()"),
+    ],
+    ids=["flatten-doubling", "equality-of-2^40", "to_string-of-2^40", "shown-2^40", "type"],
+)
+def test_a_json_path_is_evaluated_within_the_deadline_and_size_caps(
+    pages, path, error_class, message
+):
+    """Before: each of these ran unbounded holding the GIL (``==`` and ``json.dumps`` recurse
+    in C over a value whose parts are shared 2^40 times), or escaped the probe (``abs``)."""
+    url = pages.page("/", "[1]", ctype="application/json")
+    result, held, stall = judged(url, 1.0, json_path=path, json_expected=1)
+    assert result.error_class == error_class and message in result.error, result
+    assert held < 1.0 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
+
+
+def test_more_than_two_content_codings_are_a_body_failure():
+    """Each coding is undone to the body cap: three would be three times its cost."""
+    import gzip
+
+    body = gzip.compress(gzip.compress(gzip.compress(b"ok")))
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip, gzip\r\n"
+    with HostileServer(answering(head, body)) as server:
+        result, _held, _stall = judged(server.url("/"), 1.0, body_contains="ok")
+    assert result.error_class == "body"
+    assert "Content-Encoding lists 3 codings; at most 2 are undone" in result.error
+
+
+def test_a_body_that_decompresses_past_the_cap_is_judged_on_the_cap_and_says_so():
+    """A 1 KiB gzip body of 2 MiB: decompressed to 1 MiB only, and a miss says it was cut."""
+    import gzip
+
+    body = gzip.compress(b"a" * (2 << 20) + b"needle")
+    head = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+    with HostileServer(answering(head, body)) as server:
+        result, held, stall = judged(server.url("/"), 1.0, body_regex="needle")
+    assert result.error_class == "body" and "(only the first 1 MiB is read)" in result.error
+    assert held < 0.5 and stall < STALL_BOUND_S, (held, stall)
+
+
+def test_a_thousand_response_headers_are_refused_at_once():
+    with HostileServer(many_headers) as server:
+        result, held, stall = judged(server.url("/"), 1.0)
+    assert result.error_class == "connect" and "got more than 100 headers" in result.error
+    assert held < 0.5 and stall < STALL_BOUND_S
 
 
 # --- the same through a real threads-pool worker ------------------------------------------------

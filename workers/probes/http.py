@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, 
 
 from celery_app.checks.redaction import redact_target
 from celery_app.errors import CheckFieldError
-from workers.deadline import honours_deadline
+from workers.deadline import DeadlineExceeded, honours_deadline
 from workers.probes import http_judgement as judge
 from workers.probes.config import parse_config
 from workers.probes.http_exchange import (
@@ -136,7 +136,7 @@ class HttpConfig(BaseModel):
     max_latency_ms: int | None = Field(
         None, ge=1, le=judge.MAX_LATENCY_MS, description="degraded above"
     )
-    body_regex: str | None = Field(None, description="Python regex the body must match")
+    body_regex: str | None = Field(None, description="RE2 regex the body must match")
     json_path: str | None = Field(None, description="JMESPath into the JSON body")
     json_expected: JsonValue = Field(None, description="the value json_path must yield")
 
@@ -429,13 +429,24 @@ def http_probe(target: str, config: Mapping[str, Any], context: ProbeContext) ->
             return ProbeResult.down(
                 "body", f"body does not contain {spec.body_contains!r}", latency, **detail
             )
-        failure = judge.body_failure(
-            text,
-            body_regex=spec.body_regex,
-            json_path=spec.json_path,
-            json_expected=spec.json_expected,
-            truncated=len(body) >= MAX_BODY_BYTES,
-        )
+        try:
+            failure = judge.body_failure(
+                text,
+                body_regex=spec.body_regex,
+                json_path=spec.json_path,
+                json_expected=spec.json_expected,
+                truncated=len(body) >= MAX_BODY_BYTES or exchange.cut,
+                deadline=deadline,
+            )
+        except DeadlineExceeded as exc:
+            return ProbeResult.down("timeout", str(exc), deadline.elapsed_ms(), **detail)
+        if deadline.expired:  # judging is part of the run: a verdict past its limit is late
+            return ProbeResult.down(
+                "timeout",
+                f"the body was not judged within {context.timeout_s:g} s",
+                deadline.elapsed_ms(),
+                **detail,
+            )
         if failure is not None:
             return ProbeResult.down("body", failure, latency, **detail)
     degraded = judge.degraded_reason(

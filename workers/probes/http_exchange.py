@@ -26,6 +26,7 @@ for us).
 
 from __future__ import annotations
 
+import codecs
 import http.client
 import http.cookiejar
 import io
@@ -47,6 +48,20 @@ WRITE_PIECE_BYTES = 16 * 1024
 #: Most bytes asked of one socket read of the body.
 READ_PIECE_BYTES = 64 * 1024
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+#: Content codings undone at most (each to the body cap): ``gzip`` or ``deflate``, and one more.
+MAX_CONTENT_CODINGS = 2
+#: The charsets a body is decoded with (Python's codec names); any other is read as UTF-8.
+SAFE_CHARSETS = frozenset(
+    codecs.lookup(name).name
+    for name in (
+        *("utf-8", "utf-8-sig", "ascii", "latin-1"),
+        *("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"),
+        *(f"iso8859-{n}" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16)),
+        *(f"cp{n}" for n in range(1250, 1259)),
+        *("cp874", "koi8-r", "koi8-u", "mac-roman", "cp437", "cp850", "cp866"),
+        *("shift_jis", "euc-jp", "iso2022-jp", "gb2312", "gbk", "gb18030", "big5", "euc-kr"),
+    )
+)
 #: Characters a request target keeps as they are; anything else (a space, non-ASCII) is
 #: percent-encoded, as a browser would send it.
 _TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
@@ -171,6 +186,8 @@ class Exchange:
         self.response = response
         self.address = address
         self._sock = sock
+        #: Whether :meth:`text` stopped a decompression at its limit (the rest is not judged).
+        self.cut = False
 
     @property
     def status_code(self) -> int:
@@ -196,23 +213,44 @@ class Exchange:
     def text(self, body: bytes, limit: int) -> str:
         """``body`` decoded (its Content-Encoding, then its charset, UTF-8 by default) to at most
         ``limit`` bytes before the charset: a compressed body cannot expand past the cap.
-        BodyNotDecoded when it is not what its Content-Encoding says."""
+        BodyNotDecoded when it is not what its Content-Encoding says, or lists more than
+        :data:`MAX_CONTENT_CODINGS`. The charset is the server's only if it is one of
+        :data:`SAFE_CHARSETS` (see :func:`safe_charset`)."""
         codings = _codings(self.response.getheader("Content-Encoding"))
+        if len(codings) > MAX_CONTENT_CODINGS:
+            raise BodyNotDecoded(
+                f"Content-Encoding lists {len(codings)} codings; at most "
+                f"{MAX_CONTENT_CODINGS} are undone"
+            )
         try:
             for coding in reversed(codings):
                 body = _decompress(body, coding, limit)
+                self.cut = self.cut or len(body) >= limit
         except zlib.error as exc:
             raise BodyNotDecoded(f"Content-Encoding {', '.join(codings)}: {exc}") from None
-        charset = self.response.msg.get_content_charset() or "utf-8"
-        try:
-            return body.decode(charset, errors="replace")
-        except LookupError:  # a charset Python does not know: read it as UTF-8
-            return body.decode("utf-8", errors="replace")
+        return body.decode(safe_charset(self.response.msg.get_content_charset()), "replace")
 
     def close(self) -> None:
         """Hang up: what was not read is not downloaded."""
         self.response.close()
         self._sock.close()
+
+
+def safe_charset(charset: str | None) -> str:
+    """The codec a body is decoded with: ``charset`` if it names one of :data:`SAFE_CHARSETS`,
+    else UTF-8 (with replacement characters for what is not UTF-8).
+
+    Why a list: the server chooses the charset, and some of Python's codecs are pure Python and
+    superlinear (``punycode`` took 21 s for 1 MiB) or are not text encodings at all; every
+    codec on the list is implemented in C and linear in the body.
+    """
+    if not charset:
+        return "utf-8"
+    try:
+        name = codecs.lookup(charset).name
+    except (LookupError, ValueError):  # a charset Python does not know, or not a name at all
+        return "utf-8"
+    return name if name in SAFE_CHARSETS else "utf-8"
 
 
 def _codings(header: str | None) -> list[str]:

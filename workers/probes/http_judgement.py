@@ -6,23 +6,25 @@ compiles the regex and the JSON path, so a bad one is refused with its field nam
 anything is stored) and at run time (the probe judges the response). Thresholds make a success
 *degraded* (``tls_min_days``, ``max_latency_ms``); assertions on the body make it a failure.
 
+The regex is RE2 syntax (``google-re2``: linear in the body, no backreferences or lookaround).
 The JSON path is a JMESPath expression (``jmespath``, the library behind the AWS CLI's
-``--query``), e.g. ``status``, ``checks[0].state`` or ``length(items)``.
+``--query``), e.g. ``status``, ``checks[0].state`` or ``length(items)``. At run time both are
+bounded by the run's deadline and by size caps (:mod:`workers.probes.bounded`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import re
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import jmespath
 import jmespath.exceptions
+
+from workers.deadline import Deadline
+from workers.probes import bounded
 
 #: Bounds of the judgement fields (inclusive).
 MAX_TLS_MIN_DAYS = 3650
@@ -36,17 +38,15 @@ MAX_JSON_EXPECTED_CHARS = 4096
 
 
 def compile_body_regex(pattern: str) -> str:
-    """``pattern`` if it is a Python regular expression of bounded length (ValueError if not)."""
+    """``pattern`` if it is an RE2 regular expression of bounded length and program size
+    (ValueError if not)."""
     if not pattern:
         raise ValueError("must be a non-empty regular expression")
     if len(pattern) > MAX_BODY_REGEX_CHARS:
         raise ValueError(
             f"is {len(pattern)} characters long; at most {MAX_BODY_REGEX_CHARS} are allowed"
         )
-    try:
-        _regex(pattern)
-    except re.error as exc:
-        raise ValueError(f"is not a valid Python regular expression: {exc}") from None
+    bounded.compile_regex(pattern)
     return pattern
 
 
@@ -59,7 +59,7 @@ def compile_json_path(path: str) -> str:
             f"is {len(path)} characters long; at most {MAX_JSON_PATH_CHARS} are allowed"
         )
     try:
-        _json_path(path)
+        bounded.compile_json_path(path)
     except jmespath.exceptions.JMESPathError as exc:
         message = " ".join(str(exc).split())
         raise ValueError(f"is not a valid JMESPath expression: {message}") from None
@@ -77,16 +77,6 @@ def check_json_expected(value: Any) -> Any:
             f"is {len(text)} characters as JSON; at most {MAX_JSON_EXPECTED_CHARS} are allowed"
         )
     return value
-
-
-@functools.lru_cache(maxsize=1024)
-def _regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
-
-
-@functools.lru_cache(maxsize=1024)
-def _json_path(path: str) -> Any:
-    return jmespath.compile(path)
 
 
 # --- at run time ---------------------------------------------------------------------------------
@@ -140,21 +130,23 @@ def degraded_reason(
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    """``value`` as JSON in at most ``limit`` characters, rendered piece by piece: a value the
+    expression built may share its parts, so its full text can be far larger than its memory."""
+    encoder = json.JSONEncoder(ensure_ascii=False, default=str)
+    text = ""
+    try:
+        for piece in encoder.iterencode(value):
+            text += piece
+            if len(text) > limit:
+                break
+    except RecursionError:
+        text += "..." * limit
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: ``true`` is not ``1`` (Python's ``True == 1``), ``1`` is ``1.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    return bounded.bounded_equal(a, b, bounded.Steps(None))
 
 
 def body_failure(
@@ -164,23 +156,30 @@ def body_failure(
     json_path: str | None,
     json_expected: Any,
     truncated: bool,
+    deadline: Deadline,
 ) -> str | None:
     """Why the body fails its assertions (the error of a ``body`` failure), or None.
 
     ``text`` is the body as read (at most the probe's body cap; ``truncated`` says it was cut
     there, which the message mentions: the match may lie beyond it, and a cut JSON document
-    does not parse).
+    does not parse). Every step is bounded (:mod:`workers.probes.bounded`): a broken bound is
+    a failure saying which; DeadlineExceeded when the run's deadline passes while judging.
     """
     cut = " (only the first 1 MiB is read)" if truncated else ""
-    if body_regex is not None and _regex(body_regex).search(text) is None:
+    if body_regex is not None and not bounded.regex_search(body_regex, text, deadline):
         return f"body does not match body_regex {body_regex!r}{cut}"
     if json_path is None:
         return None
     try:
-        document = json.loads(text)
+        document = bounded.parse_json(text)
+    except bounded.BodyRuleBroken as exc:
+        return f"{exc}, so json_path {json_path!r} cannot be checked"
     except ValueError as exc:
         return f"body is not JSON, so json_path {json_path!r} cannot be checked: {exc}{cut}"
-    found = _json_path(json_path).search(document)
-    if not json_equal(found, json_expected):
-        return f"json_path {json_path!r} is {_shown(found)}, expected {_shown(json_expected)}"
-    return None
+    try:
+        found, steps = bounded.json_path_search(json_path, document, deadline)
+        if bounded.bounded_equal(found, json_expected, steps):
+            return None
+    except bounded.BodyRuleBroken as exc:
+        return str(exc)
+    return f"json_path {json_path!r} is {_shown(found)}, expected {_shown(json_expected)}"
