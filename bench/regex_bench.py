@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from bench.figures import command_line
 from workers.deadline import Deadline
 from workers.probes.bounded import compile_regex, regex_search
 
@@ -62,7 +63,7 @@ def _engines(pattern: str, body: str) -> list[tuple[str, Callable[[], object]]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=2000, help="searches per case and round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one body_regex search per run, {args.runs} runs x {args.rounds} rounds (us per run)")
     print(f"{'pattern':18}{'body':14}{'re2 (probe)':>14}{'re (stdlib)':>14}{'re2 / re':>10}")
     ratios = []
+    figures: dict[str, float] = {}
     for body_name, body in _bodies().items():
         for name, pattern in PATTERNS.items():
             engines = _engines(pattern, body)
@@ -83,10 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                         rounds[engine].append(1e6 * (time.perf_counter() - started) / args.runs)
             ours, theirs = (statistics.median(rounds[engine]) for engine, _ in engines)
             ratios.append(ours / theirs)
+            figures[f"{name} on {body_name} re2 us"] = ours
+            figures[f"{name} on {body_name} re us"] = theirs
             print(f"{name:18}{body_name:14}{ours:14.2f}{theirs:14.2f}{ours / theirs:9.2f}x")
-    print(f"re2 / re, median over the cases: {statistics.median(ratios):.2f}x")
-    _gil()
-    return 0
+    figures["re2 / re median"] = statistics.median(ratios)
+    figures["cases"] = len(ratios)
+    print(f"re2 / re, median over the cases: {figures['re2 / re median']:.2f}x")
+    figures.update(_gil())
+    return figures
 
 
 def _longest_wait(search: Callable[[], object]) -> tuple[float, float]:
@@ -112,7 +118,7 @@ def _longest_wait(search: Callable[[], object]) -> tuple[float, float]:
     return took, worst[0]
 
 
-def _gil() -> None:
+def _gil() -> dict[str, float]:
     rng = random.Random(1)
     body = "".join(rng.choice("ab") for _ in range(1 << 20))
     costly = compile_regex("[ab]*a[ab]{250}c")
@@ -122,10 +128,14 @@ def _gil() -> None:
         ("re, ^(a+)+$ on 25 bytes", lambda: backtracking.search("a" * 24 + "!")),
     ]
     print("one long search: its time, and the longest wait of another thread meanwhile (ms)")
+    figures = {}
     for name, search in cases:
         took, waited = _longest_wait(search)
+        figures[f"{name} took ms"] = 1000 * took
+        figures[f"{name} longest wait ms"] = 1000 * waited
         print(f"{name:36}{1000 * took:10.1f}{1000 * waited:10.1f}")
+    return figures
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    command_line(main)

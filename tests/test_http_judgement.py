@@ -43,12 +43,6 @@ def short_cert(tmp_path: Path):
         yield server
 
 
-@pytest.fixture
-def plain(tmp_path: Path):
-    with ContentServer(tmp_path) as server:
-        yield server
-
-
 # --- certificate expiry ------------------------------------------------------------------------
 
 
@@ -97,8 +91,8 @@ def test_an_untrusted_certificate_is_a_tls_failure(short_cert):
     assert result.degraded is None
 
 
-def test_plain_http_results_have_no_certificate(plain):
-    url = plain.page("/", "ok")
+def test_plain_http_results_have_no_certificate(content_server):
+    url = content_server.page("/", "ok")
     result = http_probe(url, config(url), ctx())
     assert result.ok and "cert_days_left" not in result.detail
 
@@ -121,24 +115,24 @@ def test_max_latency_ms_makes_a_slow_success_degraded():
 # --- body and JSON assertions -------------------------------------------------------------------
 
 
-def test_body_regex_match_and_mismatch(plain):
-    url = plain.page("/", "build 1.24.3 healthy")
+def test_body_regex_match_and_mismatch(content_server):
+    url = content_server.page("/", "build 1.24.3 healthy")
     assert http_probe(url, config(url, body_regex=r"build \d+\.\d+\.\d+"), ctx()).ok
     result = http_probe(url, config(url, body_regex=r"^unhealthy"), ctx())
     assert not result.ok and result.error_class == "body" and result.status == "down"
     assert result.error == "body does not match body_regex '^unhealthy'"
 
 
-def test_body_regex_is_matched_within_the_body_cap(plain):
-    url = plain.page("/", b"a" * (1 << 20) + b"NEEDLE")
+def test_body_regex_is_matched_within_the_body_cap(content_server):
+    url = content_server.page("/", b"a" * (1 << 20) + b"NEEDLE")
     result = http_probe(url, config(url, body_regex="NEEDLE"), ctx())
     assert not result.ok and "only the first 1 MiB is read" in result.error
     assert http_probe(url, config(url, body_regex="a{250}"), ctx()).ok
 
 
-def test_json_assertion_passes_and_fails(plain):
+def test_json_assertion_passes_and_fails(content_server):
     doc = {"status": "ok", "checks": [{"name": "db", "ok": True}, {"name": "mq", "ok": 1}]}
-    url = plain.page("/health", json.dumps(doc), ctype="application/json")
+    url = content_server.page("/health", json.dumps(doc), ctype="application/json")
     assert http_probe(url, config(url, json_path="status", json_expected="ok"), ctx()).ok
     assert http_probe(url, config(url, json_path="checks[0].ok", json_expected=True), ctx()).ok
     assert http_probe(url, config(url, json_path="length(checks)", json_expected=2), ctx()).ok
@@ -152,8 +146,8 @@ def test_json_assertion_passes_and_fails(plain):
     assert absent.ok  # a missing path yields null, which may be what is expected
 
 
-def test_a_body_that_is_not_json_fails_the_assertion(plain):
-    url = plain.page("/", "<html>oops</html>")
+def test_a_body_that_is_not_json_fails_the_assertion(content_server):
+    url = content_server.page("/", "<html>oops</html>")
     result = http_probe(url, config(url, json_path="status", json_expected="ok"), ctx())
     assert not result.ok and result.error_class == "body"
     assert result.error.startswith("body is not JSON, so json_path 'status' cannot be checked")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.content_server import ContentServer
 from support.http_target import DelayServer
 from support.workers import Ticker, WorkerProcess, claim_by_hand
 
@@ -37,6 +38,13 @@ def start_worker_process(tmp_path: Path) -> Iterator:
 def target() -> Iterator[DelayServer]:
     """A real HTTP server on 127.0.0.1 that answers after a chosen delay."""
     with DelayServer() as server:
+        yield server
+
+
+@pytest.fixture
+def content_server(tmp_path: Path) -> Iterator[ContentServer]:
+    """An HTTP server on 127.0.0.1 serving the pages a test writes (:class:`ContentServer`)."""
+    with ContentServer(tmp_path) as server:
         yield server
 
 

@@ -38,7 +38,6 @@ from hostile_servers import (
     silent,
     tls_drip,
 )
-from support.content_server import ContentServer
 from support.polling import wait_for
 from support.stall_watch import StallWatch
 
@@ -261,31 +260,25 @@ def judged(url: str, timeout_s: float, **fields) -> tuple[ProbeResult, float, fl
     return result, held, watch.worst_gap_s
 
 
-@pytest.fixture
-def pages(tmp_path: Path):
-    with ContentServer(tmp_path) as server:
-        yield server
-
-
-def test_a_catastrophic_regex_is_linear_and_stalls_no_other_slot(pages):
+def test_a_catastrophic_regex_is_linear_and_stalls_no_other_slot(content_server):
     """Before: ``re`` backtracked 2^26 times on 26 bytes, holding the GIL for 5 s at a 1 s
     timeout, and the run was recorded as a ``body`` failure of 3 ms."""
-    url = pages.page("/", "a" * 26 + "!")
+    url = content_server.page("/", "a" * 26 + "!")
     result, held, stall = judged(url, 1.0, body_regex="^(a+)+$")
     assert (result.error_class, result.error) == (
         "body",
         "body does not match body_regex '^(a+)+$'",
     )
     assert held < 0.5 and stall < STALL_BOUND_S, (held, stall)
-    assert judged(pages.page("/a", "a" * 26), 1.0, body_regex="^(a+)+$")[0].ok
+    assert judged(content_server.page("/a", "a" * 26), 1.0, body_regex="^(a+)+$")[0].ok
 
 
-def test_a_costly_regex_gives_its_slot_back_at_the_deadline_as_a_timeout(pages):
+def test_a_costly_regex_gives_its_slot_back_at_the_deadline_as_a_timeout(content_server):
     """RE2 is linear, but its cost per byte grows with the pattern's program: this one on 1 MiB
     takes about a second of CPU, in a thread that releases the GIL and that the run stops
     waiting for at its deadline. Before: ``re`` backtracked without end."""
     rng = random.Random(1)
-    url = pages.page("/", "".join(rng.choice("ab") for _ in range(MAX_BODY_BYTES)))
+    url = content_server.page("/", "".join(rng.choice("ab") for _ in range(MAX_BODY_BYTES)))
     result, held, stall = judged(url, 0.3, body_regex="[ab]*a[ab]{250}c")
     assert result.error_class == "timeout", result
     assert "body_regex did not finish within 0.3 s" in result.error
@@ -293,24 +286,28 @@ def test_a_costly_regex_gives_its_slot_back_at_the_deadline_as_a_timeout(pages):
     assert held < 0.3 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
 
 
-def test_a_charset_outside_the_safe_list_is_read_as_utf8_within_the_deadline(pages):
+def test_a_charset_outside_the_safe_list_is_read_as_utf8_within_the_deadline(content_server):
     """Before: ``charset=punycode`` on 1 MiB ran the pure-Python codec for 21 s at 1 s."""
-    url = pages.page("/", b"a" * MAX_BODY_BYTES, ctype="text/plain; charset=punycode")
+    url = content_server.page("/", b"a" * MAX_BODY_BYTES, ctype="text/plain; charset=punycode")
     result, held, stall = judged(url, 1.0, body_contains="needle")
     assert result.error_class == "body" and "does not contain 'needle'" in result.error
     assert held < 1.0 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
-    latin = pages.page("/latin", "café".encode("latin-1"), ctype="text/plain; charset=ISO-8859-1")
+    latin = content_server.page(
+        "/latin", "café".encode("latin-1"), ctype="text/plain; charset=ISO-8859-1"
+    )
     assert judged(latin, 1.0, body_contains="café")[0].ok
-    sjis = pages.page("/sjis", "健康".encode("shift_jis"), ctype="text/plain; charset=Shift_JIS")
+    sjis = content_server.page(
+        "/sjis", "健康".encode("shift_jis"), ctype="text/plain; charset=Shift_JIS"
+    )
     assert judged(sjis, 1.0, body_contains="健康")[0].ok
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf\x008\r\n"
     with HostileServer(answering(head, b"ok")) as server:  # not a codec name at all
         assert judged(server.url("/"), 1.0, body_contains="ok")[0].ok
 
 
-def test_a_deeply_nested_json_body_is_a_body_failure_not_an_escaped_exception(pages):
+def test_a_deeply_nested_json_body_is_a_body_failure_not_an_escaped_exception(content_server):
     """Before: ``json.loads`` raised RecursionError out of the probe (recorded as ``error``)."""
-    deep = pages.page("/deep", "[" * 100_000 + "]" * 100_000, ctype="application/json")
+    deep = content_server.page("/deep", "[" * 100_000 + "]" * 100_000, ctype="application/json")
     result, held, stall = judged(deep, 1.0, json_path="status", json_expected="ok")
     assert result.error_class == "body", result
     assert result.error == (
@@ -318,10 +315,10 @@ def test_a_deeply_nested_json_body_is_a_body_failure_not_an_escaped_exception(pa
         "so json_path 'status' cannot be checked"
     )
     assert held < 1.0 and stall < STALL_BOUND_S, (held, stall)
-    over = pages.page("/65", "[" * 65 + "]" * 65)
+    over = content_server.page("/65", "[" * 65 + "]" * 65)
     assert "nests 65 levels deep" in judged(over, 1.0, json_path="a", json_expected=1)[0].error
     at_bound = {"status": "ok", "x": json.loads("[" * 63 + "]" * 63), "s": "[[[{{{" * 100}
-    ok = pages.page("/64", json.dumps(at_bound))  # brackets in a string do not count
+    ok = content_server.page("/64", json.dumps(at_bound))  # brackets in a string do not count
     assert judged(ok, 1.0, json_path="status", json_expected="ok")[0].ok
 
 
@@ -340,11 +337,11 @@ DOUBLED_40 = "|".join(["@"] + ["[@,@]"] * 40)  # a list whose expanded size is 2
     ids=["flatten-doubling", "equality-of-2^40", "to_string-of-2^40", "shown-2^40", "type"],
 )
 def test_a_json_path_is_evaluated_within_the_deadline_and_size_caps(
-    pages, path, error_class, message
+    content_server, path, error_class, message
 ):
     """Before: each of these ran unbounded holding the GIL (``==`` and ``json.dumps`` recurse
     in C over a value whose parts are shared 2^40 times), or escaped the probe (``abs``)."""
-    url = pages.page("/", "[1]", ctype="application/json")
+    url = content_server.page("/", "[1]", ctype="application/json")
     result, held, stall = judged(url, 1.0, json_path=path, json_expected=1)
     assert result.error_class == error_class and message in result.error, result
     assert held < 1.0 + GRACE_S and stall < STALL_BOUND_S, (held, stall)
