@@ -20,11 +20,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from celery_app.errors import CheckbeatError
 from celery_app.settings.declare import CONF_PREFIX, SETTINGS_CONF_KEY, env_name, redact_url
 from celery_app.settings.model import BOUNDS, LOADING, SECRET_FIELDS, Loading, Settings
 
 
-class SettingsError(ValueError):
+class SettingsError(CheckbeatError, ValueError):
     """A configuration value is invalid; the message names the variable and what is allowed."""
 
 
