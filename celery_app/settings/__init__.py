@@ -12,7 +12,8 @@ table all follow from that declaration. The package by job:
 
 - :mod:`.declare`: how a setting is declared, and the value forms (durations, lists, addresses);
 - :mod:`.model`: the fields and the rules between them;
-- :mod:`.sources`: overrides, the environment and the app's conf, and the errors naming each;
+- :mod:`.sources`: overrides, the environment, the app's conf and the defaults the app implies,
+  and the errors naming each;
 - :mod:`.markdown`: the configuration table of docs/configuration.md (``checkbeat settings``).
 
 Durations accept seconds (``"1.5"``) or ISO 8601 (``"PT1.5S"``). Lists accept commas
@@ -43,6 +44,7 @@ from celery_app.settings.sources import (
     conf_values,
     get_settings,
     load_settings,
+    with_app_defaults,
 )
 
 __all__ = [
@@ -65,4 +67,5 @@ __all__ = [
     "redact_url",
     "setting",
     "settings_markdown",
+    "with_app_defaults",
 ]

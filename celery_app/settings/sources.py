@@ -5,8 +5,8 @@ An error names a value as its source spells it (``CHECKBEAT_POOL_SIZE=0`` or
 ``app.conf.checkbeat_pool_size=0``), and an unknown ``checkbeat_*`` key in a conf is an error
 listing close matches: a typo there must not be ignored. (Unknown ``CHECKBEAT_*`` variables are
 ignored: an environment is shared with compose files and other tools.) The defaults a user's app
-implies (its broker as the Redis URL, its timezone) are read by
-:func:`celery_app.factory.settings_from_conf`, which knows the app.
+implies (its broker as the Redis URL, its timezone) rank with its conf
+(:func:`with_app_defaults`); :func:`celery_app.factory.settings_from_conf` reads them off the app.
 """
 
 from __future__ import annotations
@@ -131,6 +131,33 @@ def load_settings(conf: ConfValues | None = None, /, **overrides: Any) -> Settin
         raise SettingsError("invalid checkbeat configuration:\n  " + "\n  ".join(lines)) from None
     finally:
         LOADING.reset(token)
+
+
+def with_app_defaults(
+    given: ConfValues,
+    *,
+    state_url: str | None,
+    sentinel_master: str | None,
+    timezone: str | None,
+) -> ConfValues:
+    """``given`` plus the defaults a user's app implies, each named after the conf key it came
+    from, where ``given`` has no value of its own: its redis://, rediss:// or sentinel:// broker
+    (``state_url``) holds checkbeat's state, a Sentinel broker's ``master_name`` transport option
+    is the Sentinels' master, its ``timezone`` is the default timezone of cron tasks."""
+    values, names = dict(given.values), dict(given.names)
+    implied = (
+        ("redis_url", state_url, "app.conf.broker_url"),
+        (
+            "redis_sentinel_master",
+            sentinel_master,
+            "app.conf.broker_transport_options['master_name']",
+        ),
+        ("timezone", timezone, "app.conf.timezone"),
+    )
+    for name, value, key in implied:
+        if name not in values and value:
+            values[name], names[name] = value, key
+    return ConfValues(values, names)
 
 
 @lru_cache(maxsize=1)
