@@ -77,7 +77,6 @@ def setting(
     bound: Bound | None = None,
     unit: str = "",
     duration: bool = False,
-    default_factory: Any = None,
 ) -> Any:
     """One setting's field: ``bound`` (a duration's in seconds, else in ``unit``) is checked on
     every source and stated at the end of the description, so the docs table states it too."""
@@ -87,10 +86,7 @@ def setting(
         bound = replace(bound, unit=f" {unit}")
     if bound is not None:
         description = f"{description} Allowed: {bound.text()}."
-    if default_factory is not None:
-        info = Field(default_factory=default_factory, description=description)
-    else:
-        info = Field(default, description=description)
+    info = Field(default, description=description)
     if bound is not None or duration:
         # kept in the field's metadata, which pydantic carries and otherwise ignores
         info.metadata.append(Declared(bound, duration))
