@@ -15,11 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from celery_app.errors import CheckbeatError
+
 SCHEMES = ("redis+cluster", "rediss+cluster")
 FORM = "redis+cluster://[user:password@]host:port[,host:port...] (rediss+cluster:// for TLS)"
 
 
-class ClusterUrlError(ValueError):
+class ClusterUrlError(CheckbeatError, ValueError):
     """A cluster URL that does not parse; the message names the part at fault and the form."""
 
 

@@ -28,12 +28,12 @@ from celery_app.settings import (
     CONF_PREFIX,
     SETTINGS_CONF_KEY,
     ConfEntry,
-    ConfValues,
     Settings,
     SettingsError,
     conf_values,
     get_settings,
     load_settings,
+    with_app_defaults,
 )
 from celery_app.worker_options import install_worker_options
 from scheduling_core import Params
@@ -182,19 +182,15 @@ def settings_from_conf(app: Celery) -> Settings:
             "through its own broker_url; set app.conf.broker_url instead"
         )
     _require_json(app)
-    values, names = dict(given.values), dict(given.names)
     broker = conf.broker_url
-    if "redis_url" not in values and broker and broker.split("://", 1)[0] in _REDIS_SCHEMES:
-        values["redis_url"], names["redis_url"] = broker, "app.conf.broker_url"
     master = (conf.broker_transport_options or {}).get("master_name")
-    if "redis_sentinel_master" not in values and is_sentinel_url(broker) and master:
-        # the Sentinels' master the app's broker already names
-        values["redis_sentinel_master"] = master
-        names["redis_sentinel_master"] = "app.conf.broker_transport_options['master_name']"
-    timezone = conf.timezone
-    if "timezone" not in values and timezone:
-        values["timezone"], names["timezone"] = str(timezone), "app.conf.timezone"
-    return load_settings(ConfValues(values, names), broker_url=broker)
+    implied = with_app_defaults(
+        given,
+        state_url=broker if broker and broker.split("://", 1)[0] in _REDIS_SCHEMES else None,
+        sentinel_master=master if is_sentinel_url(broker) else None,
+        timezone=str(conf.timezone) if conf.timezone else None,
+    )
+    return load_settings(implied, broker_url=broker)
 
 
 def _checkbeat_entries(app: Celery) -> Iterator[ConfEntry]:

@@ -17,6 +17,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery_app.errors import CheckbeatError
+
 #: Levels of objects and lists one value may nest (``{"a": [1]}`` is 2 levels).
 MAX_DEPTH = 32
 #: Digits an integer may have (beyond any 128-bit integer; a real count or id never has more).
@@ -26,7 +28,7 @@ _INT_BOUND = 10**MAX_INT_DIGITS
 Path = tuple[str | int, ...]
 
 
-class InputLimitError(ValueError):
+class InputLimitError(CheckbeatError, ValueError):
     """A value past a bound: ``field`` names where (``config.headers``, ``--args``, ...),
     ``problem`` says what is wrong and what is allowed."""
 

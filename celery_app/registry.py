@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from celery_app.errors import CheckbeatError
+
 if TYPE_CHECKING:
     from celery import Celery
 
@@ -40,7 +42,7 @@ THE_PROVIDER: Final = "tenants"
 _APP_ATTRIBUTE = "_checkbeat_registry"
 
 
-class RegistryConflict(ValueError):
+class RegistryConflict(CheckbeatError, ValueError):
     """A name is already registered with a different function; the message names both."""
 
 

@@ -78,6 +78,7 @@ from typing import Any, NoReturn
 
 from scheduling_core._time import require_aware
 from scheduling_core.cron import CronError, Schedule, from_value_sets
+from scheduling_core.errors import CheckbeatError
 
 __all__ = ["CeleryCrontab", "CeleryCrontabError"]
 
@@ -99,7 +100,7 @@ _CRON_ORDER = (0, 1, 3, 4, 2)
 _LONGEST_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
-class CeleryCrontabError(ValueError):
+class CeleryCrontabError(CheckbeatError, ValueError):
     """Field sets Celery's ``crontab`` would refuse; ``field`` names the field (or is None)."""
 
     def __init__(self, message: str, *, field: str | None = None):

@@ -91,6 +91,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any, NoReturn
 
 from scheduling_core._time import require_aware
+from scheduling_core.errors import CheckbeatError
 
 __all__ = ["CronError", "Schedule", "from_value_sets", "parse"]
 
@@ -152,7 +153,7 @@ _MONTH_DAYS = {length: (1 << (length + 1)) - 2 for length in (28, 29, 30, 31)}
 _FIVE_WEEKS = sum(1 << (7 * week) for week in range(5))  # multiplier that repeats 7 bits 5 times
 
 
-class CronError(ValueError):
+class CronError(CheckbeatError, ValueError):
     """A spec that cronie would refuse (or that we refuse on purpose).
 
     ``field`` is the field's name (``"minute"`` ... ``"day-of-week"``) or ``None`` when the

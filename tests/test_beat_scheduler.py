@@ -19,6 +19,7 @@ from beat.scheduler import finish_tick_before_stopping
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
+from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
@@ -78,8 +79,10 @@ def test_scheduler_fires_windows_heartbeats_runs_drivers_and_sleeps_to_next(
     assert sched.beat_id not in r.hgetall(Keys("cbtest").beat_heartbeat())
     # the clean stop is kept: diagnose names it instead of "no heartbeat ever recorded"
     assert float(r.hget(Keys("cbtest").cron_beats_stopped(), sched.beat_id)) == clock.at.timestamp()
-    (finding,) = [f for f in CronService(cron_app).diagnose() if "no live beat" in f]
-    assert f"the last beat ({sched.beat_id}) stopped at {clock.at.isoformat()}" in finding
+    diagnosed = CronService(cron_app).diagnose()
+    (finding,) = [f for f in diagnosed if f.kind == FindingKind.NO_LIVE_BEAT]
+    assert (finding.subject, finding.since) == (sched.beat_id, clock.at)
+    assert f"the last beat ({sched.beat_id}) stopped at {clock.at.isoformat()}" in finding.message
 
 
 class SlowDriver:

@@ -134,7 +134,13 @@ def test_checks_diagnose_exits_1_when_it_reports_a_problem_and_0_when_healthy(tm
     assert "PROBLEM: region local: no live worker" in no_worker.stdout
     as_json = celery(tmp_path, "checks", "diagnose", "--json")
     assert as_json.returncode == 1, as_json.stderr
-    assert json.loads(as_json.stdout)["problems"]
+    (problem,) = json.loads(as_json.stdout)["problems"]
+    assert (problem["kind"], problem["subject"], problem["since"]) == (
+        "no_live_worker",
+        "local",
+        None,
+    )
+    assert f"PROBLEM: {problem['message']}" in no_worker.stdout  # the text form prints the message
 
     register_fake_worker(r, Keys("cbtest"), "w1", region="local", role="shared", concurrency=2)
     healthy = celery(tmp_path, "checks", "diagnose")

@@ -111,6 +111,5 @@ def test_run_now_and_diagnose_exit_codes(user_modules, broker_url, r):
         user_modules, "schedule", "diagnose", "--json", CHECKBEAT_TENANTS_PROVIDER="none"
     )
     assert no_provider.returncode == 1
-    assert any(
-        "'per-t'" in f and "no tenants provider" in f for f in json.loads(no_provider.stdout)
-    )
+    (finding,) = [f for f in json.loads(no_provider.stdout) if f["kind"] == "no_tenants_provider"]
+    assert finding["subject"] == "per-t" and "no tenants provider" in finding["message"]

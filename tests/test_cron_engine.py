@@ -6,7 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from support.cron import T0, end_runs, make_engine, sends, store_of
+from support.cron import T0, end_runs, found, make_engine, sends, store_of
 
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
@@ -15,6 +15,7 @@ from celery_app.cron_tasks.registration import (
     unregister_cron,
     window_id,
 )
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
@@ -217,16 +218,16 @@ def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app,
     assert [s.reason for s in real_skips(report)] == ["taken"]
     assert sends(broker_url) == {}
     findings = CronService(cron_app, clock=lambda: T0 + 3 * MIN).diagnose()
-    assert any("half-done" in f and "never confirmed" in f for f in findings), findings
+    assert (FindingKind.UNCONFIRMED, "half-done", T0) in found(findings), findings
     # A live beat's sweep turns the lost claim into a gap record, which outlives later windows.
     assert store.sweep_lost_claims(T0 + MIN, T0 + 3 * MIN) == [f"half-done|-|{window_id(T0)}"]
     end_runs(r)
     assert [f.task_id for f in survivor.tick(T0 + 4 * MIN).fired] == ["half-done"]
     findings = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
-    assert not any("never confirmed" in f for f in findings)
-    assert any(
-        "half-done" in f and "claimed by beat:dead, never published" in f for f in findings
-    ), findings
+    assert FindingKind.UNCONFIRMED not in {f.kind for f in findings}
+    (gap,) = [f for f in findings if f.kind == FindingKind.NOT_FIRED and f.since == T0]
+    assert gap.subject == "half-done", findings
+    assert "claimed by beat:dead, never published" in gap.message
 
 
 def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r):
@@ -240,13 +241,16 @@ def test_diagnose_reports_overdue_tasks_and_stays_quiet_when_on_time(cron_app, r
     r.delete(Keys("cbtest").cron_stats("never-ran"))
     r.hset(Keys("cbtest").cron_stats("never-ran"), "first_seen", (T0 + MIN).timestamp())
     on_time = CronService(cron_app, clock=lambda: T0 + 6 * MIN).diagnose()
-    assert not any("overdue" in f for f in on_time), on_time
+    assert FindingKind.OVERDUE not in {f.kind for f in on_time}, on_time
     # 00:05 passed with no firing (no beat ran) and its grace is over by 00:07.
     late = CronService(cron_app, clock=lambda: T0 + 7 * MIN + timedelta(seconds=1)).diagnose()
-    overdue = sorted(f for f in late if "overdue" in f)
-    assert len(overdue) == 2, late
-    assert f"'five-min' is overdue: window {window_id(T0 + 5 * MIN)}" in overdue[0]
-    assert "never fired" in overdue[1]
+    overdue = sorted((f for f in late if f.kind == FindingKind.OVERDUE), key=lambda f: f.subject)
+    assert [(f.subject, f.since) for f in overdue] == [
+        ("five-min", T0 + 5 * MIN),
+        ("never-ran", T0 + 5 * MIN),
+    ], late
+    assert f"'five-min' is overdue: window {window_id(T0 + 5 * MIN)}" in overdue[0].message
+    assert "never fired" in overdue[1].message
 
 
 def test_declared_queue_is_where_the_message_goes(cron_app, broker_url):
@@ -326,7 +330,9 @@ def test_diagnose_does_not_expect_a_new_task_in_the_window_it_was_first_seen_in(
     engine = make_engine(cron_app, start=T0 + 30 * SEC, seen=None)
     assert _fired(engine, T0 + 30 * SEC) == []  # 00:00 began before any beat saw it
     quiet = CronService(cron_app, clock=lambda: T0 + 5 * MIN).diagnose()
-    assert not any("overdue" in f for f in quiet), quiet
+    assert FindingKind.OVERDUE not in {f.kind for f in quiet}, quiet
     # its first window is 01:00: missed with no beat running, that one is reported
     late = CronService(cron_app, clock=lambda: T0 + 63 * MIN).diagnose()
-    assert any("'hourly' is overdue: window" in f and "never fired" in f for f in late), late
+    (overdue,) = [f for f in late if f.kind == FindingKind.OVERDUE]
+    assert (overdue.subject, overdue.since) == ("hourly", T0 + 60 * MIN), late
+    assert "never fired" in overdue.message

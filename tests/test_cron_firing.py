@@ -9,6 +9,7 @@ from support.cron import T0
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
+from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import free_port
 from celery_app.redis.schema import CronGapField, CronOutcome, CronStateField, Keys
 from celery_app.settings import load_settings
@@ -38,7 +39,9 @@ def test_run_now_on_a_dead_broker_is_recorded_and_not_retried(r):
     assert r.hlen(KEYS.cron_pending()) == 0  # recorded, so no longer pending
     (gap,) = service.store.gaps()
     assert (gap[CronGapField.TASK], gap[CronGapField.FROM]) == ("nightly", T0.timestamp())
-    assert any("'nightly'" in f and "publish failed" in f for f in service.diagnose())
+    (gap,) = [f for f in service.diagnose() if f.kind == FindingKind.NOT_FIRED]
+    assert (gap.subject, gap.since) == ("nightly", T0)
+    assert "publish failed" in gap.message
     # the window stays consumed: a second run-now in it is refused, not sent twice
     again = service.run_now("nightly")
     assert not again.sent

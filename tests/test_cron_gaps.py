@@ -10,6 +10,7 @@ from celery_app.cron_tasks.registration import cron, cron_tasks, window_id
 from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.store import Gap
 from celery_app.cron_tasks.tenants import tenants_provider
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys
 
 MIN = timedelta(minutes=1)
@@ -60,11 +61,14 @@ def test_one_hour_stall_records_every_missed_window_as_one_range(cron_app, r):
     )
     assert gaps[("per-tenant", "globex")][CronGapField.COUNT] == 59
     findings = CronService(cron_app, clock=lambda: T0 + 61 * MIN).diagnose()
+    gaps = {f.subject: f for f in findings if f.kind == FindingKind.NOT_FIRED}
+    assert gaps["minutely"].since == gaps["per-tenant|acme"].since == T0 + MIN, findings
     assert (
         f"task 'minutely': windows from {window_id(T0 + MIN)} to before "
         f"{window_id(T0 + 60 * MIN)} (59 windows) were not fired"
-    ) in "\n".join(findings)
-    assert any("'per-tenant' (tenant acme)" in f and "(59 windows)" in f for f in findings)
+    ) in gaps["minutely"].message
+    assert "'per-tenant' (tenant acme)" in gaps["per-tenant|acme"].message
+    assert "(59 windows)" in gaps["per-tenant|acme"].message
     # A second engine stalled just as long finds the same windows: nothing is recorded twice.
     other = make_engine(cron_app, owner="engine-2")
     other.tick(T0 + 60 * MIN + timedelta(seconds=20))

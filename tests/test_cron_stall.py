@@ -13,11 +13,12 @@ import logging
 from datetime import datetime, timedelta
 
 import pytest
-from support.cron import T0, end_runs, make_engine, recording_worker, store_of
+from support.cron import T0, end_runs, found, make_engine, recording_worker, store_of
 
 from celery_app.clock import Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
+from celery_app.findings import Finding, FindingKind
 from celery_app.redis.schema import CronGapField, CronOutcome
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
 
@@ -152,16 +153,17 @@ def test_a_window_skipped_behind_a_run_in_flight_is_named_by_diagnose(cron_app, 
     report = engine.tick(T0 + MIN + timedelta(seconds=1))
     assert [s.reason for s in report.skipped] == ["in-flight"]
     findings = CronService(cron_app, clock=lambda: T0 + 2 * MIN).diagnose()
-    skips = [f for f in findings if "was skipped, not fired" in f]
-    assert skips == [
+    skips = [f for f in findings if f.kind == FindingKind.SKIPPED]
+    assert found(skips) == {(FindingKind.SKIPPED, "minutely", T0 + MIN)}
+    assert [f.message for f in skips] == [
         f"task 'minutely': window {window_id(T0 + MIN)} was skipped, not fired: the previous run "
         "was still in flight (1 skipped in all)"
     ]
 
 
-def _unstarted(app, now: datetime) -> list[str]:
+def _unstarted(app, now: datetime) -> list[Finding]:
     findings = CronService(app, clock=lambda: now).diagnose()
-    return [f for f in findings if "was fired but never started" in f]
+    return [f for f in findings if f.kind == FindingKind.NEVER_STARTED]
 
 
 def test_a_fired_window_no_worker_started_is_named_once_its_deadline_passed(cron_app, r):
@@ -174,7 +176,9 @@ def test_a_fired_window_no_worker_started_is_named_once_its_deadline_passed(cron
     r.delete("celery")  # ... and its message lost with the broker (the default queue)
     deadline = T0 + MIN + engine.grace
     assert _unstarted(cron_app, deadline) == []  # a worker may still take it until then
-    assert _unstarted(cron_app, deadline + timedelta(seconds=1)) == [
+    (lost,) = _unstarted(cron_app, deadline + timedelta(seconds=1))
+    assert (lost.subject, lost.since) == ("lost", T0)
+    assert [lost.message] == [
         f"task 'lost': window {window_id(T0)} was fired but never started by its deadline "
         f"{deadline.isoformat(timespec='seconds')}: no worker ever received its message "
         "(lost with the broker?)"
@@ -191,7 +195,8 @@ def test_a_lost_minutely_run_is_named_although_later_windows_moved_on(cron_app, 
     r.delete("celery")
     assert [s.reason for s in engine.tick(T0 + MIN + timedelta(seconds=1)).skipped] == ["in-flight"]
     (finding,) = _unstarted(cron_app, T0 + MIN + engine.grace + timedelta(seconds=1))
-    assert f"window {window_id(T0)} was fired but never started" in finding
+    assert (finding.subject, finding.since) == ("minutely-lost", T0)
+    assert f"window {window_id(T0)} was fired but never started" in finding.message
 
 
 def test_a_started_or_expired_window_is_reported_as_what_it_was(cron_app, r):
@@ -206,6 +211,5 @@ def test_a_started_or_expired_window_is_reported_as_what_it_was(cron_app, r):
     expired = f"message expired before it ran (window {wid})"  # as task_revoked records it
     store.run_finished("expired", GLOBAL_TENANT, wid, CronOutcome.EXPIRED, expired, T0 + 2 * MIN)
     (finding,) = _unstarted(cron_app, T0 + 3 * MIN)
-    assert finding.startswith("task 'expired'") and finding.endswith(
-        "its message expired before a worker took it"
-    )
+    assert (finding.subject, finding.since) == ("expired", T0)
+    assert finding.message.endswith("its message expired before a worker took it")

@@ -12,6 +12,7 @@ from support.polling import wait_for
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import Keys
 
 MIN = timedelta(minutes=1)
@@ -65,8 +66,9 @@ def test_runs_are_recorded_failures_diagnosed_and_fired_again(cron_app, r):
         assert rows["good"].fired == 1 and rows["tenanted"].fired == 2
         assert _state(r, "bad")["last_run_window"] == window_id(T0)
         findings = service.diagnose()
-        assert any("'bad'" in f and "boom at the database" in f for f in findings)
-        assert not any("'good'" in f for f in findings)
+        (failing,) = [f for f in findings if f.kind == FindingKind.FAILING]
+        assert failing.subject == "bad" and "boom at the database" in failing.message
+        assert "good" not in {f.subject for f in findings}
         # The worker released the in-flight keys: the next window fires everything again.
         report = engine.tick(T0 + MIN + timedelta(seconds=1))
         assert {f.task_id for f in report.fired} == {"good", "bad", "tenanted"}
@@ -233,13 +235,15 @@ def test_diagnose_says_not_recorded_without_recording_workers_and_lost_with_them
     assert [f.task_id for f in report.fired] == ["minutely"]
     plain = CronService(cron_app, clock=lambda: later)
     findings, notes = plain.diagnose(), plain.notes()
-    assert not [f for f in findings if "never started" in f], findings
+    assert FindingKind.NEVER_STARTED not in {f.kind for f in findings}, findings
     assert any("its run is not recorded (workers do not run checkbeat's recording)" in n
                for n in notes), notes  # fmt: skip
     r.hset(KEYS.cron_recorders(), "celery@w1", time.time())
     recorded = CronService(cron_app, clock=lambda: later)
     assert recorded.notes() == []
-    assert any("never started" in f and "lost with the broker" in f for f in recorded.diagnose())
+    (lost,) = [f for f in recorded.diagnose() if f.kind == FindingKind.NEVER_STARTED]
+    assert (lost.subject, lost.since) == ("minutely", T0)
+    assert "lost with the broker" in lost.message
 
 
 def test_a_forced_run_of_a_task_without_grace_may_still_wait_a_minute_for_a_worker(

@@ -13,6 +13,7 @@ from celery_app.checks.jobs import complete_run, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunRequest, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import check_queue
 from celery_app.settings import load_settings
 from scheduling_core import PostExecState
@@ -167,7 +168,11 @@ def test_no_live_worker_claims_nothing_and_diagnose_says_so(r, keys, store, disp
     assert report.claims == () and report.slots["eu"].total == 0
     assert not r.sismember(keys.region_workers("eu"), "gone-worker")  # pruned
     problems = diagnose_regions(r, keys, ["eu", "us"])
-    assert any("region eu: no live worker" in p and "3 due job(s)" in p for p in problems)
+    assert {(p.kind, p.subject) for p in problems} == {
+        (FindingKind.NO_LIVE_WORKER, "eu"),
+        (FindingKind.NO_LIVE_WORKER, "us"),
+    }
+    assert "3 due job(s)" in next(p.message for p in problems if p.subject == "eu")
 
 
 def test_published_message_carries_the_claim_and_time_limits(

@@ -53,6 +53,17 @@ def test_every_range_is_in_the_variables_description(name):
     assert f"Allowed: {BOUNDS[name].text()}." in (Settings.model_fields[name].description or "")
 
 
+def test_every_number_is_declared_with_its_range():
+    # BOUNDS is read off each setting's declaration: a number declared without a range would
+    # escape every test above, so each int, float and duration must have one.
+    numbers = {
+        name
+        for name, info in Settings.model_fields.items()
+        if info.annotation in (int, float, timedelta)
+    }
+    assert numbers == set(BOUNDS)
+
+
 def test_the_edges_of_each_range_are_accepted(monkeypatch):
     monkeypatch.setenv("CHECKBEAT_POOL_SIZE", "10000")
     monkeypatch.setenv("CHECKBEAT_FAST_LANE_RESERVED", "9999")

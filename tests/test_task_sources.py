@@ -14,6 +14,7 @@ from support.cron import T0, end_runs, make_engine, sends
 
 from celery_app.cron_tasks.registration import cron
 from celery_app.cron_tasks.sources import DuplicateTaskId, all_tasks, id_for_entry_name
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronSource, Keys
 
 SEC = timedelta(seconds=1)
@@ -250,7 +251,7 @@ def test_run_now_list_and_diagnose_cover_every_source(cron_app, broker_url, r):
     # seen 10 minutes ago, never fired: every source is overdue
     store_of(cron_app).note_first_seen(list(service.tasks.values()), T0 - 600 * SEC)
     findings = service.diagnose(now=T0 + 25 * SEC)
-    overdue = {f.split("'")[1] for f in findings if "is overdue" in f}
+    overdue = {f.subject for f in findings if f.kind == FindingKind.OVERDUE}
     assert overdue == set(rows)
     for task_id, window in (
         ("ping-20s", "00:00:20Z"),

@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from celery_app.errors import CheckbeatError
+
 #: Attribute set on a probe function by :func:`honours_deadline`.
 HONOURS_DEADLINE_ATTR = "__checkbeat_honours_deadline__"
 
 F = TypeVar("F", bound=Callable[..., object])
 
 
-class DeadlineExceeded(TimeoutError):
+class DeadlineExceeded(CheckbeatError, TimeoutError):
     """A probe's time budget is spent (a TimeoutError: callers that catch timeouts catch it)."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import redis
 
+from celery_app.errors import CheckbeatError
 from celery_app.redis.schema import LANE_NAMES, Keys, WorkerField, WorkerRoleName, check_queue
 from celery_app.settings import Settings
 
@@ -33,7 +34,7 @@ WORKER_TTL_S = 15
 HEARTBEAT_S = 5.0
 
 
-class RoleError(ValueError):
+class RoleError(CheckbeatError, ValueError):
     """A worker role cannot be set up as asked; the message says what is allowed."""
 
 

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from celery_app.errors import CheckbeatError
 from workers.deadline import Deadline, DeadlineExceeded
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -35,11 +36,11 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
 )
 
 
-class TargetRefused(Exception):
+class TargetRefused(CheckbeatError, Exception):
     """The target resolves to an address probes may not reach."""
 
 
-class ResolutionFailed(Exception):
+class ResolutionFailed(CheckbeatError, Exception):
     """The target's name did not resolve."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import redis
 
+from celery_app.findings import Finding, FindingKind
 from celery_app.redis.schema import Keys, WorkerField, WorkerRoleName
 from scheduling_core import LANE_FAST, LANE_SLOW
 
@@ -66,7 +67,7 @@ def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacit
     return RegionCapacity(region, total, slow, in_fast, in_slow, tuple(live))
 
 
-def diagnose_regions(client: redis.Redis, keys: Keys, regions: list[str]) -> list[str]:
+def diagnose_regions(client: redis.Redis, keys: Keys, regions: list[str]) -> list[Finding]:
     """Problems an operator must know: regions with due checks and no live worker."""
     problems = []
     for region in regions:
@@ -75,13 +76,15 @@ def diagnose_regions(client: redis.Redis, keys: Keys, regions: list[str]) -> lis
             keys.ready(region, LANE_SLOW)
         )
         if not cap.workers:
-            problems.append(
+            message = (
                 f"region {region}: no live worker registered; {waiting} due job(s) wait and "
                 "nothing is claimed there until a worker for this region starts"
             )
+            problems.append(Finding(FindingKind.NO_LIVE_WORKER, region, message))
         elif cap.slow_capacity == 0 and client.zcard(keys.ready(region, LANE_SLOW)):
-            problems.append(
+            message = (
                 f"region {region}: slow-lane jobs wait but no shared worker consumes "
                 f"checks.{region}.slow"
             )
+            problems.append(Finding(FindingKind.NO_SHARED_WORKER, region, message))
     return problems

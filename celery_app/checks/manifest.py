@@ -34,7 +34,7 @@ import yaml
 from celery_app.checks.definition import CheckDefinition, validate_definition
 from celery_app.checks.maintenance import Window, validate_window
 from celery_app.checks.ratelimit import default_burst, validate_rate_limit
-from celery_app.errors import CheckFieldError
+from celery_app.errors import CheckbeatError, CheckFieldError
 from celery_app.input_limits import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
@@ -135,7 +135,7 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_y
 _LOADER = _StrictLoader
 
 
-class ManifestError(ValueError):
+class ManifestError(CheckbeatError, ValueError):
     """The file was refused; nothing was written. ``problems`` lists every one found."""
 
     def __init__(self, source: str, problems: Sequence[Problem]) -> None:

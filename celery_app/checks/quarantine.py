@@ -23,10 +23,12 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import redis
 
 from celery_app.checks.jobs import DECODE_ERRORS
+from celery_app.findings import Finding, FindingKind
 from celery_app.redis.schema import (
     JobField,
     Keys,
@@ -82,6 +84,16 @@ class QuarantinedJob:
     step: str
     reason: str
     at: float
+
+    def finding(self) -> Finding:
+        """The record as ``checks diagnose`` reports it, with how it is released."""
+        since = datetime.fromtimestamp(self.at, UTC) if self.at else None
+        shown = since.isoformat(timespec="milliseconds") if since else None
+        message = (
+            f"job {self.job_id} quarantined by {self.step} at {shown}: {self.reason} "
+            "(released by `checks update`/`enable` of its check or by `checks reconcile`)"
+        )
+        return Finding(FindingKind.QUARANTINED, self.job_id, message, since)
 
 
 def describe(exc: BaseException) -> str:

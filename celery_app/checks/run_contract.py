@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from celery_app.errors import CheckbeatError
 from celery_app.publish import TaskMessage
 from celery_app.redis.schema import LANE_NAMES, check_queue, split_job_id
 from scheduling_core import Params
@@ -63,7 +64,7 @@ class RunStatus(StrEnum):
     LOST = "lost"  # nobody reported: the reaper found the lease expired
 
 
-class BadRunMessage(ValueError):
+class BadRunMessage(CheckbeatError, ValueError):
     """A ``checkbeat.run_check`` message is malformed; the message names the field."""
 
 

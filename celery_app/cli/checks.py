@@ -456,13 +456,9 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
     quarantined = read_quarantine(client, keys)
-    problems += [
-        f"job {q.job_id} quarantined by {q.step} at {_iso(q.at)}: {q.reason} "
-        "(released by `checks update`/`enable` of its check or by `checks reconcile`)"
-        for q in quarantined
-    ]
+    problems += [q.finding() for q in quarantined]
     if as_json:
-        out = {"regions": [asdict(c) for c in caps], "problems": problems}
+        out = {"regions": [asdict(c) for c in caps], "problems": [p.as_json() for p in problems]}
         out["quarantined"] = [asdict(q) for q in quarantined]
         click.echo(json.dumps(out))
         ctx.exit(EXIT_PROBLEM if problems else 0)
@@ -473,7 +469,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
             f"{cap.in_flight_slow} slow, free {cap.free} ({cap.free_slow} for slow)"
         )
     for problem in problems:
-        click.echo(f"PROBLEM: {escape(problem)}")
+        click.echo(f"PROBLEM: {escape(problem.message)}")
     if not problems:
         click.echo("no problems")
     else:

@@ -182,7 +182,12 @@ def run(
 
 
 @schedule.command(name="diagnose")
-@click.option("--json", "as_json", is_flag=True, help="Findings as a JSON list.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Findings as a JSON list of kind, subject, message, since.",
+)
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
@@ -190,10 +195,10 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     findings = service.diagnose()
     notes = service.notes()
     if as_json:
-        click.echo(json.dumps(findings, indent=2))
+        click.echo(json.dumps([finding.as_json() for finding in findings], indent=2))
     elif findings:
         for finding in findings:
-            click.echo(f"- {escape(finding)}")
+            click.echo(f"- {escape(finding.message)}")
     else:
         click.echo("ok: no findings")
     if not as_json:

@@ -74,6 +74,7 @@ from celery import Celery
 from celery.beat import BeatLazyFunc
 from celery.schedules import BaseSchedule, crontab, schedule
 
+from celery_app.errors import CheckbeatError
 from scheduling_core._time import require_aware
 from scheduling_core.celery_crontab import CeleryCrontab
 
@@ -112,7 +113,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
 
 
-class BeatEntryError(ValueError):
+class BeatEntryError(CheckbeatError, ValueError):
     """A ``beat_schedule`` entry CronScheduler cannot fire exactly as Celery's beat would.
 
     The message names the entry and what is supported; ``entry`` is the entry's name.

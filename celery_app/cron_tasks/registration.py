@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import Celery, shared_task
 
+from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, is_id
 from celery_app.redis.schema import CronSource, Overlap
@@ -36,7 +37,7 @@ HARD_LIMIT_MARGIN = 5.0
 WINDOW = timedelta(minutes=1)
 
 
-class CronSpecError(ValueError):
+class CronSpecError(CheckbeatError, ValueError):
     """A cron task declaration is invalid; the message names the task and what is wrong."""
 
 

@@ -34,6 +34,7 @@ from celery import Celery
 from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import MIN_INTERVAL, Interval
 from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
+from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
 from celery_app.input_limits import InputLimitError, check_value, loads_json
 from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
@@ -88,7 +89,7 @@ CHANGEABLE = (
 )
 
 
-class ScheduleInputError(ValueError):
+class ScheduleInputError(CheckbeatError, ValueError):
     """A runtime schedule field is invalid (``field`` names it); nothing was written."""
 
     def __init__(self, field: str, problem: str) -> None:
@@ -97,7 +98,7 @@ class ScheduleInputError(ValueError):
         self.problem = problem
 
 
-class ScheduleConflict(ValueError):
+class ScheduleConflict(CheckbeatError, ValueError):
     """The id is taken (by code, or by another runtime schedule for ``add``) or unknown."""
 
 

@@ -52,7 +52,9 @@ from celery_app.cron_tasks.store import (
     task_deadline,
 )
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
+from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
+from celery_app.findings import Finding, FindingKind
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import (
@@ -69,7 +71,7 @@ from celery_app.redis.schema import (
 GAP_REPORT_WINDOW_S = 3600.0
 
 
-class CronUsageError(ValueError):
+class CronUsageError(CheckbeatError, ValueError):
     """A CLI request that cannot be honoured (unknown id, missing tenant, ...)."""
 
 
@@ -169,6 +171,15 @@ def applied_timeout(app: Celery, task: CronTask) -> float | None:
         soft, hard = app.conf.task_soft_time_limit, app.conf.task_time_limit
     limit = soft or hard
     return float(limit) if limit else None
+
+
+def _subject(task_id: str, tenant: str) -> str:
+    """A finding's subject: the task, or ``task|tenant`` for one tenant's runs."""
+    return task_id if tenant == GLOBAL_TENANT else f"{task_id}|{tenant}"
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
 
 
 def _iso(ts: str | float | None) -> str | None:
@@ -420,10 +431,10 @@ class CronService:
         return RunWait(UNKNOWN, f"no outcome within {timeout:g}s: {known}", "none")
 
     # --- diagnose -------------------------------------------------------------------------
-    def diagnose(self, now: datetime | None = None) -> list[str]:
+    def diagnose(self, now: datetime | None = None) -> list[Finding]:
         """Everything an operator must look at; empty means healthy."""
         now = now or self.clock()
-        findings: list[str] = []
+        findings: list[Finding] = []
         findings += self._beat_findings(now)
         findings += self._provider_findings()
         findings += self._overdue_findings(now)
@@ -448,7 +459,7 @@ class CronService:
             "OUTCOME stay empty and a fired window cannot be checked for a start; to record "
             f"them, {recorders.HOW_TO_RECORD}"
         ]
-        notes += self._unstarted_findings(now, self._states(), recorded=False)
+        notes += [f.message for f in self._unstarted_findings(now, self._states(), recorded=False)]
         return notes
 
     def _unstarted_findings(
@@ -457,7 +468,7 @@ class CronService:
         states: dict[tuple[str, str], dict[str, str]],
         *,
         recorded: bool = True,
-    ) -> list[str]:
+    ) -> list[Finding]:
         """Windows fired for a (task, tenant) that no worker started by their deadline: the
         message was lost (a broker failover before replication, a flushed queue) or expired
         unconsumed. The window key says it fired, so it is not sent again (that could run it
@@ -488,11 +499,13 @@ class CronService:
                 if late <= 0 or late > GAP_REPORT_WINDOW_S:
                     continue
                 where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
+                subject = _subject(task_id, tenant)
                 if not recorded:
-                    findings.append(
+                    message = (
                         f"task {task_id!r}{where}: window {wid} was fired; its run is not "
                         "recorded (workers do not run checkbeat's recording)"
                     )
+                    findings.append(Finding(FindingKind.NEVER_STARTED, subject, message, window))
                     continue
                 why = (
                     "its message expired before a worker took it"
@@ -500,10 +513,11 @@ class CronService:
                     and f"(window {wid})" in state.get(CronStateField.LAST_ERROR, "")
                     else "no worker ever received its message (lost with the broker?)"
                 )
-                findings.append(
+                message = (
                     f"task {task_id!r}{where}: window {wid} was fired but never started by its "
                     f"deadline {deadline.isoformat(timespec='seconds')}: {why}"
                 )
+                findings.append(Finding(FindingKind.NEVER_STARTED, subject, message, window))
         return findings
 
     def _states(self) -> dict[tuple[str, str], dict[str, str]]:
@@ -527,7 +541,7 @@ class CronService:
 
     def _skip_findings(
         self, now: datetime, states: dict[tuple[str, str], dict[str, str]]
-    ) -> list[str]:
+    ) -> list[Finding]:
         """Windows the overlap policy skipped (the previous run still in flight): not fired
         either, so named here; the state keeps the last one per (task, tenant) and a count."""
         findings = []
@@ -547,13 +561,16 @@ class CronService:
             window = datetime.fromtimestamp(float(skipped_at), UTC)
             where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
             total = state.get(CronStateField.SKIPPED, "1")
-            findings.append(
+            message = (
                 f"task {task_id!r}{where}: window {self.tasks[task_id].window_id_of(window)} "
                 f"was skipped, not fired: {why} ({total} skipped in all)"
             )
+            findings.append(
+                Finding(FindingKind.SKIPPED, _subject(task_id, tenant), message, window)
+            )
         return findings
 
-    def _beat_findings(self, now: datetime) -> list[str]:
+    def _beat_findings(self, now: datetime) -> list[Finding]:
         beats = self.store.heartbeats()
         stale = self.settings.beat_heartbeat_stale.total_seconds()
         live = [b for b, ts in beats.items() if now.timestamp() - ts <= stale]
@@ -563,34 +580,43 @@ class CronService:
         last = max(beats.values(), default=0.0)
         if stopped and max(stopped.values()) >= last:
             beat, at = max(stopped.items(), key=lambda item: item[1])
-            return [f"no live beat: the last beat ({beat}) stopped at {_iso(at)}"]
+            message = f"no live beat: the last beat ({beat}) stopped at {_iso(at)}"
+            return [Finding(FindingKind.NO_LIVE_BEAT, beat, message, _at(at))]
         if not beats:
-            return ["no live beat: no beat heartbeat was ever recorded"]
-        return [
+            message = "no live beat: no beat heartbeat was ever recorded"
+            return [Finding(FindingKind.NO_LIVE_BEAT, "beat", message)]
+        message = (
             f"no live beat: the last heartbeat was {now.timestamp() - last:.0f}s ago "
             f"(stale after {stale:.0f}s)"
-        ]
+        )
+        beat = max(beats, key=beats.__getitem__)
+        return [Finding(FindingKind.NO_LIVE_BEAT, beat, message, _at(last))]
 
-    def _provider_findings(self) -> list[str]:
+    def _provider_findings(self) -> list[Finding]:
         per_tenant = [t.id for t in self.tasks.values() if t.per_tenant]
         if not per_tenant:
             return []
         if self.tenants is None:
             return [
-                f"per-tenant task {tid!r} does not fire: no tenants provider "
-                "(CHECKBEAT_TENANTS_PROVIDER=none)"
+                Finding(
+                    FindingKind.NO_TENANTS_PROVIDER,
+                    tid,
+                    f"per-tenant task {tid!r} does not fire: no tenants provider "
+                    "(CHECKBEAT_TENANTS_PROVIDER=none)",
+                )
                 for tid in per_tenant
             ]
         try:
             read_tenants(self.tenants)
         except Exception as exc:
-            return [
+            message = (
                 f"tenants provider {self.tenants.describe} fails: {exc}; per-tenant tasks "
                 f"{', '.join(per_tenant)} do not fire"
-            ]
+            )
+            return [Finding(FindingKind.TENANTS_PROVIDER_FAILS, self.tenants.describe, message)]
         return []
 
-    def _overdue_findings(self, now: datetime) -> list[str]:
+    def _overdue_findings(self, now: datetime) -> list[Finding]:
         findings = []
         grace = self.settings.cron_grace
         stats = self.store.stats(list(self.tasks))
@@ -616,35 +642,43 @@ class CronService:
                 continue
             expected = task.next_fire(base)
             deadline = None if expected is None else task_deadline(task, expected, grace)
-            if deadline is not None and deadline < now:
-                findings.append(
+            if expected is not None and deadline is not None and deadline < now:
+                message = (
                     f"task {task.id!r} is overdue: window {task.window_id_of(expected)} passed "
                     "with no "
                     f"firing and no recorded skip ({since})"
                 )
+                findings.append(Finding(FindingKind.OVERDUE, task.id, message, expected))
         return findings
 
-    def _failing_findings(self) -> list[str]:
+    def _failing_findings(self) -> list[Finding]:
         findings = []
         for member, error in sorted(self.store.failing().items()):
             task_id, _, tenant = member.partition("|")
             where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
-            findings.append(f"task {task_id!r}{where}: last run failed: {error}")
+            message = f"task {task_id!r}{where}: last run failed: {error}"
+            findings.append(Finding(FindingKind.FAILING, _subject(task_id, tenant), message))
         return findings
 
-    def _pending_findings(self, now: datetime) -> list[str]:
+    def _pending_findings(self, now: datetime) -> list[Finding]:
         cutoff = now - WINDOW - self.settings.cron_grace
         findings = []
         for member in self.store.lost_claims(cutoff):
             task_id, tenant, wid = split_member(member)
             where = "" if tenant == GLOBAL_TENANT else f" (tenant {tenant})"
-            findings.append(
+            message = (
                 f"task {task_id!r}{where}: window {wid} was claimed but its publish was never "
                 "confirmed (a beat died mid-window?); it was not fired again"
             )
+            since = None
+            with contextlib.suppress(ValueError):  # a value another version wrote
+                since = parse_window_id(wid)
+            findings.append(
+                Finding(FindingKind.UNCONFIRMED, _subject(task_id, tenant), message, since)
+            )
         return findings
 
-    def _gap_findings(self, now: datetime) -> list[str]:
+    def _gap_findings(self, now: datetime) -> list[Finding]:
         findings = []
         for gap in self.store.gaps():
             if now.timestamp() - float(gap[CronGapField.DETECTED_AT]) > GAP_REPORT_WINDOW_S:
@@ -658,11 +692,13 @@ class CronService:
             count = gap.get(CronGapField.COUNT)
             many = f" ({count} window{'s' if count != 1 else ''})" if count else ""
             note = f"; {gap[CronGapField.NOTE]}" if gap.get(CronGapField.NOTE) else ""
-            findings.append(
+            message = (
                 f"task {gap[CronGapField.TASK]!r}{where}: windows from {name(start)} to "
                 f"before {name(end)}{many} were not fired ({gap[CronGapField.DETECTOR]}"
                 f"{note})"
             )
+            subject = _subject(gap[CronGapField.TASK], tenant or GLOBAL_TENANT)
+            findings.append(Finding(FindingKind.NOT_FIRED, subject, message, start))
         return findings
 
 

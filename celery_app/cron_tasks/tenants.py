@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import redis
 from celery import Celery
 
+from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
 from celery_app.names import TENANT_RULE, is_tenant
 from celery_app.redis.client import get_redis
@@ -26,7 +27,7 @@ from celery_app.registry import TENANTS, THE_PROVIDER, declaring_registry, origi
 TenantsFn = Callable[[], Iterable[str]]
 
 
-class TenantError(ValueError):
+class TenantError(CheckbeatError, ValueError):
     """A tenant name is not allowed; the message says what is."""
 
 

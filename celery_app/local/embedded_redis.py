@@ -21,8 +21,10 @@ from pathlib import Path
 
 import redis
 
+from celery_app.errors import CheckbeatError
 
-class RedisServerError(RuntimeError):
+
+class RedisServerError(CheckbeatError, RuntimeError):
     """The redis-server binary is missing or did not start."""
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from celery_app.errors import CheckbeatError
+
 
 @dataclass(frozen=True)
 class ChildSpec:
@@ -48,7 +50,7 @@ class Child:
         return self.process.poll() is None
 
 
-class ChildDied(RuntimeError):
+class ChildDied(CheckbeatError, RuntimeError):
     """A child exited while the supervisor expected it to run."""
 
     def __init__(self, child: Child) -> None:

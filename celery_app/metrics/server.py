@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from celery_app.errors import CheckbeatError
 from celery_app.metrics import endpoints
 from celery_app.redis.schema import Keys
 from celery_app.settings import Settings, listen_address
@@ -90,7 +91,7 @@ class Credentials:
         return 'Basic realm="checkbeat"' if self.basic is not None else 'Bearer realm="checkbeat"'
 
 
-class PageError(ValueError):
+class PageError(CheckbeatError, ValueError):
     """A bad query parameter; the message names it and the allowed values (HTTP 400)."""
 
 

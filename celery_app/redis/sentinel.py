@@ -21,12 +21,13 @@ from urllib.parse import unquote, urlsplit
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from celery_app.errors import CheckbeatError
 from celery_app.settings import Settings
 
 SCHEME = "sentinel"
 
 
-class SentinelUrlError(ValueError):
+class SentinelUrlError(CheckbeatError, ValueError):
     """A sentinel:// URL that does not parse; the message names the part at fault."""
 
 

@@ -29,6 +29,7 @@ from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.store import parse_window_id
 from celery_app.factory import create_app
+from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys
 from celery_app.settings import load_settings
 
@@ -154,7 +155,7 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
                     lost.setdefault(task, []).append(window_id(window))
             window += MIN
     reported = {
-        t for t in TASK_IDS if any(f"'{t}'" in f and "were not fired" in f for f in findings)
+        t for t in TASK_IDS if (FindingKind.NOT_FIRED, t) in {(f.kind, f.subject) for f in findings}
     }
     missed_tasks = {t for t in TASK_IDS if any(g[CronGapField.TASK] == t for g in gaps)}
     fault_report.add(

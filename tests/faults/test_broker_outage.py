@@ -26,6 +26,7 @@ from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
+from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
@@ -147,7 +148,10 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
     reported = [
         (task, wid)
         for task, wid in pairs
-        if any(f"task '{task}'" in f and f"from {wid}" in f for f in findings)
+        if any(
+            (f.kind, f.subject) == (FindingKind.NOT_FIRED, task) and window_id(f.since) == wid
+            for f in findings
+        )
     ]
     ran = [(task, wid) for task, wid in pairs if counts[(task, wid)]]
     unaccounted = [p for p in pairs if p not in reported and p not in ran]

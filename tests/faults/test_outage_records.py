@@ -16,6 +16,7 @@ from support.cron import T0, end_runs, make_engine
 
 from celery_app.cron_tasks.registration import cron, window_id
 from celery_app.cron_tasks.service import CronService
+from celery_app.findings import FindingKind
 
 pytestmark = pytest.mark.faults
 
@@ -44,8 +45,9 @@ def test_a_window_lost_to_a_broker_outage_stays_in_diagnose_after_recovery(cron_
     end_runs(r)
     assert engine.tick(T0 + MIN + timedelta(seconds=1)).fired  # the broker is back
     findings = CronService(cron_app, clock=lambda: T0 + 2 * MIN).diagnose()
-    lost = [f for f in findings if "'fragile'" in f and window_id(T0) in f]
-    assert lost and "broker unreachable" in lost[0], findings
+    lost = [f for f in findings if f.kind == FindingKind.NOT_FIRED and f.subject == "fragile"]
+    assert [f.since for f in lost] == [T0], findings
+    assert window_id(T0) in lost[0].message and "broker unreachable" in lost[0].message
 
 
 def test_windows_missed_while_beat_could_not_tick_are_reported_although_it_fires_now(cron_app, r):
@@ -57,9 +59,9 @@ def test_windows_missed_while_beat_could_not_tick_are_reported_although_it_fires
     report = engine.tick(T0 + 5 * MIN + timedelta(seconds=10))
     assert [f.window for f in report.fired] == [T0 + 5 * MIN]
     findings = CronService(cron_app, clock=lambda: T0 + 6 * MIN).diagnose()
-    gaps = [f for f in findings if "'steady'" in f and "were not fired" in f]
-    assert gaps, findings
-    assert window_id(T0 + MIN) in gaps[0]
+    gaps = [f for f in findings if f.kind == FindingKind.NOT_FIRED and f.subject == "steady"]
+    assert [f.since for f in gaps] == [T0 + MIN], findings
+    assert window_id(T0 + MIN) in gaps[0].message
     # recording is idempotent: a tick that retries the same windows adds no second record
     before = len(engine.store.gaps())
     engine.store.record_gaps([(engine.tasks[0], T0 + MIN, T0 + 4 * MIN)], T0 + 6 * MIN, "again")

@@ -132,7 +132,10 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
     report = json.loads(out)
     assert code == 1
     assert {q["job_id"] for q in report["quarantined"]} == set(TORN)
-    assert any("c0@eu quarantined by promote" in p for p in report["problems"])
+    quarantined = {p["subject"]: p for p in report["problems"] if p["kind"] == "quarantined"}
+    assert set(quarantined) == set(TORN), report["problems"]
+    assert "c0@eu quarantined by promote" in quarantined["c0@eu"]["message"]
+    assert quarantined["c0@eu"]["since"]
 
     # Release: an update of c0 rebuilds its job; reconcile rebuilds the rest.
     store.update("c0", period=10)  # placed at its next aligned tick: within 10 s

@@ -32,6 +32,7 @@ from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import cron, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
+from celery_app.findings import FindingKind
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
@@ -198,12 +199,12 @@ def test_sentinel_failover_under_load_no_duplicates_and_lost_windows_reported(
             if (task, wid) not in per_window:
                 lost.setdefault(task, []).append(wid)
             window += timedelta(minutes=1)
-    gaps = [f for f in findings if "were not fired" in f]
-    reported = {task for task in CRON_TASK_IDS if any(f"'{task}'" in f for f in gaps)}
+    gaps = [f for f in findings if f.kind == FindingKind.NOT_FIRED]
+    reported = {f.subject for f in gaps} & set(CRON_TASK_IDS)
     # A window due while the previous (late, within grace) run still waits for the reconnecting
     # worker is skipped by the overlap policy; diagnose names it as skipped, not fired.
     skipped_in_flight = {
-        task: [f for f in findings if f"'{task}'" in f and "was skipped, not fired" in f]
+        task: [f.message for f in findings if (f.kind, f.subject) == (FindingKind.SKIPPED, task)]
         for task in CRON_TASK_IDS
     }
     skipped_in_flight = {task: found for task, found in skipped_in_flight.items() if found}

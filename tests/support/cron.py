@@ -17,6 +17,7 @@ from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
+from celery_app.findings import Finding
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys
@@ -114,3 +115,8 @@ def end_runs(r: redis.Redis) -> None:
     """Stand in for workers finishing every run: release all in-flight keys."""
     for key in r.scan_iter(Keys("cbtest").cron_inflight("*", "*")):
         r.delete(key)
+
+
+def found(findings: Iterable[Finding]) -> set[tuple[str, str, datetime | None]]:
+    """What diagnose found, as (kind, subject, since): what a test decides on, not the wording."""
+    return {(f.kind, f.subject, f.since) for f in findings}

@@ -42,6 +42,7 @@ import jmespath.functions
 import jmespath.visitor
 import re2
 
+from celery_app.errors import CheckbeatError
 from workers.deadline import Deadline, DeadlineExceeded
 
 #: The largest compiled RE2 program a ``body_regex`` may have (ordinary patterns need under
@@ -60,7 +61,7 @@ MAX_TO_STRING_CHARS = 64 * 1024
 _STEPS_PER_CHECK = 4096
 
 
-class BodyRuleBroken(ValueError):
+class BodyRuleBroken(CheckbeatError, ValueError):
     """The body, or what a rule made of it, breaks a bound (the message says which)."""
 
 

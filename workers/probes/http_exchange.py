@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
+from celery_app.errors import CheckbeatError
 from workers.deadline import Deadline, DeadlineExceeded
 from workers.target_guard import AddressPolicy, IPAddress, connect_vetted
 
@@ -67,27 +68,27 @@ SAFE_CHARSETS = frozenset(
 _TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
 
 
-class ConnectTimeout(TimeoutError):
+class ConnectTimeout(CheckbeatError, TimeoutError):
     """No vetted address accepted a connection, or the TLS handshake did not finish, in time."""
 
 
-class ReadTimeout(TimeoutError):
+class ReadTimeout(CheckbeatError, TimeoutError):
     """The response (status line, headers or body) did not arrive within the deadline."""
 
 
-class WriteTimeout(TimeoutError):
+class WriteTimeout(CheckbeatError, TimeoutError):
     """The request could not be sent within the deadline."""
 
 
-class BodyNotDecoded(ValueError):
+class BodyNotDecoded(CheckbeatError, ValueError):
     """The body's Content-Encoding says gzip or deflate, but it is not."""
 
 
-class TooManyRedirects(Exception):
+class TooManyRedirects(CheckbeatError, Exception):
     """More than :data:`MAX_REDIRECTS` redirects."""
 
 
-class RedirectRefused(Exception):
+class RedirectRefused(CheckbeatError, Exception):
     """A redirect to somewhere a probe does not go (not http or https, no host)."""
 
 
