@@ -82,7 +82,7 @@ def checks_page(exporter: CheckExporter) -> Any:
         text = query.get("page", "0")
         if not text.isdigit() or int(text) > 1_000_000:
             raise PageError(f"page must be an integer from 0 to 1000000, got {text!r}")
-        body = generate_latest(_Bytes(exporter.page(int(text))))  # type: ignore[arg-type]
+        body = generate_latest(_Bytes(exporter.page(int(text))))
         return Reply(200, body, CONTENT_TYPE_LATEST)
 
     return page

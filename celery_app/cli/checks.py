@@ -87,8 +87,8 @@ def checks() -> None:
     """Manage recurring checks (definitions, rate limits) and report on their scheduling."""
 
 
-def _definition_options(required: bool):  # type: ignore[no-untyped-def]
-    def decorate(fn):  # type: ignore[no-untyped-def]
+def _definition_options(required: bool):
+    def decorate(fn):
         for option in reversed(
             [
                 click.option("--tenant", required=required, help="Tenant owning the check."),

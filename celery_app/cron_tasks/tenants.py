@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from celery import Celery
@@ -68,7 +69,7 @@ class TenantsSource:
 
 def redis_tenants(client: redis.Redis, keys: Keys) -> TenantsFn:
     def read() -> list[str]:
-        return sorted(client.smembers(keys.tenants()))
+        return sorted(cast("set[str]", client.smembers(keys.tenants())))  # decode_responses=True
 
     return read
 
