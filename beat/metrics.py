@@ -61,7 +61,7 @@ class BeatHealth:
         if last is None:
             return False, {"reason": "no tick yet"}
         age, limit = (time.monotonic() if now is None else now) - last, 2 * sleep
-        detail = {"last_tick_age_s": round(age, 3), "limit_s": round(limit, 3)}
+        detail: dict[str, Any] = {"last_tick_age_s": round(age, 3), "limit_s": round(limit, 3)}
         if age > limit:
             detail["reason"] = "the beat loop has not ticked within twice its interval"
         return age <= limit, detail

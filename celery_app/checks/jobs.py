@@ -399,7 +399,7 @@ def complete_runs_detailed(
     for reply in done:
         if isinstance(reply, Exception):
             raise reply
-    return done  # type: ignore[return-value]
+    return done  # type: ignore[return-value]  # no Exception left
 
 
 def complete_runs_each(

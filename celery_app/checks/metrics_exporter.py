@@ -178,7 +178,7 @@ class CheckExporter:
             ("checkbeat_probe_exporter_page_checks", "Checks on this page.", count),
             ("checkbeat_probe_exporter_page_size", "Checks per page (the cap).", self.page_size),
         )
-        families = []
+        families: list[Metric] = []
         for name, help_text, value in rows:
             family = GaugeMetricFamily(name, help_text)
             family.add_metric([], value)

@@ -129,7 +129,10 @@ def quarantine(
     if script_keys is None:
         client.zrem(keys.due(), job_id)
         return False
-    record = {QuarantineField.STEP: str(step), QuarantineField.REASON: reason}
+    record: dict[str, str | float] = {
+        QuarantineField.STEP: str(step),
+        QuarantineField.REASON: reason,
+    }
     record[QuarantineField.AT] = round(now_s, 3)
     payload = json.dumps(record, separators=(",", ":"))
     return bool(run_script(client, "quarantine", keys=script_keys, args=[job_id, payload]))

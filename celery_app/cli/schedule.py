@@ -87,7 +87,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         "LAST RUN",
         "OUTCOME",
     )
-    table = [header]
+    table: list[tuple[str, ...]] = [header]
     for r in rows:
         never = "-" if r.runs_recorded else "not recorded"
         outcome = r.last_outcome or never

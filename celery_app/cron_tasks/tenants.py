@@ -84,7 +84,7 @@ def _import_path(path: str) -> TenantsFn:
         raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} cannot be imported: {exc}") from exc
     if not callable(fun):
         raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} is not callable")
-    return fun
+    return cast("Callable[[], Iterable[str]]", fun)  # callable; each read checks what it yields
 
 
 def resolve_tenants(app: Celery) -> TenantsSource | None:
