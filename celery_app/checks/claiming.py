@@ -362,8 +362,8 @@ class RegionClaimer:
                 if role == WorkerRoleName.SHARED:
                     slow += slots
         stale = any(concurrency is None for _, concurrency, _ in current.values())
-        region = RegionSlots(total, slow, in_fast, in_slow)
-        return _State(list(current), sorted(held), limited, region, stale)
+        region_slots = RegionSlots(total, slow, in_fast, in_slow)
+        return _State(list(current), sorted(held), limited, region_slots, stale)
 
     def _read(self, state: _State, size: int, now_s: float) -> _Read:
         """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
