@@ -50,7 +50,8 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any, cast
 
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import (
@@ -222,7 +223,7 @@ class CronEngine:
         for index, task in enumerate(new_tasks):
             old = old_index.get(task.id)
             if task.id in kept:
-                starts.append(self._starts[old])
+                starts.append(self._starts[cast(int, old)])  # kept: its id is in old_index
                 if old in pending:
                     heap.append((pending[old], index))
                 continue
@@ -349,7 +350,7 @@ class CronEngine:
         missed: list[Skipped] = []
         superseded: list[Skipped] = []
         due_at: dict[int, float] = {}
-        next_fires: dict[tuple[str, str, float], object] = {}
+        next_fires: dict[tuple[type, str, str, datetime | None, float], object] = {}
         while heap and heap[0][0] <= current_ts:
             ts, index = heapq.heappop(heap)
             task = self.tasks[index]
@@ -387,7 +388,7 @@ class CronEngine:
                 when = task.next_fire(_utc(resume))
                 next_ts = next_fires[memo] = None if when is None else when.timestamp()
             if next_ts is not None:
-                heapq.heappush(heap, (next_ts, index))
+                heapq.heappush(heap, (cast(float, next_ts), index))  # neither _UNSET nor None
         due: dict[float, list[CronTask]] = {}
         for index, ts in due_at.items():
             due.setdefault(ts, []).append(self.tasks[index])
@@ -448,7 +449,9 @@ class CronEngine:
         A per-tenant task's gap names the provider's tenants (``*`` with a note when it cannot
         be read); without a provider it never fires, and diagnose says that instead."""
         gaps: list[Gap] = []
-        counted: dict[tuple[str, str, str, float, float], tuple[float, int, float]] = {}
+        counted: dict[
+            tuple[str, str, str, datetime | None, float, float], tuple[float, int, float]
+        ] = {}
         tenants: tuple[str, ...] | None = None
         note = ""
         for task, first, end, if_seen in ranges:
@@ -469,7 +472,8 @@ class CronEngine:
             if task.per_tenant:
                 if tenants is None:
                     try:
-                        tenants = tuple(read_tenants(self.tenants))
+                        # skipped above when there is no provider
+                        tenants = tuple(read_tenants(cast(TenantsSource, self.tenants)))
                     except Exception as exc:
                         tenants, note = (ALL_TENANTS,), f"tenants unknown: provider failed: {exc}"
                 scope = tenants
@@ -616,11 +620,11 @@ def _anchor_of(task: CronTask) -> datetime | None:
     return getattr(task.schedule, "anchor", None)
 
 
-def _zone_of(schedule: object) -> object:
+def _zone_of(schedule: Any) -> tzinfo:
     """The zone a custom schedule reads ``last_run_at`` in: its app's, as beat's entries hold
     ``app.now()`` (a crontab subclass reads the weekday and hour off it)."""
     try:
-        return getattr(schedule.value, "tz", None) or UTC  # type: ignore[attr-defined]
+        return getattr(schedule.value, "tz", None) or UTC
     except Exception:
         return UTC
 

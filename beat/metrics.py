@@ -61,7 +61,7 @@ class BeatHealth:
         if last is None:
             return False, {"reason": "no tick yet"}
         age, limit = (time.monotonic() if now is None else now) - last, 2 * sleep
-        detail = {"last_tick_age_s": round(age, 3), "limit_s": round(limit, 3)}
+        detail: dict[str, Any] = {"last_tick_age_s": round(age, 3), "limit_s": round(limit, 3)}
         if age > limit:
             detail["reason"] = "the beat loop has not ticked within twice its interval"
         return age <= limit, detail
@@ -82,7 +82,7 @@ def checks_page(exporter: CheckExporter) -> Any:
         text = query.get("page", "0")
         if not text.isdigit() or int(text) > 1_000_000:
             raise PageError(f"page must be an integer from 0 to 1000000, got {text!r}")
-        body = generate_latest(_Bytes(exporter.page(int(text))))  # type: ignore[arg-type]
+        body = generate_latest(_Bytes(exporter.page(int(text))))
         return Reply(200, body, CONTENT_TYPE_LATEST)
 
     return page

@@ -98,7 +98,7 @@ def finish_tick_before_stopping() -> Iterator[None]:
         return
     received: list[int] = []
     wanted = (signal.SIGTERM, signal.SIGINT)
-    previous = {
+    previous: dict[int, Any] = {  # keyed by Signals, looked up by the number received
         sig: signal.signal(sig, lambda signum, _frame: received.append(signum)) for sig in wanted
     }
     try:
@@ -178,7 +178,7 @@ class CronScheduler(Scheduler):
             clock=self.clock,
             steady=self._steady,
             lead=fire_lead(app, tasks),
-            custom_max_wait=float(self.max_interval),
+            custom_max_wait=float(self.max_interval),  # type: ignore[arg-type]  # set by now
         )
         try:
             store.prune_heartbeats(self.clock() - timedelta(days=1))
@@ -248,7 +248,7 @@ class CronScheduler(Scheduler):
         return f"    . cron tasks -> {count}\n    . drivers -> {drivers}"
 
     @property
-    def schedule(self) -> dict[str, Any]:
+    def schedule(self) -> dict[str, Any]:  # type: ignore[override]  # an attribute in celery-types
         return {}
 
     # --- the loop body ------------------------------------------------------------------
@@ -281,10 +281,10 @@ class CronScheduler(Scheduler):
             if started >= slot.due:
                 wait = slot.driver.interval
                 try:
-                    report = slot.driver.tick()
+                    driven = slot.driver.tick()
                     next_wait = getattr(slot.driver, "next_wait", None)
                     if next_wait is not None:
-                        wait = next_wait(report)
+                        wait = next_wait(driven)
                 except Exception:
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver
@@ -345,7 +345,8 @@ class CronScheduler(Scheduler):
             log.warning("cron: could not sweep unconfirmed claims: %s", exc)
 
     def _sleep_for(self, now: datetime) -> float:
-        waits = [float(self.max_interval), self.heartbeat_every]
+        # Scheduler.__init__ falls back to beat_max_loop_interval, then its default: never None
+        waits = [float(self.max_interval), self.heartbeat_every]  # type: ignore[arg-type]  # see above
         next_due = self.engine.next_fire() if self.engine else None
         if self.engine is not None:
             now = self.engine.trusted(now)  # a held clock step must not make beat spin

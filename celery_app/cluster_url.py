@@ -26,7 +26,9 @@ class ClusterUrlError(CheckbeatError, ValueError):
 
 
 def is_cluster_url(url: str | None) -> bool:
-    return bool(url) and url.split("://", 1)[0].lower() in SCHEMES  # type: ignore[union-attr]
+    if not url:
+        return False
+    return url.split("://", 1)[0].lower() in SCHEMES
 
 
 @dataclass(frozen=True)

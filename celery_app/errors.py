@@ -21,6 +21,8 @@ class CheckFieldError(CheckbeatError, ValueError):
     unchanged and nothing has been written when it is raised.
     """
 
+    field: str  # always named
+
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field

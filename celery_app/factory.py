@@ -16,7 +16,7 @@ import importlib
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery, signals
 
@@ -139,7 +139,7 @@ def settings_of(app: Celery) -> Settings:
                     exit_under_celery_cli(exc)
                     raise
                 app.conf[SETTINGS_CONF_KEY] = settings
-    return settings
+    return cast(Settings, settings)  # the key holds only what create_app or this function put
 
 
 def loaded_by_celery_cli() -> bool:
@@ -196,7 +196,8 @@ def settings_from_conf(app: Celery) -> Settings:
 def _checkbeat_entries(app: Celery) -> Iterator[ConfEntry]:
     """The conf keys in checkbeat's namespace, also under the app's own Celery namespace
     (``Celery(namespace="CELERY")`` reads ``CELERY_CHECKBEAT_POOL_SIZE``)."""
-    namespace = f"{app.namespace.rstrip('_')}_".lower() if app.namespace else ""
+    namespace = app.namespace  # type: ignore[attr-defined]  # not in celery-types' Celery
+    namespace = f"{namespace.rstrip('_')}_".lower() if namespace else ""
     conf = app.conf
     for key in list(conf.keys()):
         if not isinstance(key, str):
@@ -243,7 +244,7 @@ def install(app: Celery) -> Celery:
     register_redis_transport()  # one redis-py client per broker pool, not one per message
     install_worker_options(app)
     app.on_after_configure.connect(_complete_conf, weak=False, dispatch_uid="checkbeat.install")
-    if app.configured:
+    if app.configured:  # type: ignore[attr-defined]  # not in celery-types' Celery
         _complete_conf(app)
     return app
 
@@ -292,10 +293,9 @@ def _refuse_name_clashes(app: Celery) -> None:
     from celery_app.shadowing import app_clashes
 
     context = click.get_current_context(silent=True)
-    command = None if context is None else context.info_name
-    if command not in ("beat", "worker"):
+    if context is None or context.info_name not in ("beat", "worker"):
         return  # checkbeat's subcommands check in CheckbeatCommand
-    runs_beat = command == "beat" or bool(context.params.get("beat"))  # type: ignore[union-attr]
+    runs_beat = context.info_name == "beat" or bool(context.params.get("beat"))
     found = app_clashes(app, runs_beat=runs_beat)
     if found:
         for clash in found:

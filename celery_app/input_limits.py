@@ -32,6 +32,8 @@ class InputLimitError(CheckbeatError, ValueError):
     """A value past a bound: ``field`` names where (``config.headers``, ``--args``, ...),
     ``problem`` says what is wrong and what is allowed."""
 
+    field: str  # always named
+
     def __init__(
         self, field: str, problem: str, path: Path = (), *, duplicate_key: str | None = None
     ) -> None:

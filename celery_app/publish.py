@@ -42,11 +42,14 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 from celery import Celery, signals
-from celery.app.task import Task, extract_exec_options
+from celery.app.task import (  # type: ignore[attr-defined]  # not in celery-types
+    Task,
+    extract_exec_options,
+)
 from celery.utils.saferepr import saferepr
 from kombu.utils.json import JSONEncoder
 
@@ -185,7 +188,7 @@ def encode_envelope(
         kwargsrepr = _str(argrepr(kwargs)) if kwargs else _EMPTY_KWARGSREPR
     else:
         body64, argsrepr, kwargsrepr = _EMPTY_BODY64, _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR
-    expires = message.expires
+    expires = cast("datetime | None", message.expires)  # seconds go the kombu path (BatchPublisher)
     headers = message.headers
     return "".join(
         (
@@ -290,7 +293,8 @@ class RedisBatchPublisher:
         for message in messages:
             if not message.queue:
                 raise ValueError(f"task message {message.name!r}: queue is required here")
-        return self.push([(message, message.queue, None) for message in messages])  # type: ignore[misc]
+        # every queue was checked just above
+        return self.push([(message, cast(str, message.queue), None) for message in messages])
 
     def push(
         self, items: Iterable[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]]
@@ -314,7 +318,7 @@ class RedisBatchPublisher:
                     self.ids(),
                     origin=self.origin,
                     reply_to=self.reply_to,
-                    expiration=expiration(message.expires),
+                    expiration=expiration(cast("datetime | None", message.expires)),
                     task_defaults=defaults,
                 )
             )
@@ -345,7 +349,8 @@ class KombuBatchPublisher:
         self.max_size = max_size
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
-        router = self.app.amqp.router
+        # Any: celery-types wants a task class and a tuple where Celery passes the task, a list
+        router: Any = self.app.amqp.router
         routes = [
             router.route(
                 {"queue": m.queue} if m.queue else {}, m.name, m.args, m.kwargs, self._task(m)
@@ -513,7 +518,8 @@ class BatchPublisher:
         list key it writes (the queue's name: a direct queue on the anonymous exchange)."""
         found = self._routes.get((name, queue))
         if found is None:
-            route = self.app.amqp.router.route(
+            router: Any = self.app.amqp.router  # as in KombuBatchPublisher.publish
+            route = router.route(
                 {"queue": queue} if queue else {}, name, (), {}, self.app.tasks.get(name)
             )
             target = route.get("queue")
@@ -592,7 +598,8 @@ class BatchPublisher:
         options = dict(message.options)
         if message.queue:
             options["queue"] = message.queue
-        return self.app.amqp.router.route(
+        router: Any = self.app.amqp.router  # as in KombuBatchPublisher.publish
+        return router.route(
             options, message.name, message.args, message.kwargs, self.app.tasks.get(message.name)
         )
 

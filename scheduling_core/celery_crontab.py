@@ -280,21 +280,21 @@ class CeleryCrontab:
         start = _minute_start_utc(t)
         if start != t.astimezone(UTC):  # in UTC: an ambiguous t never equals another zone's
             start += _MINUTE
-        found = self._next_instant(start, t.tzinfo)  # type: ignore[arg-type]
+        found = self._next_instant(start, t.tzinfo)  # type: ignore[arg-type]  # aware: require_aware
         return None if found is None else found.astimezone(t.tzinfo)
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first firing strictly after ``t``'s minute, in ``t``'s timezone: the next instant
         Celery's beat fires after sending at ``t``. Walk the firings with this."""
         require_aware(t, "t")
-        found = self._next_instant(_minute_start_utc(t) + _MINUTE, t.tzinfo)  # type: ignore[arg-type]
+        found = self._next_instant(_minute_start_utc(t) + _MINUTE, t.tzinfo)  # type: ignore[arg-type]  # aware
         return None if found is None else found.astimezone(t.tzinfo)
 
     def matches(self, t: datetime) -> bool:
         """Whether it fires in the minute of ``t`` (read in ``t``'s timezone)."""
         require_aware(t, "t")
         start = _minute_start_utc(t)
-        return self._next_instant(start, t.tzinfo) == start  # type: ignore[arg-type]
+        return self._next_instant(start, t.tzinfo) == start  # type: ignore[arg-type]  # aware: require_aware
 
     def _next_instant(self, start: datetime, tz: tzinfo) -> datetime | None:
         """The first firing (UTC) at or after the whole-minute UTC instant ``start``."""

@@ -564,7 +564,7 @@ class Schedule:
         local = t.astimezone(_UTC).astimezone(tz)
         if self._wall_matches(local.year, local.month, local.day, local.hour, local.minute):
             if local.fold and not self._wildcard:  # the repeated pass of an overlap
-                back = local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]
+                back = local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]  # aware
                 return back > _DST_LIMIT  # not DST: cronie follows the wall clock
             return True
         if self._wildcard:
@@ -601,7 +601,7 @@ class Schedule:
         require_aware(t, "t")
         tz = t.tzinfo
         if type(tz) is not timezone and getattr(tz, "key", None) not in _FIXED_ZONES:
-            return self._next_zoned(t, tz)  # type: ignore[arg-type]
+            return self._next_zoned(t, tz)  # type: ignore[arg-type]  # aware: require_aware
         minute = t.minute
         if t.second or t.microsecond:
             minute += 1  # may be 60: _next_wall carries it

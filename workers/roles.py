@@ -149,7 +149,7 @@ class CapacityRegistration:
         fields = self.role.fields(self.hostname)
         fields[WorkerField.HEARTBEAT] = f"{time.time()}"
         fields[WorkerField.STUCK] = str(self.stuck())
-        pipe.hset(key, mapping=fields)
+        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # str keys (Mapping is invariant)
         pipe.expire(key, self.ttl_s)
         pipe.sadd(self.keys.region_workers(self.role.region), self.hostname)
         pipe.execute()

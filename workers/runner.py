@@ -96,7 +96,7 @@ class _ProbeThread(threading.Thread):
                     _stuck -= 1
                 count = _stuck
             self.done.set()
-            self._call = None  # type: ignore[assignment] - drop the probe's arguments
+            self._call = None  # type: ignore[assignment]  # drop the probe's arguments
             if self._abandoned:
                 _notify(count)  # its slot is free again
 

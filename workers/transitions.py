@@ -59,7 +59,8 @@ def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Run every registered hook with the transition, unless it was delivered or another
     delivery holds it. A malformed message (forged: publish.py sends one keyword,
     ``transition_id``, a string) is logged on one line and rejected, never retried."""
-    transition_id = kwargs.get("transition_id") if not args else args[0]
+    # Any: a message's; _bad_id leaves only a string
+    transition_id: Any = kwargs.get("transition_id") if not args else args[0]
     problem = _bad_id(transition_id)
     if problem is None and len(args) + len(kwargs) != 1:
         problem = "takes one argument, transition_id"

@@ -17,7 +17,13 @@ from celery.exceptions import ImproperlyConfigured
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
-from workers.roles import CapacityRegistration, RoleError, plan_role, role_from_queues
+from workers.roles import (
+    CapacityRegistration,
+    RoleError,
+    WorkerRole,
+    plan_role,
+    role_from_queues,
+)
 from workers.runner import on_stuck_change, stuck_probes
 from workers.warmup import warm_up
 
@@ -51,6 +57,7 @@ class CheckWorkerStep(bootsteps.StartStopStep):
     ) -> None:
         super().__init__(w, **kwargs)
         settings = settings_of(w.app)
+        plan: WorkerRole | None
         try:
             if checkbeat_role:
                 # -Q was consumed before the steps are built; Queues keeps what it selected.
@@ -78,7 +85,7 @@ class CheckWorkerStep(bootsteps.StartStopStep):
         self.enabled = plan is not None
         self._settings = settings
 
-    def create(self, w: Any) -> CapacityRegistration:
+    def create(self, w: Any) -> CapacityRegistration:  # type: ignore[override]  # kept as obj
         assert self.plan is not None
         warm_up(w.app)  # before the registration offers any slot
         return CapacityRegistration(

@@ -12,6 +12,7 @@ and the read the CLI's diagnose uses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -47,7 +48,8 @@ def usable_slots(concurrency: str, stuck: str | None) -> int:
 
 
 def read_capacity(client: redis.Redis, keys: Keys, region: str) -> RegionCapacity:
-    hosts = sorted(client.smembers(keys.region_workers(region)))
+    members = client.smembers(keys.region_workers(region))
+    hosts = sorted(cast("set[str]", members))  # decode_responses=True
     pipe = client.pipeline(transaction=False)
     for host in hosts:
         pipe.hmget(keys.worker(host), WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)

@@ -31,6 +31,7 @@ import redis
 
 from celery_app.checks.capacity import usable_slots
 from celery_app.checks.quarantine import failing_alone, quarantine
+from celery_app.redis.pipelined_scripts import ScriptPipeline
 from celery_app.redis.schema import (
     BucketField,
     Keys,
@@ -361,8 +362,8 @@ class RegionClaimer:
                 if role == WorkerRoleName.SHARED:
                     slow += slots
         stale = any(concurrency is None for _, concurrency, _ in current.values())
-        slots = RegionSlots(total, slow, in_fast, in_slow)
-        return _State(list(current), sorted(held), limited, slots, stale)
+        region_slots = RegionSlots(total, slow, in_fast, in_slow)
+        return _State(list(current), sorted(held), limited, region_slots, stale)
 
     def _read(self, state: _State, size: int, now_s: float) -> _Read:
         """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
@@ -570,7 +571,7 @@ class RegionClaimer:
             if len(claims) >= max_claims:
                 break
             try:
-                _, _, got, held = self._round_once(
+                _, _, got, held_one = self._round_once(
                     state, single, now_s, expiry_s, max_claims - len(claims), max_holds - holds
                 )
             except redis.ResponseError as exc:
@@ -578,12 +579,12 @@ class RegionClaimer:
                 continue
             errors.append((job, None))
             claims.extend(got)
-            holds += held
+            holds += held_one
         if not failing_alone([e for _, e in errors]):
             raise error
-        for job, exc in errors:
-            if exc is not None:
-                quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, exc, now_s)
+        for job, failed in errors:
+            if failed is not None:
+                quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, failed, now_s)
         return state.slots, ClaimStop.MORE, claims, holds
 
 
@@ -699,7 +700,7 @@ def promote_and_read(
             moved = _promoted(ids, reply, into)
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.read_replies(part, now_s)
-    if ids and getattr(pipe, "reran_scripts", False):
+    if ids and isinstance(pipe, ScriptPipeline) and pipe.reran_scripts:
         # the promote got NOSCRIPT and ran again after the candidates were read: they may miss
         # what it moved, so each claim reads them again (redis/pipelined_scripts.py)
         for r in rounds:

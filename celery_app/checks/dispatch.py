@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import redis
 from celery import Celery
@@ -66,7 +66,7 @@ from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecor
 from celery_app.checks.transitions import sweep
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
-from celery_app.publish import Publisher, TaskMessage, make_publisher
+from celery_app.publish import BatchPublisher, Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import from_time_reply, server_time
 from celery_app.redis.keyspace import state_keys
@@ -296,7 +296,8 @@ class Dispatcher:
         limited = 0
         expiry = now_s + self.lease_s
         regions = regions or self.regions
-        for region, first in zip(regions, firsts or [None] * len(regions), strict=True):
+        seeds: Sequence[FirstRound | None] = firsts or [None] * len(regions)
+        for region, first in zip(regions, seeds, strict=True):
             claimer = self._claimer(region)
             try:
                 taken = claimer.claim(
@@ -478,7 +479,8 @@ def _refiller(app: Celery) -> Dispatcher:
 def warm_refill(app: Celery) -> None:
     """Build the refill dispatcher and its publisher (the run task's route resolved) before
     the first run needs them (``workers.warmup``)."""
-    _refiller(app).publisher.prepare([RUN_CHECK_TASK])
+    publisher = cast(BatchPublisher, _refiller(app).publisher)  # make_publisher built it
+    publisher.prepare([RUN_CHECK_TASK])
 
 
 class RefillNeeds:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from celery_app.checks.maintenance import WINDOWS, Window, open_until, windows_for_check
 from celery_app.redis.schema import (
@@ -132,6 +132,18 @@ def plan_health(
         check_maxlen=settings.transitions_history,
         tenant_maxlen=settings.tenant_transitions_history,
     )
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """Reads that ride on a round trip another step makes: ``prefetch`` queues them on its
+    pipeline, ``prefetched`` takes their replies (this reader's part, in queue order) after it
+    ran. :class:`HealthPlanner`, :class:`~celery_app.checks.dispatch.RefillNeeds` and
+    ``workers.refill_prefetch.HealthWithRefillNeeds`` are such readers."""
+
+    def prefetch(self, pipe: Any) -> None: ...
+
+    def prefetched(self, replies: list[Any]) -> None: ...
 
 
 class HealthPlanner:

@@ -60,11 +60,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import redis
 
-from celery_app.checks.health import HealthUpdate
+from celery_app.checks.health import HealthUpdate, Prefetching
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait
@@ -220,7 +220,7 @@ class JobState:
 
 def read_job(client: redis.Redis, keys: Keys, job_id: str) -> JobState | None:
     """The job's stored state, or None when it does not exist (deleted check or region)."""
-    h = client.hgetall(keys.job(job_id))
+    h = cast("dict[str, str]", client.hgetall(keys.job(job_id)))  # decode_responses=True
     return JobState.from_hash(job_id, h) if h else None
 
 
@@ -399,7 +399,7 @@ def complete_runs_detailed(
     for reply in done:
         if isinstance(reply, Exception):
             raise reply
-    return done  # type: ignore[return-value]
+    return done  # type: ignore[return-value]  # no Exception left
 
 
 def complete_runs_each(
@@ -537,22 +537,22 @@ def finish_run_with_health(
     """:func:`finish_run` that also moves the check's state in the same Lua call:
     ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
     whether a maintenance window holds transitions back (the record is then marked); a
-    ``health_of`` with ``prefetch(pipe)`` / ``prefetched(replies)`` adds its reads to the job's
-    round trip. Returns (written, the id of the transition the run made or None)."""
+    ``health_of`` that is also :class:`~celery_app.checks.health.Prefetching` adds its reads to
+    the job's round trip. Returns (written, the id of the transition the run made or None)."""
     # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(job_id))
     if now is None:
         pipe.time()
-    prefetch = getattr(health_of, "prefetch", None)
-    if prefetch is not None:
-        prefetch(pipe)
+    prefetching = health_of if isinstance(health_of, Prefetching) else None
+    if prefetching is not None:
+        prefetching.prefetch(pipe)
     replies = pipe.execute()
     h, rest = replies[0], replies[1:]
     if now is None:
         now = from_unix(from_time_reply(rest.pop(0)))
-    if prefetch is not None:
-        health_of.prefetched(rest)  # type: ignore[union-attr]
+    if prefetching is not None:
+        prefetching.prefetched(rest)
     job = JobState.from_hash(job_id, h) if h else None
     if job is None or job.lease_token != lease_token:
         return False, None

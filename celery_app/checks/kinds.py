@@ -96,7 +96,8 @@ def get_kind(registry: Registry, name: str) -> CheckKind:
     if entry is None:
         known = ", ".join(registered_kinds(registry)) or "none registered"
         raise CheckFieldError("kind", f"unknown kind {name!r} (known: {known})")
-    return entry.value
+    kind: CheckKind = entry.value
+    return kind
 
 
 def registered_kinds(registry: Registry) -> list[str]:

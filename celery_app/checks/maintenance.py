@@ -9,13 +9,14 @@ each completion and tells ``complete.lua`` when the open window ends.
 
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
@@ -189,7 +190,7 @@ class MaintenanceStore:
         return False
 
     def scopes(self) -> list[str]:
-        return sorted(self.redis.smembers(self.keys.maintenance_scopes()))
+        return sorted(cast("set[str]", self.redis.smembers(self.keys.maintenance_scopes())))
 
     def drop_scope(self, scope: str) -> int:
         """Remove every window of ``scope`` (a deleted check's: a check created again under its
@@ -235,7 +236,7 @@ class MaintenanceStore:
             w for s, h in zip(scopes, pipe.execute(), strict=True) for w in decode_windows(s, h)
         ]
 
-    def for_check(self, uid: str, tenant: str) -> list[Window]:
+    def for_check(self, uid: str, tenant: str) -> builtins.list[Window]:  # not the method
         """The check's own windows and its tenant's, in one round trip."""
         return windows_for_check(self.redis, self.keys, uid, tenant)
 

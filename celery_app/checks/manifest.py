@@ -97,7 +97,7 @@ class _Refused(yaml.MarkedYAMLError):
     error, so it is shown without "not valid YAML"."""
 
 
-class _StrictLoader(_BASE_LOADER):  # type: ignore[misc,valid-type]
+class _StrictLoader(_BASE_LOADER):
     """PyYAML's safe loader (the C one when built) refusing, while it constructs the
     document, what would make it ambiguous or costly: a key twice in one mapping, an integer of
     more than MAX_INT_DIGITS digits. Aliases construct to shared values (no copy); how far they

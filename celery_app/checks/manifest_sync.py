@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -160,7 +160,8 @@ def field_changes(old: CheckDefinition, new: CheckDefinition) -> list[str]:
 def read_stored(store: CheckStore, tenant: str | None = None) -> dict[str, StoredCheck]:
     """Every stored check (of one tenant) with its version, read in pipelined chunks."""
     keys = store.keys
-    uids = sorted(store.redis.smembers(keys.tenant_checks(tenant) if tenant else keys.checks()))
+    members = store.redis.smembers(keys.tenant_checks(tenant) if tenant else keys.checks())
+    uids = sorted(cast("set[str]", members))  # decode_responses=True
     out: dict[str, StoredCheck] = {}
     for start in range(0, len(uids), _READ_CHUNK):
         part = uids[start : start + _READ_CHUNK]
@@ -485,7 +486,7 @@ def _export(store: CheckStore, tenant: str | None, include_secrets: bool) -> dic
     if tenant is not None:
         names = {tenant}
     else:
-        names = set(store.redis.smembers(store.keys.rate_limited_tenants()))
+        names = set(cast("set[str]", store.redis.smembers(store.keys.rate_limited_tenants())))
         names |= {s.split(":", 1)[1] for s in windows if s.startswith("tenant:")}
     tenants: dict[str, Any] = {}
     for name in sorted(names):

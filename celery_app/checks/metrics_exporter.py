@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 import redis
 from prometheus_client.core import GaugeMetricFamily
@@ -83,7 +84,8 @@ class CheckExporter:
 
     def reload(self) -> None:
         """Read and sort every check uid (SMEMBERS: the cost grows with the checks stored)."""
-        uids = sorted(self.client.smembers(self.keys.checks()))
+        members = self.client.smembers(self.keys.checks())
+        uids = sorted(cast("set[str]", members))  # decode_responses=True
         with self._lock:
             self._uids, self._read_at = uids, time.monotonic()
 
@@ -176,7 +178,7 @@ class CheckExporter:
             ("checkbeat_probe_exporter_page_checks", "Checks on this page.", count),
             ("checkbeat_probe_exporter_page_size", "Checks per page (the cap).", self.page_size),
         )
-        families = []
+        families: list[Metric] = []
         for name, help_text, value in rows:
             family = GaugeMetricFamily(name, help_text)
             family.add_metric([], value)

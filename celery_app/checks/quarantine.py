@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import cast
 
 import redis
 
@@ -132,14 +133,18 @@ def quarantine(
     reason = error if isinstance(error, str) else describe(error)
     log.error("checkbeat: job %s quarantined at %s: %s", job_id, step, reason)
     try:
-        tenant = client.hget(keys.job(job_id), JobField.TENANT) or ""
+        reply = client.hget(keys.job(job_id), JobField.TENANT)
+        tenant = cast("str | None", reply) or ""  # decode_responses=True
     except redis.ResponseError:  # the key is not a hash at all
         tenant = ""
     script_keys = _keys_of(keys, job_id, [tenant])
     if script_keys is None:
         client.zrem(keys.due(), job_id)
         return False
-    record = {QuarantineField.STEP: str(step), QuarantineField.REASON: reason}
+    record: dict[str, str | float] = {
+        QuarantineField.STEP: str(step),
+        QuarantineField.REASON: reason,
+    }
     record[QuarantineField.AT] = round(now_s, 3)
     payload = json.dumps(record, separators=(",", ":"))
     return bool(run_script(client, "quarantine", keys=script_keys, args=[job_id, payload]))
@@ -147,7 +152,7 @@ def quarantine(
 
 def read_quarantine(client: redis.Redis, keys: Keys) -> list[QuarantinedJob]:
     """Every quarantined job, oldest first."""
-    ids = sorted(client.smembers(keys.quarantine()))
+    ids = sorted(cast("set[str]", client.smembers(keys.quarantine())))  # decode_responses=True
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hget(keys.job(job_id), JobField.QUARANTINE)

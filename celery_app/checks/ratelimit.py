@@ -57,7 +57,7 @@ def set_rate_limit(
     pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
     pipe.sadd(keys.rate_limited_tenants(), tenant)
     pipe.execute()
-    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]
+    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]  # just written
 
 
 def validate_rate_limit(tenant: str, per_minute: object, burst: object) -> tuple[float, float]:
@@ -75,7 +75,7 @@ def validate_rate_limit(tenant: str, per_minute: object, burst: object) -> tuple
         raise CheckFieldError(
             "burst", f"must be a number >= {MIN_BURST:g} and <= {MAX_BURST:,.0f}, got {burst!r}"
         )
-    return float(per_minute), float(burst)  # type: ignore[arg-type]
+    return float(per_minute), float(burst)  # type: ignore[arg-type]  # numbers: checked above
 
 
 def default_burst(per_minute: float) -> float:

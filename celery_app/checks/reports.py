@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -88,7 +89,8 @@ def read_all_jobs(
     client: redis.Redis, keys: Keys, tenant: str | None = None, batch: int = 5000
 ) -> list[JobState | UnreadableJob]:
     """Every job (of one tenant), read in pipelined batches; a torn one is an UnreadableJob."""
-    uids = sorted(client.smembers(keys.tenant_checks(tenant) if tenant else keys.checks()))
+    members = client.smembers(keys.tenant_checks(tenant) if tenant else keys.checks())
+    uids = sorted(cast("set[str]", members))  # decode_responses=True
     jobs: list[JobState | UnreadableJob] = []
     for start in range(0, len(uids), batch):
         chunk = uids[start : start + batch]

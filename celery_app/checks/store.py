@@ -12,12 +12,13 @@ Definitions and their validation live in :mod:`celery_app.checks.definition`.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -192,7 +193,7 @@ class CheckStore:
     # reads
     def get(self, uid: str) -> StoredCheck | None:
         h = self.redis.hgetall(self.keys.check(uid))
-        return decode_check(uid, h) if h else None
+        return decode_check(uid, cast("dict[str, str]", h)) if h else None  # decode_responses=True
 
     def require(self, uid: str) -> StoredCheck:
         found = self.get(uid)
@@ -204,7 +205,7 @@ class CheckStore:
         members = self.redis.smembers(
             self.keys.tenant_checks(tenant) if tenant else self.keys.checks()
         )
-        uids = sorted(members)
+        uids = sorted(cast("set[str]", members))  # decode_responses=True
         pipe = self.redis.pipeline(transaction=False)
         for uid in uids:
             pipe.hgetall(self.keys.check(uid))
@@ -214,7 +215,7 @@ class CheckStore:
             if h
         ]
 
-    def jobs(self, uid: str) -> list[JobState]:
+    def jobs(self, uid: str) -> builtins.list[JobState]:  # `list` is the method above
         stored = self.require(uid)
         return [j for j in read_jobs(self.redis, self.keys, stored.definition.job_ids()) if j]
 
@@ -228,7 +229,7 @@ class CheckStore:
         ids = sorted(set(job_ids))
         return dict(zip(ids, read_jobs(self.redis, self.keys, ids), strict=True))
 
-    def _create(self, definitions: Sequence[CheckDefinition], when: datetime) -> list[str]:
+    def _create(self, definitions: Sequence[CheckDefinition], when: datetime) -> builtins.list[str]:
         """Create in one call; a batch refused as stale (a leftover job hash holds another
         tenant) is planned again with the jobs read."""
         status = self._apply([plan_change(None, d, {}, when, self.params) for d in definitions])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -87,8 +87,8 @@ def checks() -> None:
     """Manage recurring checks (definitions, rate limits) and report on their scheduling."""
 
 
-def _definition_options(required: bool):  # type: ignore[no-untyped-def]
-    def decorate(fn):  # type: ignore[no-untyped-def]
+def _definition_options(required: bool):
+    def decorate(fn):
         for option in reversed(
             [
                 click.option("--tenant", required=required, help="Tenant owning the check."),
@@ -270,7 +270,10 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
             "region": f.get(ResultField.REGION),
             "result": json.loads(f.get(ResultField.RECORD, "null")),
         }
-        for entry_id, f in store.redis.xrevrange(keys.results(uid), count=history)
+        for entry_id, f in cast(
+            "list[tuple[str, dict[str, str]]]",  # decode_responses=True
+            store.redis.xrevrange(keys.results(uid), count=history),
+        )
     ]
     # Records are scrubbed when a run is built (RunOutcome.of_probe); scrubbing what is shown
     # as well keeps a secret out of the output whatever wrote the record.

@@ -87,7 +87,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         "LAST RUN",
         "OUTCOME",
     )
-    table = [header]
+    table: list[tuple[str, ...]] = [header]
     for r in rows:
         never = "-" if r.runs_recorded else "not recorded"
         outcome = r.last_outcome or never
@@ -228,7 +228,7 @@ _FLAG_OF = {
 }
 
 
-def _runtime_call(ctx: click.Context, action, *args, **kwargs):  # type: ignore[no-untyped-def]
+def _runtime_call(ctx: click.Context, action, *args, **kwargs):
     """Run one runtime change; a bad field is one line naming the flag, exit 2; a refused
     change (an id taken or unknown) one line, exit 1."""
     app = load_app(ctx)
@@ -250,7 +250,7 @@ def _describe(schedule: RuntimeSchedule) -> str:
     return f"{schedule.id}: {schedule.task} {schedule.schedule_text}{state}"
 
 
-def _schedule_options(command):  # type: ignore[no-untyped-def]
+def _schedule_options(command):
     for option in reversed(
         [
             click.option("--task", "task", help="The Celery task name to send."),
@@ -285,7 +285,7 @@ def _schedule_options(command):  # type: ignore[no-untyped-def]
     return command
 
 
-def _given(**fields):  # type: ignore[no-untyped-def]
+def _given(**fields):
     return {k: v for k, v in fields.items() if v is not None and k != "remote_task"}
 
 

@@ -6,7 +6,10 @@ That set is the default tenants provider of per-tenant cron tasks (CHECKBEAT_TEN
 
 from __future__ import annotations
 
+from typing import cast
+
 import click
+import redis
 from celery.bin.base import handle_preload_options
 
 from celery_app.cli.common import BadInput, CheckbeatGroup
@@ -17,7 +20,7 @@ from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 
 
-def _set(ctx: click.Context) -> tuple[object, str]:
+def _set(ctx: click.Context) -> tuple[redis.Redis, str]:
     settings = settings_of(ctx.obj.app)
     return get_redis(settings.redis_url, settings), state_keys(settings).tenants()
 
@@ -58,5 +61,5 @@ def rm(ctx: click.Context, names: tuple[str, ...]) -> None:
 def list_(ctx: click.Context) -> None:
     """List the active tenants, one per line."""
     client, key = _set(ctx)
-    for name in sorted(client.smembers(key)):
+    for name in sorted(cast("set[str]", client.smembers(key))):  # decode_responses=True
         click.echo(escape(name))

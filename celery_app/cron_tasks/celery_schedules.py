@@ -254,7 +254,7 @@ def _custom_text(value: Any) -> str:
     class and its ``repr`` when the class has one of its own (an object address would change at
     each start and reset the task's state)."""
     cls = type(value)
-    if cls.__repr__ is object.__repr__:
+    if cls.__repr__ is object.__repr__:  # type: ignore[comparison-overlap]  # one function?
         return _class_name(value)
     return f"{_class_name(value)} {value!r}"
 
@@ -421,7 +421,7 @@ def _schedule_of(
         return _crontab_of(name, value, app)
     if type(value) is schedule and not value.relative:
         _check_clock(name, value, None)
-        every = value.run_every
+        every = value.run_every  # type: ignore[attr-defined]  # not in celery-types' schedule
         if not isinstance(every, timedelta):
             raise BeatEntryError(name, f"schedule(run_every={every!r}) is not an interval")
     elif isinstance(value, bool):
@@ -485,7 +485,14 @@ def _crontab_of(name: str, value: crontab, app: Celery) -> tuple[CeleryCrontab, 
             "cannot be read exactly; set the app's timezone to an IANA name (e.g. 'UTC')",
         )
     _check_clock(name, value, zone)
-    fields = (value.minute, value.hour, value.day_of_week, value.day_of_month, value.month_of_year)
+    parsed: Any = value  # crontab.__init__ sets the fields below; celery-types declares none
+    fields = (
+        parsed.minute,
+        parsed.hour,
+        parsed.day_of_week,
+        parsed.day_of_month,
+        parsed.month_of_year,
+    )
     return CeleryCrontab(*fields, spec=_spec_of(value)), zone
 
 
@@ -503,7 +510,7 @@ def _spec_of(value: crontab) -> str | None:
 
 def _check_clock(name: str, value: crontab | schedule, zone: tzinfo | None) -> None:
     """A ``nowfun`` is honoured only as what Celery 5.7 uses it for: the current time."""
-    nowfun = value.nowfun
+    nowfun = value.nowfun  # type: ignore[union-attr]  # in both; not in celery-types
     if nowfun is None:
         return
     try:
@@ -522,7 +529,7 @@ def _check_clock(name: str, value: crontab | schedule, zone: tzinfo | None) -> N
             "from the current time (a naive result is read as UTC, as Celery does); beat would "
             "fire by that clock, CronScheduler fires by the real one; remove nowfun",
         )
-    if zone is not None and not naive and not _same_zone(now.tzinfo, zone):  # type: ignore[arg-type]
+    if zone is not None and not naive and not _same_zone(now.tzinfo, zone):  # type: ignore[arg-type]  # aware
         raise BeatEntryError(
             name,
             f"the crontab's nowfun returns times in {_zone_name(now.tzinfo)}, but it is read in "

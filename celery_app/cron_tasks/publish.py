@@ -69,6 +69,7 @@ def cron_message(
     }
     if manual:
         headers[CronHeader.MANUAL] = True
+    args: Any  # a list from a beat entry (as beat sends it), else a tuple
     if task.source == CronSource.BEAT_SCHEDULE:
         args, kwargs = task.call_arguments()
         if task.per_tenant:
@@ -88,7 +89,7 @@ def cron_message(
         headers = {BEAT_HEADER: True, **headers}
     if task.plain_message:
         kwargs = dict(task.kwargs) if task.kwargs else {}
-        args: Any = ()
+        args = ()
     else:
         args, kwargs = task.call_arguments()
     if task.per_tenant:

@@ -175,7 +175,7 @@ def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
 @task_prerun.connect
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     task = task or sender
-    request = getattr(task, "request", None)
+    request: Any = getattr(task, "request", None)  # _cron_headers: None without one
     cron = _cron_headers(request)
     if cron is None:
         return

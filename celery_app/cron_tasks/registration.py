@@ -130,7 +130,8 @@ class CronTask:
         """Start (UTC) of this task's window that ``at`` falls in."""
         if not self.is_interval:
             return window_start(at)
-        return self.schedule.window(at).start
+        start: datetime = self.schedule.window(at).start
+        return start
 
     def grace_or(self, default: timedelta) -> timedelta:
         return default if self.grace is None else self.grace
@@ -138,7 +139,8 @@ class CronTask:
     def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments of one send (a beat entry's lazy values called)."""
         if self.entry is not None:
-            return self.entry.call_arguments()
+            arguments: tuple[list[Any], dict[str, Any]] = self.entry.call_arguments()
+            return arguments
         return list(self.args), dict(self.kwargs)
 
     def next_fire(self, at: datetime) -> datetime | None:
@@ -320,7 +322,8 @@ def cron(
         options = {"name": task_name, "max_retries": 0, "base": CronRunTask, **task_options}
         if app is not None:
             # shared=False: Celery would otherwise add the task to every app created later.
-            return app.task(shared=False, **options)(fun)
+            decorate = app.task(shared=False, **options)
+            return decorate(fun)  # type: ignore[no-untyped-call]  # celery-types: untyped here
         return shared_task(**options)(fun)
 
     return decorate

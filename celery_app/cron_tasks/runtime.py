@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
@@ -91,6 +91,8 @@ CHANGEABLE = (
 
 class ScheduleInputError(CheckbeatError, ValueError):
     """A runtime schedule field is invalid (``field`` names it); nothing was written."""
+
+    field: str  # always named
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
@@ -161,7 +163,9 @@ class RuntimeSchedule:
 
     @property
     def schedule_text(self) -> str:
-        return self.cron if self.cron is not None else Interval(self.every).describe()  # type: ignore[arg-type]
+        # a schedule has a cron spec or an interval (validated when written)
+        every = cast(timedelta, self.every)
+        return self.cron if self.cron is not None else Interval(every).describe()
 
     def to_fields(self) -> dict[str, str]:
         return {
@@ -204,7 +208,8 @@ class RuntimeSchedule:
         ``@cron``'s; an interval counts its windows from the first beat that saw it, as a
         beat_schedule interval)."""
         timezone = self.timezone or default_timezone
-        schedule = parse(self.cron) if self.cron is not None else Interval(self.every)  # type: ignore[arg-type]
+        every = cast(timedelta, self.every)  # without a cron spec, an interval (validated)
+        schedule = parse(self.cron) if self.cron is not None else Interval(every)
         return CronTask(
             id=self.id,
             name=self.task,
@@ -423,7 +428,8 @@ class RuntimeStore:
                         raise ScheduleConflict(f"no runtime schedule {schedule.id!r}")
                     pipe.multi()
                     pipe.delete(key)
-                    pipe.hset(key, mapping=schedule.to_fields())
+                    fields = schedule.to_fields()
+                    pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # str keys are fine
                     pipe.sadd(self.keys.cron_runtime_ids(), schedule.id)
                     pipe.incr(self.keys.cron_runtime_version())
                     pipe.execute()

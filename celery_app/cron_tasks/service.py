@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery, states
 from celery.backends.base import DisabledBackend
@@ -391,7 +391,8 @@ class CronService:
         # Nothing can tell yet: a recording worker that is starting says so within this.
         blind_until = started + min(timeout, NO_RECORDER_WAIT_S)
         key = (result.task_id, result.tenant)
-        async_result = None if backend is None else self.app.AsyncResult(result.celery_id)
+        celery_id = cast(str, result.celery_id)  # only a sent run is waited for: it has one
+        async_result = None if backend is None else self.app.AsyncResult(celery_id)
         while True:
             if not recorded and backend is None:
                 self._recorders = None

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 import redis
@@ -290,12 +290,12 @@ class CronStore:
         for index, entry in enumerate(entries):
             task, window, custom_wid = entry[0], entry[2], entry[4]
             # a crontab's and a 60 s interval's windows differ in id only
-            memo = (window, task.is_interval, task.window_length, task.grace, custom_wid)
-            group = groups.get(memo)
+            key = (window, task.is_interval, task.window_length, task.grace, custom_wid)
+            group = groups.get(key)
             if group is None:
                 deadline = task_deadline(task, window, self.grace)
                 wid = custom_wid or task.window_id_of(window)
-                group = groups[memo] = (window, wid, deadline)
+                group = groups[key] = (window, wid, deadline)
             by_window.setdefault(group, []).append(index)
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
@@ -362,7 +362,8 @@ class CronStore:
     def expired_claims(self, now: datetime, limit: int = 50) -> list[str]:
         """Claim ids whose lease ended unconfirmed (one ZRANGEBYSCORE: cheap every tick)."""
         key = self.keys.cron_pending_lease()
-        return self.client.zrangebyscore(key, "-inf", now.timestamp(), start=0, num=limit)
+        ids = self.client.zrangebyscore(key, "-inf", now.timestamp(), start=0, num=limit)
+        return cast("list[str]", ids)  # decode_responses=True and no scores
 
     def take_over(self, batch: str, now: datetime) -> PendingClaim | None:
         """Win the expired claim ``batch`` for this caller (one beat of all wins), or None.
@@ -514,7 +515,8 @@ class CronStore:
         pipe.execute()
 
     def stopped_beats(self) -> dict[str, float]:
-        raw = self.client.hgetall(self.keys.cron_beats_stopped())
+        reply = self.client.hgetall(self.keys.cron_beats_stopped())
+        raw = cast("dict[str, str]", reply)  # decode_responses=True
         return {beat: float(ts) for beat, ts in raw.items()}
 
     # --- worker ---------------------------------------------------------------------------
@@ -610,17 +612,19 @@ class CronStore:
         return {p: wid for p, wid in zip(pairs, pipe.execute(), strict=True) if wid}
 
     def window_owner(self, task_id: str, tenant: str, wid: str) -> str | None:
-        return self.client.get(self.keys.cron_window(task_id, tenant, wid))
+        owner = self.client.get(self.keys.cron_window(task_id, tenant, wid))
+        return cast("str | None", owner)  # decode_responses=True
 
     def _pending(self) -> dict[str, dict[str, Any]]:
-        raw = self.client.hgetall(self.keys.cron_pending())
+        reply = self.client.hgetall(self.keys.cron_pending())
+        raw = cast("dict[str, str]", reply)  # decode_responses=True
         return {batch: json.loads(record) for batch, record in raw.items()}
 
     def lost_claims(self, cutoff: datetime) -> list[str]:
         """Members (``task|tenant|window``) claimed before ``cutoff`` and never confirmed
         published: the claim fired them (their state's ``last_sent_at`` is the claim's time)
         and no run of that window ever started."""
-        stale = []
+        stale: list[tuple[float, str]] = []
         for record in self._pending().values():
             at = float(record[CronPendingField.AT])
             if at < cutoff.timestamp():
@@ -679,8 +683,10 @@ class CronStore:
         return self._forget_claims(self.client.pipeline(transaction=False), *old).execute()[0]
 
     def failing(self) -> dict[str, str]:
-        return self.client.hgetall(self.keys.cron_failing())
+        reply = self.client.hgetall(self.keys.cron_failing())
+        return cast("dict[str, str]", reply)  # decode_responses=True
 
     def heartbeats(self) -> dict[str, float]:
-        raw = self.client.hgetall(self.keys.beat_heartbeat())
+        reply = self.client.hgetall(self.keys.beat_heartbeat())
+        raw = cast("dict[str, str]", reply)  # decode_responses=True
         return {beat: float(ts) for beat, ts in raw.items()}

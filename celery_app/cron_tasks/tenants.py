@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 from celery import Celery
@@ -69,7 +70,7 @@ class TenantsSource:
 
 def redis_tenants(client: redis.Redis, keys: Keys) -> TenantsFn:
     def read() -> list[str]:
-        return sorted(client.smembers(keys.tenants()))
+        return sorted(cast("set[str]", client.smembers(keys.tenants())))  # decode_responses=True
 
     return read
 
@@ -84,7 +85,7 @@ def _import_path(path: str) -> TenantsFn:
         raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} cannot be imported: {exc}") from exc
     if not callable(fun):
         raise TenantError(f"CHECKBEAT_TENANTS_PROVIDER={path!r} is not callable")
-    return fun
+    return cast("Callable[[], Iterable[str]]", fun)  # callable; each read checks what it yields
 
 
 def resolve_tenants(app: Celery) -> TenantsSource | None:

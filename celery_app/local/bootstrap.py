@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
@@ -42,7 +42,7 @@ DEMO_CHECKS = (
 )
 #: Per-check state thresholds of the demo: /flaky's random failures rarely reach 3 in a row;
 #: /flapping's 20 s outages do, and its recovery needs 2 successes in a row.
-DEMO_THRESHOLDS = {
+DEMO_THRESHOLDS: dict[str, dict[str, Any]] = {
     "flaky": {"failure_threshold": 3, "success_threshold": 1},
     "flapping": {"failure_threshold": 2, "success_threshold": 2},
 }
@@ -97,7 +97,7 @@ def add_demo_data(stack: Stack, echo: Callable[[str], None]) -> None:
     client = get_redis(settings.redis_url, settings)
     client.sadd(state_keys(settings).tenants(), *DEMO_TENANTS)
     store = CheckStore.for_app(stack.app)
-    base = stack.demo_target.base_url  # type: ignore[union-attr]
+    base = stack.demo_target.base_url  # type: ignore[union-attr]  # called with the demo on
     created = 0
     for tenant, weight in DEMO_TENANTS.items():
         for name, path, period in DEMO_CHECKS:

@@ -21,7 +21,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from celery_app.local.demo_target import DemoTarget
 
 from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.local.supervisor import ChildDied, ChildSpec, Supervisor
@@ -47,7 +50,7 @@ class Stack:
 
     supervisor: Supervisor
     redis: RedisServer | None = None
-    demo_target: object | None = None
+    demo_target: DemoTarget | None = None
     env: dict[str, str] = field(default_factory=dict)
     regions: tuple[str, ...] = ()
     app: Any = None
@@ -57,7 +60,7 @@ class Stack:
         workers = [n for n in names if n.startswith("worker")]
         codes = self.supervisor.stop([["beat"], workers, ["flower"]])
         if self.demo_target is not None:
-            self.demo_target.stop()  # type: ignore[attr-defined]
+            self.demo_target.stop()
         if self.redis is not None:
             self.redis.stop()
         return codes

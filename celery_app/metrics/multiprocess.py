@@ -51,7 +51,7 @@ def _rebind(metric: object) -> None:
     if children is not None:
         children.clear()
     if not getattr(metric, "_labelnames", ()):
-        metric._metric_init()  # type: ignore[attr-defined]
+        metric._metric_init()  # type: ignore[attr-defined]  # prometheus_client's own
 
 
 def collector(path: Path) -> CollectorRegistry:

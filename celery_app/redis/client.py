@@ -97,7 +97,7 @@ def _connect(url: str, settings: Settings, tls: dict[str, Any], **options: Any) 
     if is_cluster_url(url):
         from celery_app.redis.cluster import cluster_client
 
-        return cluster_client(url, settings, **options)  # type: ignore[return-value]
+        return cluster_client(url, settings, **options)  # type: ignore[return-value]  # used as one
     from celery_app.redis.replication import mark_client
 
     client = ScriptClient.from_url(

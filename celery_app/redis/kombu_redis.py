@@ -46,17 +46,17 @@ class SharedClient:
         kombu issue #582). A connection error is what the close ignores; the worker reconnects,
         and the unacked messages stay in Redis for the transport's own restore.
         """
-        if self.connection.client is None:  # type: ignore[attr-defined]
+        if self.connection.client is None:  # type: ignore[attr-defined]  # a mixin
             raise redis.exceptions.ConnectionError("the broker connection is closed")
-        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[misc]
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[misc]  # a mixin
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
-            return super()._create_client(asynchronous=True)  # type: ignore[misc]
-        pool = self.pool  # type: ignore[attr-defined]
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]  # a mixin
+        pool = self.pool  # type: ignore[attr-defined]  # a mixin
         client = self._shared_client
         if client is None or client.connection_pool is not pool:
-            client = self._shared_client = super()._create_client()  # type: ignore[misc]
+            client = self._shared_client = super()._create_client()  # type: ignore[misc]  # a mixin
         return client
 
 
@@ -73,12 +73,12 @@ class AcksOnlyRecorded:
     """
 
     def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
-        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]
-            super().basic_ack(delivery_tag, multiple=multiple)  # type: ignore[misc]
+        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]  # a mixin
+            super().basic_ack(delivery_tag, multiple=multiple)  # type: ignore[misc]  # a mixin
 
     def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
-        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]
-            super().basic_reject(delivery_tag, requeue=requeue)  # type: ignore[misc]
+        if delivery_tag in self.qos._delivered:  # type: ignore[attr-defined]  # a mixin
+            super().basic_reject(delivery_tag, requeue=requeue)  # type: ignore[misc]  # a mixin
 
 
 class Channel(AcksOnlyRecorded, SharedClient, kombu_redis.Channel):

@@ -43,12 +43,13 @@ class QoS(kombu_redis.QoS):
         try:
             return super().restore_unacked(client)
         except AttributeError:
+            delivered: Any = self._delivered  # set by kombu's QoS.__init__, never None
             log.warning(
                 "checkbeat: %d unacked message(s) left to the visibility timeout: the broker "
                 "connection was already gone (failover)",
-                len(self._delivered),
+                len(delivered),
             )
-            self._delivered.clear()
+            delivered.clear()
             return None
 
     def ack(self, delivery_tag: Any) -> None:

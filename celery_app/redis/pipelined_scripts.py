@@ -35,6 +35,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 from redis.exceptions import NoScriptError
+from redis.typing import ScriptTextT
 
 
 class ScriptPipeline(Pipeline):
@@ -42,19 +43,25 @@ class ScriptPipeline(Pipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._sources: dict[str, str] = {}
+        self._sources: dict[str, ScriptTextT] = {}
         #: the last execute() re-ran calls that got NOSCRIPT (after the pipeline's other commands)
         self.reran_scripts = False
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # type: ignore[override]  # Pipeline.reset, not the RESET command
         super().reset()
         self._sources = {}  # a new dict: execute() still holds the one of the pipeline just run
 
     def takes_bare_scripts(self) -> bool:
         """Whether :meth:`queue_script` may be used now (not a transaction, not WATCHing)."""
-        return not (self.transaction or self.explicit_transaction or self.watching)
+        return not (
+            self.transaction  # type: ignore[truthy-function]  # an attribute: Pipeline sets a bool
+            or self.explicit_transaction
+            or self.watching
+        )
 
-    def queue_script(self, sha: str, source: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    def queue_script(
+        self, sha: str, source: ScriptTextT, keys: Sequence[Any], args: Sequence[Any]
+    ) -> Any:
         """Queue ``EVALSHA sha`` (``source`` is loaded only if Redis answers NOSCRIPT)."""
         self._sources[sha] = source
         return self.evalsha(sha, len(keys), *keys, *args)
@@ -74,7 +81,7 @@ class ScriptPipeline(Pipeline):
             self.raise_first_error(stack, replies)
         return replies
 
-    def _rerun(self, stack: list[Any], replies: list[Any], sources: dict[str, str]) -> None:
+    def _rerun(self, stack: list[Any], replies: list[Any], sources: dict[str, ScriptTextT]) -> None:
         """Load the missing scripts and send the calls that got NOSCRIPT again (one round
         trip); their replies, and those of WAITs after them, replace the ones in ``replies``."""
         failed = [

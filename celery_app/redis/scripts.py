@@ -15,10 +15,10 @@ import logging
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis
-from redis.cluster import ClusterPipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -163,7 +163,7 @@ def _call_on_client(
 
 
 def run_script(
-    client: redis.Redis | redis.client.Pipeline,
+    client: redis.Redis | redis.client.Pipeline | RedisCluster,
     name: str,
     keys: Sequence[str] = (),
     args: Sequence[Any] = (),
@@ -180,8 +180,10 @@ def run_script(
     script, kind = _script(name), _call_kind(type(client))
     if kind == "client":
         return _call_on_client(client, name, script, keys, args)
-    if kind == "bare" and client.takes_bare_scripts():  # type: ignore[union-attr]
-        return client.queue_script(_sha(name), script.script, keys, args)  # type: ignore[union-attr]
+    if kind == "bare":
+        pipe = cast(ScriptPipeline, client)  # _call_kind: its class is a ScriptPipeline
+        if pipe.takes_bare_scripts():
+            return pipe.queue_script(_sha(name), script.script, keys, args)
     if kind == "cluster":
-        load_on_primaries(client, script)  # type: ignore[arg-type]
+        load_on_primaries(cast(ClusterPipeline, client), script)  # _call_kind: a ClusterPipeline
     return script(keys=list(keys), args=list(args), client=client)

@@ -32,7 +32,9 @@ class SentinelUrlError(CheckbeatError, ValueError):
 
 
 def is_sentinel_url(url: str | None) -> bool:
-    return bool(url) and url.split("://", 1)[0].lower() == SCHEME  # type: ignore[union-attr]
+    if not url:
+        return False
+    return url.split("://", 1)[0].lower() == SCHEME
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
         raise SentinelUrlError(f"{url!r}: the addresses name different databases {sorted(dbs)}")
     if len(creds) > 1:
         raise SentinelUrlError(f"{url!r}: the addresses carry different credentials")
-    username, password = creds.pop() if creds else (None, None)
-    return SentinelUrl(tuple(hosts), dbs.pop() if dbs else 0, username, password)
+    username, secret = creds.pop() if creds else (None, None)
+    return SentinelUrl(tuple(hosts), dbs.pop() if dbs else 0, username, secret)
 
 
 def kombu_url(url: str) -> str:

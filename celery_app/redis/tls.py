@@ -21,7 +21,9 @@ CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none
 
 
 def is_tls_url(url: str | None) -> bool:
-    return bool(url) and url.split("://", 1)[0].lower() == "rediss"  # type: ignore[union-attr]
+    if not url:
+        return False
+    return url.split("://", 1)[0].lower() == "rediss"
 
 
 def redis_tls_kwargs(url: str, settings: Settings) -> dict[str, Any]:

@@ -52,7 +52,9 @@ def _context(settings: Settings) -> ssl.SSLContext:
     return context
 
 
-def _handshake(host: str, port: int, context: ssl.SSLContext) -> ssl.SSLError | None:
+def _handshake(
+    host: str, port: int, context: ssl.SSLContext
+) -> ssl.SSLCertVerificationError | None:
     try:
         with (
             socket.create_connection((host, port), PROBE_TIMEOUT_S) as sock,

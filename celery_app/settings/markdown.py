@@ -27,7 +27,7 @@ def settings_markdown() -> str:
     code."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, info in Settings.model_fields.items():
-        default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]
+        default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]  # takes no data
         meaning = (info.description or "").replace("|", "\\|")
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `{_default_text(default)}` | {meaning} |")
     return "\n".join(rows)

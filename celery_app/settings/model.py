@@ -504,7 +504,7 @@ class Settings(BaseSettings):
                 "celery/celery#2852): use a redis:// or sentinel:// broker"
             )
         try:
-            parse_cluster_url(value)  # type: ignore[arg-type]
+            parse_cluster_url(value)  # type: ignore[arg-type]  # a str here: checked above
         except ClusterUrlError as exc:
             raise ValueError(str(exc)) from None
         return value

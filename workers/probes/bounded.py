@@ -34,7 +34,7 @@ import json
 import os
 import threading
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jmespath
 import jmespath.exceptions
@@ -44,6 +44,12 @@ import re2
 
 from celery_app.errors import CheckbeatError
 from workers.deadline import Deadline, DeadlineExceeded
+
+if TYPE_CHECKING:
+    from jmespath.visitor import (
+        _TreeNode as TreeNode,  # the parsed node, as types-jmespath names it
+    )
+
 
 #: The largest compiled RE2 program a ``body_regex`` may have (ordinary patterns need under
 #: 60): a search costs at most about this many steps per body byte.
@@ -285,19 +291,19 @@ class _Interpreter(jmespath.visitor.TreeInterpreter):
         functions.steps = steps
         super().__init__(jmespath.visitor.Options(custom_functions=functions))
         self._steps = steps
-        self.COMPARATOR_FUNC = {
+        self.COMPARATOR_FUNC = {  # type: ignore[misc]  # per instance: they count its steps
             **self.COMPARATOR_FUNC,
             "eq": lambda x, y: bounded_equal(x, y, steps),
             "ne": lambda x, y: not bounded_equal(x, y, steps),
         }
 
-    def visit(self, node: dict, *args: Any, **kwargs: Any) -> Any:
+    def visit(self, node: TreeNode, *args: Any, **kwargs: Any) -> Any:
         value = _sized(super().visit(node, *args, **kwargs))
         # a node's work is about the size of what it built (a projection, a flatten)
         self._steps.step(len(value) + 1 if isinstance(value, list | dict | str) else 1)
         return value
 
-    def visit_projection(self, node: dict, value: Any) -> Any:
+    def visit_projection(self, node: TreeNode, value: Any) -> Any:
         """A projection of the identity (what ``a[]`` and ``a[*]`` end with) without a visit per
         element: a list is checked once, not element by element."""
         if node["children"][1]["type"] != "identity":
@@ -307,7 +313,7 @@ class _Interpreter(jmespath.visitor.TreeInterpreter):
             return None
         return [element for element in base if element is not None]
 
-    def visit_flatten(self, node: dict, value: Any) -> Any:
+    def visit_flatten(self, node: TreeNode, value: Any) -> Any:
         base = self.visit(node["children"][0], value)
         if not isinstance(base, list):
             return None

@@ -301,13 +301,13 @@ def _send(hop: Hop, method: str, headers: Iterable[tuple[str, str]], sock: Deadl
     """Write the request (``http.client`` validates the target and every header) and read the
     response's status line and headers."""
     writer = http.client.HTTPConnection(hop.host, hop.port)
-    writer.sock = sock  # type: ignore[assignment] - it only calls sendall
+    writer.sock = sock  # it only calls sendall
     writer.putrequest(method, hop.target, skip_host=True, skip_accept_encoding=True)
     writer.putheader("Host", hop.host_header)
     for name, value in headers:
         writer.putheader(name, value)
     writer.endheaders()
-    response = http.client.HTTPResponse(sock, method=method)  # type: ignore[arg-type]
+    response = http.client.HTTPResponse(sock, method=method)  # type: ignore[arg-type]  # a socket-like
     response.begin()
     return response
 
@@ -362,7 +362,7 @@ def fetch(
             return Exchange(response, sock, address)
         if response.msg.get_all("Set-Cookie"):
             jar = jar or http.cookiejar.CookieJar()
-            jar.extract_cookies(response, urllib.request.Request(hop.url))  # type: ignore[arg-type]
+            jar.extract_cookies(response, urllib.request.Request(hop.url))
         response.close()  # the redirect's body is not read
         sock.close()
         hops += 1
