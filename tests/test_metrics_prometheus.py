@@ -209,7 +209,8 @@ def test_prometheus_scrapes_every_process_and_sees_the_series_move(
         procs.stop()
 
 
-def test_promtool_accepts_the_alert_rules_and_the_scrape_config():
+def test_promtool_accepts_the_alert_rules_and_the_scrape_config(tmp_path):
+    import shutil
     import subprocess
 
     import yaml
@@ -220,9 +221,16 @@ def test_promtool_accepts_the_alert_rules_and_the_scrape_config():
     assert done.returncode == 0, done.stdout + done.stderr
     rules = sum(len(group["rules"]) for group in yaml.safe_load(ALERTS.read_text())["groups"])
     assert f"SUCCESS: {rules} rules found" in done.stdout
-    # The example scrape config for compose loads (and with it the rules file next to it).
+    # The example scrape config for compose loads (and with it the rules file next to it), once
+    # the token file its jobs name exists: promtool checks that it does.
+    config = (ALERTS.parent / "prometheus.yml").read_text()
+    token_path = "/etc/prometheus/checkbeat_metrics_token"
+    assert config.count(f"credentials_file: {token_path}") == 3  # every job sends the token
+    (tmp_path / "token").write_text("a-metrics-token\n")
+    (tmp_path / "prometheus.yml").write_text(config.replace(token_path, str(tmp_path / "token")))
+    shutil.copy(ALERTS, tmp_path / ALERTS.name)
     done = subprocess.run(
-        [PROMTOOL, "check", "config", str(ALERTS.parent / "prometheus.yml")],
+        [PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")],
         capture_output=True,
         text=True,
         timeout=60,
