@@ -22,6 +22,7 @@ from celery import Celery
 from celery.beat import ScheduleEntry, Scheduler
 from celery.schedules import crontab
 from kombu import Exchange, Queue
+from support.beat_entries import ENTRY_OPTIONS
 
 from celery_app.cron_tasks.publish import CronHeader, CronPublisher
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron
@@ -72,19 +73,11 @@ def proj(r, broker, broker_url, monkeypatch):
     cron("* * * * *", app=app, id="cron-plain", name="proj.cron")(_task_body)
     cron("* * * * *", app=app, id="cron-queued", name="proj.cronq", queue="cron.q")(_task_body)
     cron("* * * * *", app=app, id="cron-tenants", name="proj.tenants", per_tenant=True)(_task_body)
-    with_options = {
-        "queue": "q1",
-        "routing_key": "rk",
-        "exchange": "ex",
-        "priority": 5,
-        "expires": 30,
-        "headers": {"tenant": "acme"},
-    }
     soon = datetime.now(UTC) + timedelta(hours=1)
     app.conf.beat_schedule = {
         "crontab-plain": {"task": "proj.plain", "schedule": crontab()},
         "interval-args": {"task": "proj.plain", "schedule": 20, "args": (1,), "kwargs": {"y": 2}},
-        "interval-options": {"task": "proj.plain", "schedule": 20, "options": with_options},
+        "interval-options": {"task": "proj.plain", "schedule": 20, "options": ENTRY_OPTIONS},
         "routed": {"task": "proj.routed", "schedule": timedelta(seconds=30), "args": [3]},
         "annotated": {"task": "proj.annotated", "schedule": crontab(minute="*/5")},
         "own-limits": {"task": "proj.own", "schedule": crontab()},

@@ -10,6 +10,15 @@ from kombu import Exchange, Queue
 
 #: The queues the entries land on: options route, the task's own route, the default queue.
 QUEUES = ("q1", "tq", "celery")
+#: Every routing and delivery option an entry may carry, as real projects set them.
+ENTRY_OPTIONS = {
+    "queue": "q1",
+    "routing_key": "rk",
+    "exchange": "ex",
+    "priority": 5,
+    "expires": 30,
+    "headers": {"tenant": "acme"},
+}
 
 
 def add_entries_with_options(app: Celery) -> None:
@@ -27,17 +36,9 @@ def add_entries_with_options(app: Celery) -> None:
     def add(x, y=0):
         return x + y
 
-    options = {
-        "queue": "q1",
-        "routing_key": "rk",
-        "exchange": "ex",
-        "priority": 5,
-        "expires": 30,
-        "headers": {"tenant": "acme"},
-    }
     app.conf.beat_schedule = {
         "with-options": {"task": "proj.add", "schedule": 20, "args": (1,), "kwargs": {"y": 2},
-                         "options": options},
+                         "options": ENTRY_OPTIONS},
         "own-routing": {"task": "proj.add", "schedule": 20, "args": [3]},
         "unregistered": {"task": "remote.job", "schedule": 20, "kwargs": {"a": "b"}},
     }  # fmt: skip
