@@ -19,9 +19,8 @@ its start. Known, documented divergences, kept out of the generated specs or che
    drops the fold and answers with the first pass, an instant *before* its start
    (test_cronsim_answers_before_its_start_in_the_repeated_pass pins this). DST behaviour itself
    is pinned by tests/test_cron_dst.py.
-6. A one-value range with a step (``5-5/10``): cronie sets just 5; cronsim (2.8) sees a single
-   value before the slash and reads it as ``5/10``, i.e. ``5-59/10``. Not generated here (the
-   vector table pins ``3-3``; see test_single_value_range_with_step below).
+6. (None since cronsim 2.9, which reads a one-value range with a step, ``5-5/10``, as cronie
+   does: just 5. Generated here, and pinned by test_single_value_range_with_step below.)
 7. Clock changes of three hours or more (Antarctica/Casey's 3-hour gaps, Samoa's skipped day):
    cronsim catches up skipped fixed-time jobs after any gap; cronie, and we, only after gaps
    shorter than three hours (test_cronsim_catches_up_after_a_three_hour_gap pins this).
@@ -72,9 +71,9 @@ def element(draw: st.DrawFn, index: int) -> str:
         return text
     if kind == "N/S":
         return f"{text}/{step}"
-    if kind == "A-B/S" and n < hi:
-        # A-A/S is cronsim's divergence 6; start <= end, cronsim rejects 5-0 (divergence 1)
-        _, end = draw(value(index, n + 1, hi))
+    if kind == "A-B/S":
+        # start <= end: cronsim rejects 5-0 (divergence 1)
+        _, end = draw(value(index, n, hi))
         return f"{text}-{end}/{step}"
     _, end = draw(value(index, n, hi))
     return f"{text}-{end}"
@@ -213,10 +212,10 @@ def test_differential_catches_an_and_or_mixup() -> None:
 
 
 def test_single_value_range_with_step() -> None:
-    """Divergence 6, pinned: A-A/S is just A, as cronie's loop ``for i = A; i <= A; i += S``."""
+    """A-A/S is just A, as cronie's loop ``for i = A; i <= A; i += S``; cronsim 2.9 agrees."""
     start = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
     assert parse("5-5/10 * * * *").next(start + MINUTE) == datetime(2026, 1, 1, 1, 5, tzinfo=UTC)
-    assert cronsim_next("5-5/10 * * * *", start) == datetime(2026, 1, 1, 0, 15, tzinfo=UTC)
+    assert cronsim_next("5-5/10 * * * *", start) == datetime(2026, 1, 1, 1, 5, tzinfo=UTC)
 
 
 # -- matches and next agree -------------------------------------------------------------------
