@@ -58,6 +58,8 @@ _REPR_MAX = 1024  # Celery's argsrepr_maxsize / kwargsrepr_maxsize
 _PERSISTENT = 2  # kombu's delivery mode of a persistent message (the fast path's only one)
 # A route of only these options puts a message on the anonymous exchange, routing key = queue.
 _PLAIN_ROUTE = frozenset({"queue", "routing_key"})
+#: Envelope parts kept per publisher (a task to a queue each); past this the memo starts over.
+_PARTS_KEPT = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +172,32 @@ def encode_envelope(
     task's own ``(time_limit, soft_time_limit, ignore_result)`` of an ``as_apply_async``
     message, under its own limits (its ``ignore_result`` is then the task's).
     """
-    time_limit, soft_time_limit = message.time_limit, message.soft_time_limit
-    ignore_result = message.ignore_result
-    if task_defaults is not None:
-        if time_limit is None:
-            time_limit = task_defaults[0]
-        if soft_time_limit is None:
-            soft_time_limit = task_defaults[1]
-        ignore_result = task_defaults[2]
+    parts = _envelope_parts(message, queue, origin, _str(reply_to), task_defaults)
+    expires = cast("datetime | None", message.expires)  # seconds go the kombu path (BatchPublisher)
+    return _join_envelope(
+        parts,
+        task_id,
+        delivery_tag,
+        _str(expires.isoformat()) if expires else "null",
+        _expiration_field(expiration),
+        _headers_json(message.headers),
+    )
+
+
+#: The parts of an envelope that are the same for every message of one task to one queue
+#: (body, name, limits, reprs, origin, reply_to, queue), between the per-message ones.
+_Parts = tuple[str, str, str, str, str]
+
+
+def _envelope_parts(
+    message: TaskMessage,
+    queue: str,
+    origin: str,
+    reply_to_json: str,
+    task_defaults: tuple[Any, Any, Any] | None,
+) -> _Parts:
+    """:func:`encode_envelope`'s fixed parts of ``message`` (see :data:`_Parts`)."""
+    time_limit, soft_time_limit, ignore_result = _limits(message, task_defaults)
     args, kwargs = message.args, message.kwargs
     if args or kwargs:
         args_json = _body_dumps(list(args)) if args else "[]"
@@ -188,48 +208,98 @@ def encode_envelope(
         kwargsrepr = _str(argrepr(kwargs)) if kwargs else _EMPTY_KWARGSREPR
     else:
         body64, argsrepr, kwargsrepr = _EMPTY_BODY64, _EMPTY_ARGSREPR, _EMPTY_KWARGSREPR
-    expires = cast("datetime | None", message.expires)  # seconds go the kombu path (BatchPublisher)
-    headers = message.headers
+    return (
+        '{"body":"'
+        + body64
+        + '","content-encoding":"utf-8","content-type":"application/json","headers":{'
+        '"lang":"py","task":' + _str(message.name) + ',"id":"',
+        ',"group":null,"group_index":null,"retries":0,"timelimit":['
+        + _num(time_limit)
+        + ","
+        + _num(soft_time_limit)
+        + '],"root_id":"',
+        '","parent_id":null,"argsrepr":'
+        + argsrepr
+        + ',"kwargsrepr":'
+        + kwargsrepr
+        + ',"origin":'
+        + origin
+        + ',"ignore_result":'
+        + _IGNORE_RESULT[ignore_result]
+        + ',"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
+        '","reply_to":' + reply_to_json + ',"delivery_mode":2,',
+        '"delivery_info":{"exchange":"","routing_key":'
+        + _str(queue)
+        + '},"priority":0,"body_encoding":"base64","delivery_tag":"',
+    )
+
+
+def _limits(
+    message: TaskMessage, task_defaults: tuple[Any, Any, Any] | None
+) -> tuple[Any, Any, Any]:
+    """(time_limit, soft_time_limit, ignore_result) the envelope carries: the message's, under
+    an ``as_apply_async`` message's task defaults."""
+    if task_defaults is None:
+        return message.time_limit, message.soft_time_limit, message.ignore_result
+    time_limit, soft_time_limit = message.time_limit, message.soft_time_limit
+    if time_limit is None:
+        time_limit = task_defaults[0]
+    if soft_time_limit is None:
+        soft_time_limit = task_defaults[1]
+    return time_limit, soft_time_limit, task_defaults[2]
+
+
+def _join_envelope(
+    parts: _Parts,
+    task_id: str,
+    delivery_tag: str,
+    expires_json: str,
+    expiration_field: str,
+    headers_json: str,
+) -> str:
+    """One envelope: ``parts`` with the fields of one message between them."""
     return "".join(
         (
-            '{"body":"',
-            body64,
-            '","content-encoding":"utf-8","content-type":"application/json","headers":{'
-            '"lang":"py","task":',
-            _str(message.name),
-            ',"id":"',
+            parts[0],
             task_id,
             '","shadow":null,"eta":null,"expires":',
-            _str(expires.isoformat()) if expires else "null",
-            ',"group":null,"group_index":null,"retries":0,"timelimit":[',
-            _num(time_limit),
-            ",",
-            _num(soft_time_limit),
-            '],"root_id":"',
+            expires_json,
+            parts[1],
             task_id,
-            '","parent_id":null,"argsrepr":',
-            argsrepr,
-            ',"kwargsrepr":',
-            kwargsrepr,
-            ',"origin":',
-            origin,
-            ',"ignore_result":',
-            _IGNORE_RESULT[ignore_result],
-            ',"replaced_task_nesting":0,"stamped_headers":null,"stamps":{}',
-            "," + _dumps(headers)[1:-1] if headers else "",
+            parts[2],
+            headers_json,
             '},"properties":{"correlation_id":"',
             task_id,
-            '","reply_to":',
-            _str(reply_to),
-            ',"delivery_mode":2,',
-            "" if expiration is None else f'"expiration":"{expiration}",',
-            '"delivery_info":{"exchange":"","routing_key":',
-            _str(queue),
-            '},"priority":0,"body_encoding":"base64","delivery_tag":"',
+            parts[3],
+            expiration_field,
+            parts[4],
             delivery_tag,
             '"}}',
         )
     )
+
+
+def _expiration_field(expiration: str | None) -> str:
+    return "" if expiration is None else f'"expiration":"{expiration}",'
+
+
+def _headers_json(headers: Mapping[str, Any]) -> str:
+    """``headers`` as the envelope's headers object carries them after Celery's own (with a
+    leading comma), as ``_dumps`` writes them: text and flags written here directly, anything
+    else by ``_dumps``."""
+    if not headers:
+        return ""
+    fields = []
+    for key, value in headers.items():
+        if not isinstance(key, str):
+            return "," + _dumps(headers)[1:-1]
+        if isinstance(value, str):
+            fields.append(f"{_str(key)}:{_str(value)}")
+        elif value is True or value is False or value is None:
+            fields.append(f"{_str(key)}:{_IGNORE_RESULT[value]}")
+        else:
+            return "," + _dumps(headers)[1:-1]
+    return "," + ",".join(fields)
 
 
 class UniqueIds:
@@ -240,27 +310,32 @@ class UniqueIds:
     """
 
     def __init__(self) -> None:
-        self._base = uuid.uuid4().int & ~((1 << 48) - 1)
+        base = f"{uuid.uuid4().int & ~((1 << 48) - 1):032x}"
+        # The counter's 48 bits are the last group's 12 hex digits: the rest is fixed.
+        self._prefix = f"{base[:8]}-{base[8:12]}-{base[12:16]}-{base[16:20]}-"
         self._counter = itertools.count()
 
     def __call__(self) -> str:
-        h = f"{self._base | (next(self._counter) & ((1 << 48) - 1)):032x}"
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return f"{self._prefix}{next(self._counter) & ((1 << 48) - 1):012x}"
 
 
 class _Expirations:
-    """``expiration`` per distinct ``expires`` of one publish call (cron windows share one)."""
+    """Per distinct ``expires`` of one publish call (cron windows share one): its JSON and the
+    ``expiration`` field :func:`expiration_ms` gives it."""
 
     def __init__(self) -> None:
         self.now = datetime.now(UTC)
-        self._seen: dict[datetime, str] = {}
+        self._seen: dict[datetime, tuple[str, str]] = {}
 
-    def __call__(self, expires: datetime | None) -> str | None:
+    def __call__(self, expires: datetime | None) -> tuple[str, str]:
         if expires is None:
-            return None
+            return "null", ""
         found = self._seen.get(expires)
         if found is None:
-            found = self._seen[expires] = expiration_ms(expires, self.now)
+            found = self._seen[expires] = (
+                _str(expires.isoformat()),
+                _expiration_field(expiration_ms(expires, self.now)),
+            )
         return found
 
 
@@ -286,8 +361,11 @@ class RedisBatchPublisher:
         self.client = client or redis.Redis.from_url(broker_url, **client_options)
         self.origin = _dumps(_origin())
         self.reply_to = reply_to
+        self.reply_to_json = _str(reply_to)
         self.chunk = chunk
         self.ids = UniqueIds()
+        # (name, queue, limits, ignore_result, task defaults) -> the fixed parts of its envelope
+        self._parts: dict[tuple[Any, ...], _Parts] = {}
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
         for message in messages:
@@ -305,23 +383,28 @@ class RedisBatchPublisher:
         ids: list[str] = []
         by_queue: dict[str, list[str]] = {}
         expiration = _Expirations()
+        parts_of = self._parts_of
+        new_id = self.ids
         pipe = self.client.pipeline(transaction=False)
         pending = 0
         for message, queue, defaults in items:
-            task_id = message.task_id or self.ids()
+            task_id = message.task_id or new_id()
             ids.append(task_id)
-            by_queue.setdefault(queue, []).append(
-                encode_envelope(
-                    message,
-                    queue,
-                    task_id,
-                    self.ids(),
-                    origin=self.origin,
-                    reply_to=self.reply_to,
-                    expiration=expiration(cast("datetime | None", message.expires)),
-                    task_defaults=defaults,
-                )
+            parts = parts_of(message, queue, defaults)
+            expires_json, expiration_field = expiration(cast("datetime | None", message.expires))
+            envelope = _join_envelope(
+                parts,
+                task_id,
+                new_id(),
+                expires_json,
+                expiration_field,
+                _headers_json(message.headers),
             )
+            queued = by_queue.get(queue)
+            if queued is None:
+                by_queue[queue] = [envelope]
+            else:
+                queued.append(envelope)
             pending += 1
             if pending >= self.chunk:
                 self._flush(pipe, by_queue)
@@ -329,6 +412,33 @@ class RedisBatchPublisher:
         if pending:
             self._flush(pipe, by_queue)
         return ids
+
+    def _parts_of(
+        self, message: TaskMessage, queue: str, defaults: tuple[Any, Any, Any] | None
+    ) -> _Parts:
+        """The fixed parts of ``message``'s envelope; those of a message without arguments
+        (every cron window of a task) depend on the task, queue and limits alone: kept."""
+        if message.args or message.kwargs:
+            return _envelope_parts(message, queue, self.origin, self.reply_to_json, defaults)
+        time_limit, soft_time_limit, ignore_result = _limits(message, defaults)
+        # 300 and 300.0 are one key but not one JSON: the types are part of it
+        memo = (
+            message.name,
+            queue,
+            type(time_limit),
+            time_limit,
+            type(soft_time_limit),
+            soft_time_limit,
+            ignore_result,
+        )
+        parts = self._parts.get(memo)
+        if parts is None:
+            if len(self._parts) >= _PARTS_KEPT:
+                self._parts.clear()
+            parts = self._parts[memo] = _envelope_parts(
+                message, queue, self.origin, self.reply_to_json, defaults
+            )
+        return parts
 
     @staticmethod
     def _flush(pipe: Any, by_queue: dict[str, list[str]]) -> None:
