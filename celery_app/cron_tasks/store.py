@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from typing import Any, cast
 from uuid import uuid4
 
@@ -42,6 +41,9 @@ from celery_app.redis.scripts import run_script
 
 CHUNK = 500  # entries per claim call (5 KEYS each); one pipeline carries all chunks
 GAPS_KEPT = 1000  # gap records kept, newest first
+PAIR_KEYS_KEPT = 200_000  # (task, tenant) key sets kept by a store; past this it starts over
+#: One claim entry: (its index, task, tenant, "<kind>:<in-flight ttl ms>"), see cron_claim.lua.
+_Entry = tuple[int, CronTask, str, str]
 
 _CODES = {str(code.value): code for code in CronClaimCode}  # cron_claim.lua answers digits
 # Read as state hash fields by lost_claims (a lost claim fired, and no run of it started).
@@ -112,14 +114,15 @@ class FireRequest:
     #: ``Keys.cron_ref``): every beat that found it due names the same window.
     wid: str = ""
     ref: str = ""
+    #: The window's id and the request's name in claim records (``task|tenant|window id``),
+    #: written at creation: every request is claimed and sent by them.
+    window_id: str = field(init=False, compare=False, repr=False)
+    member: str = field(init=False, compare=False, repr=False)
 
-    @cached_property
-    def window_id(self) -> str:
-        return self.wid or self.task.window_id_of(self.window)
-
-    @cached_property
-    def member(self) -> str:
-        return f"{self.task.id}|{self.tenant}|{self.window_id}"
+    def __post_init__(self) -> None:
+        wid = self.wid or self.task.window_id_of(self.window)
+        object.__setattr__(self, "window_id", wid)
+        object.__setattr__(self, "member", f"{self.task.id}|{self.tenant}|{wid}")
 
 
 def anchored(task: CronTask, ref: str | None) -> CronTask:
@@ -186,18 +189,26 @@ class CronStore:
         self.client = client
         self.keys = keys
         self.grace = grace
+        # (task id, tenant, fingerprint) -> the keys of the pair that are the same every window
+        self._pairs: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
 
     # --- beat / run-now -------------------------------------------------------------------
-    def _claim_keys(self, task: CronTask, tenant: str, wid: str) -> tuple[str, str, str, str, str]:
-        """The five keys ``cron_claim.lua`` takes per entry."""
-        keys = self.keys
-        return (
-            keys.cron_window(task.id, tenant, wid),
-            keys.cron_inflight(task.id, tenant),
-            keys.cron_state(task.id, tenant),
-            keys.cron_stats(task.id),
-            keys.cron_ref(task.id, task.fingerprint),
-        )
+    def _pair_keys(self, task: CronTask, tenant: str) -> tuple[str, str, str, str]:
+        """The four keys ``cron_claim.lua`` takes per entry after its window key (in-flight,
+        state, stats, reference): built once per (task, tenant, schedule), not per window."""
+        memo = (task.id, tenant, task.fingerprint)
+        found = self._pairs.get(memo)
+        if found is None:
+            if len(self._pairs) >= PAIR_KEYS_KEPT:
+                self._pairs.clear()
+            keys = self.keys
+            found = self._pairs[memo] = (
+                keys.cron_inflight(task.id, tenant),
+                keys.cron_state(task.id, tenant),
+                keys.cron_stats(task.id),
+                keys.cron_ref(task.id, task.fingerprint),
+            )
+        return found
 
     def note_refs(self, tasks: Sequence[CronTask], at: datetime) -> dict[str, str]:
         """Each task's reference instant (``Keys.cron_ref``), set to ``at`` (rounded up to the
@@ -255,15 +266,30 @@ class CronStore:
         run has not finished; the window is consumed and recorded as skipped. ``marks`` record
         that a task's window was handled even with no tenant to fire for.
         """
-        # (task, tenant, window, "<kind>:<in-flight ttl ms>", custom wid), see cron_claim.lua
-        entries: list[tuple[CronTask, str, datetime, str, str]] = []
-        # per (window, length, grace): ms until its grace ends
-        left_ms: dict[tuple[datetime, timedelta, timedelta | None], float] = {}
-        for req in requests:
+        # The entries (requests, then marks) go in script calls of one (window, window id,
+        # deadline) each: a crontab's and an interval's window may start at the same instant
+        # under different ids and lengths.
+        by_window: dict[tuple[datetime, str, datetime], list[_Entry]] = {}
+        # per (window, kind of window, length, grace, custom wid): its by_window list
+        groups: dict[tuple[datetime, bool, timedelta, timedelta | None, str], list[_Entry]] = {}
+        # per (window, length, grace, timeout, kind): the entry's "<kind>:<in-flight ttl ms>"
+        specs: dict[tuple[datetime, timedelta, timedelta | None, timedelta, str], str] = {}
+
+        def group_of(task: CronTask, window: datetime, custom_wid: str) -> list[_Entry]:
+            # a crontab's and a 60 s interval's windows differ in id only
+            key = (window, task.is_interval, task.window_length, task.grace, custom_wid)
+            group = groups.get(key)
+            if group is None:
+                deadline = task_deadline(task, window, self.grace)
+                wid = custom_wid or task.window_id_of(window)
+                group = groups[key] = by_window.setdefault((window, wid, deadline), [])
+            return group
+
+        for index, req in enumerate(requests):
             task = req.task
             if task.is_custom and req.ref:  # a run-now has no last run: a plain keyed window
-                entries.append(
-                    (task, req.tenant, req.window, f"{CronClaimKind.CUSTOM}:{req.ref}", req.wid)
+                group_of(task, req.window, req.wid).append(
+                    (index, task, req.tenant, f"{CronClaimKind.CUSTOM}:{req.ref}")
                 )
                 continue
             if not task.singleton:
@@ -273,30 +299,18 @@ class CronStore:
             else:
                 kind = CronClaimKind.SINGLETON
             window = req.window
-            memo = (window, task.window_length, task.grace)
-            base = left_ms.get(memo)
-            if base is None:
+            memo = (window, task.window_length, task.grace, task.timeout, kind)
+            spec = specs.get(memo)
+            if spec is None:
                 deadline = task_deadline(task, window, self.grace)
-                base = left_ms[memo] = (deadline - now).total_seconds() * 1000
-            # A message may wait until the deadline, then run up to the hard limit.
-            inflight_ms = max(1000, int(base + req.task.hard_time_limit * 1000))
-            entries.append((req.task, req.tenant, window, f"{kind}:{inflight_ms}", ""))
-        for task, window in marks:
-            entries.append((task, GLOBAL_TENANT, window, f"{CronClaimKind.MARK}:0", ""))
-        # One script call per (window, window id, deadline): a crontab's and an interval's
-        # window may start at the same instant under different ids and lengths.
-        by_window: dict[tuple[datetime, str, datetime], list[int]] = {}
-        groups: dict[tuple[datetime, bool, timedelta, timedelta | None, str], tuple] = {}
-        for index, entry in enumerate(entries):
-            task, window, custom_wid = entry[0], entry[2], entry[4]
-            # a crontab's and a 60 s interval's windows differ in id only
-            key = (window, task.is_interval, task.window_length, task.grace, custom_wid)
-            group = groups.get(key)
-            if group is None:
-                deadline = task_deadline(task, window, self.grace)
-                wid = custom_wid or task.window_id_of(window)
-                group = groups[key] = (window, wid, deadline)
-            by_window.setdefault(group, []).append(index)
+                # A message may wait until the deadline, then run up to the hard limit.
+                left_ms = (deadline - now).total_seconds() * 1000
+                inflight_ms = max(1000, int(left_ms + task.hard_time_limit * 1000))
+                spec = specs[memo] = f"{kind}:{inflight_ms}"
+            group_of(task, window, "").append((index, task, req.tenant, spec))
+        mark = f"{CronClaimKind.MARK}:0"
+        for index, (task, window) in enumerate(marks, len(requests)):
+            group_of(task, window, "").append((index, task, GLOBAL_TENANT, mark))
         pipe = self.client.pipeline(transaction=False)
         batch = f"{owner}|{now.timestamp():.6f}|{uuid4().hex[:8]}"
         if requests:
@@ -310,8 +324,10 @@ class CronStore:
             }
             pipe.hset(self.keys.cron_pending(), batch, json.dumps(record))
             pipe.zadd(self.keys.cron_pending_lease(), {batch: now.timestamp() + CRON_CLAIM_LEASE_S})
-        calls: list[list[int]] = []
-        for (window, wid, deadline), indexes in by_window.items():
+        window_key = self.keys.cron_window
+        pair_keys = self._pair_keys
+        calls: list[list[_Entry]] = []
+        for (window, wid, deadline), group in by_window.items():
             # The window key must outlive every replica's chance to fire the window.
             win_ms = int(((deadline - now).total_seconds() + 120) * 1000)
             header: list[Any] = [
@@ -323,13 +339,13 @@ class CronStore:
                 max(1000, win_ms),
                 skipped_window_owner(owner),
             ]
-            for start in range(0, len(indexes), CHUNK):
-                chunk = indexes[start : start + CHUNK]
+            for start in range(0, len(group), CHUNK):
+                chunk = group[start : start + CHUNK]
                 call_keys: list[str] = []
                 args = list(header)
-                for index in chunk:
-                    task, tenant, _, spec, _ = entries[index]
-                    call_keys.extend(self._claim_keys(task, tenant, wid))
+                for _, task, tenant, spec in chunk:
+                    call_keys.append(window_key(task.id, tenant, wid))
+                    call_keys.extend(pair_keys(task, tenant))
                     args.append(spec)
                 run_script(pipe, "cron_claim", call_keys, args)
                 calls.append(chunk)
@@ -338,13 +354,13 @@ class CronStore:
         results = took_wait(pipe.execute(), queued, self.client, "cron window keys")
         if requests:
             results = results[2:]
-        codes = [CronClaimCode.TAKEN] * len(entries)
+        codes = [CronClaimCode.TAKEN] * len(requests)
         for chunk, result in zip(calls, results, strict=True):
             if isinstance(result, bytes):  # a client that does not decode responses
                 result = result.decode()
-            for index, code in zip(chunk, result, strict=True):
-                codes[index] = _CODES[code]
-        codes = codes[: len(requests)]
+            for entry, code in zip(chunk, result, strict=True):
+                if entry[0] < len(codes):  # not a mark
+                    codes[entry[0]] = _CODES[code]
         if requests and CronClaimCode.FIRE not in codes:
             self._forget_claims(self.client.pipeline(transaction=False), batch).execute()
         return Claim(codes, batch)
