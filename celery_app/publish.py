@@ -573,6 +573,7 @@ def fast_path_supported(app: Celery) -> bool:
 #: ignore_result); None when its envelope cannot reproduce them (a priority, a routing option,
 #: another serializer, a custom shadow name, pydantic arguments, ...).
 _TaskDefaults = tuple[Any, Any, Any] | None
+_Defaults = tuple[Any, Any, Any]
 
 
 def _task_defaults(app: Celery, name: str) -> _TaskDefaults:
@@ -663,31 +664,41 @@ class BatchPublisher:
             found = self._defaults[name] = _task_defaults(self.app, name)
             return found
 
-    def _as_apply_async(
-        self, message: TaskMessage
-    ) -> tuple[TaskMessage, str, tuple[Any, Any, Any]] | None:
-        """An ``as_apply_async`` message, its list key and its task's defaults, when the fast
-        path writes exactly what ``apply_async`` would; else None."""
-        if message.options or not isinstance(message.expires, datetime | None):
+    def _apply_async_target(self, name: str, queue: str | None) -> tuple[str, _Defaults] | None:
+        """The list key and the task's defaults of an ``as_apply_async`` message to ``queue``,
+        when the fast path writes exactly what ``apply_async`` would; else None."""
+        key = self.destination(name, queue)[0]
+        defaults = self.defaults(name)
+        if key is None or defaults is None:
             return None
-        key = self.destination(message.name, message.queue)[0]
-        defaults = self.defaults(message.name)
-        if key is None or defaults is None or _publish_signals_connected():
-            return None
-        return message, key, defaults
+        return key, defaults
 
     def publish(self, messages: Sequence[TaskMessage]) -> list[str]:
-        fast: list[tuple[TaskMessage, str, tuple[Any, Any, Any] | None]] = []
+        fast: list[tuple[TaskMessage, str, _Defaults | None]] = []
         slow: list[tuple[TaskMessage, Mapping[str, Any] | None]] = []
         order: list[bool] = []  # per message: fast path?
+        # Whether anything listens to the publish signals (then apply_async's messages take
+        # Celery's path): read once per call, not per message.
+        signals: bool | None = None
         for message in messages:
             if message.as_apply_async:
-                found = self._as_apply_async(message) if self.fast is not None else None
-                order.append(found is not None)
-                if found is None:
+                target = None
+                if (
+                    self.fast is not None
+                    and not message.options
+                    and isinstance(message.expires, datetime | None)
+                ):
+                    target = self._apply_async_target(message.name, message.queue)
+                    if target is not None:
+                        if signals is None:
+                            signals = _publish_signals_connected()
+                        if signals:
+                            target = None
+                order.append(target is not None)
+                if target is None:
                     slow.append((message, None))
                 else:
-                    fast.append(found)
+                    fast.append((message, target[0], target[1]))
                 continue
             if message.options:
                 slow.append((message, self._route_with_options(message)))

@@ -62,13 +62,27 @@ def cron_message(
     messages computes it once).
     """
     task = req.task
-    headers: dict[str, Any] = {
-        CronHeader.TASK: task.id,
-        CronHeader.TENANT: req.tenant,
-        CronHeader.WINDOW: req.window_id,
-    }
+    headers: dict[str, Any]
     if manual:
-        headers[CronHeader.MANUAL] = True
+        headers = {
+            CronHeader.TASK: task.id,
+            CronHeader.TENANT: req.tenant,
+            CronHeader.WINDOW: req.window_id,
+            CronHeader.MANUAL: True,
+        }
+    elif task.source == CronSource.BEAT_SCHEDULE:
+        headers = {
+            CronHeader.TASK: task.id,
+            CronHeader.TENANT: req.tenant,
+            CronHeader.WINDOW: req.window_id,
+        }
+    else:
+        headers = {
+            BEAT_HEADER: True,
+            CronHeader.TASK: task.id,
+            CronHeader.TENANT: req.tenant,
+            CronHeader.WINDOW: req.window_id,
+        }
     args: Any  # a list from a beat entry (as beat sends it), else a tuple
     if task.source == CronSource.BEAT_SCHEDULE:
         args, kwargs = task.call_arguments()
@@ -85,8 +99,6 @@ def cron_message(
             options=options,
             as_apply_async=True,
         )
-    if not manual:
-        headers = {BEAT_HEADER: True, **headers}
     if task.plain_message:
         kwargs = dict(task.kwargs) if task.kwargs else {}
         args = ()

@@ -77,11 +77,11 @@ class CronTask:
     def scope(self) -> str:
         return "per-tenant" if self.per_tenant else "global"
 
-    @property
+    @cached_property
     def soft_time_limit(self) -> float:
         return self.timeout.total_seconds()
 
-    @property
+    @cached_property
     def hard_time_limit(self) -> float:
         return self.timeout.total_seconds() + HARD_LIMIT_MARGIN
 
