@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from celery.beat import Scheduler
 
-from beat.cron_engine import CronEngine
+from beat.cron_engine import CronEngine, settle_long_lived
 from beat.dispatch_wake import WakeListener
 from beat.metrics import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
@@ -192,6 +192,7 @@ class CronScheduler(Scheduler):
         load_all(client)  # no first call re-run after a NOSCRIPT (see load_all)
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
         self.observer = self.observer or BeatObserver(app, self.beat_id, [t.id for t in tasks])
+        settle_long_lived()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Run what is due; return the seconds to sleep (Celery's Service sleeps that long).
@@ -329,6 +330,7 @@ class CronScheduler(Scheduler):
         self.engine.set_tasks(tasks, now)
         self.engine.lead = fire_lead(self.app, tasks)
         self._runtime_version = version
+        settle_long_lived()
         log.info("cron: runtime schedules changed (version %s): %d tasks", version, len(tasks))
 
     def _sweep(self, now: datetime) -> None:
