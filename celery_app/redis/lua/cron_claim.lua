@@ -17,57 +17,64 @@
 -- parses far faster than one per entry.
 local wts, wid, now, owner, manual, winttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local skipped_by = ARGV[7]
+-- Read once: this loop runs for every entry of a window (thousands).
+local sub = string.sub
+local wts_n = tonumber(wts)
+local FIRE, TAKEN, IN_FLIGHT, MARKED = CRON_CLAIM.FIRE, CRON_CLAIM.TAKEN, CRON_CLAIM.IN_FLIGHT,
+  CRON_CLAIM.MARKED
+local MARK, CUSTOM, SINGLETON, OVERLAP = CRON_CLAIM_KIND.MARK, CRON_CLAIM_KIND.CUSTOM,
+  CRON_CLAIM_KIND.SINGLETON, CRON_CLAIM_KIND.OVERLAP
+local S_LAST_WINDOW, S_LAST_SENT_AT, S_MANUAL, S_FIRED = CRON_STATE.LAST_WINDOW,
+  CRON_STATE.LAST_SENT_AT, CRON_STATE.MANUAL, CRON_STATE.FIRED
+local T_FIRED, T_LAST_WINDOW = CRON_STATS.FIRED, CRON_STATS.LAST_WINDOW
 local out = {}
 for i = 0, #KEYS / 5 - 1 do
-  local win, infl, state, stats, ref = KEYS[5*i+1], KEYS[5*i+2], KEYS[5*i+3], KEYS[5*i+4],
-    KEYS[5*i+5]
+  local k = 5 * i
+  local win, infl, state, stats, ref = KEYS[k+1], KEYS[k+2], KEYS[k+3], KEYS[k+4], KEYS[k+5]
   local spec = ARGV[8+i]
-  local kind = string.sub(spec, 1, 1)
-  local code = CRON_CLAIM.FIRE
-  if kind == CRON_CLAIM_KIND.MARK then
-    code = CRON_CLAIM.MARKED
-  elseif kind == CRON_CLAIM_KIND.CUSTOM then
-    if redis.call('GET', ref) == string.sub(spec, 3)
+  local kind = sub(spec, 1, 1)
+  local code = FIRE
+  if kind == MARK then
+    code = MARKED
+  elseif kind == CUSTOM then
+    if redis.call('GET', ref) == sub(spec, 3)
         and redis.call('SET', win, owner, 'NX', 'PX', winttl) then
       redis.call('SET', ref, now)
-      redis.call('HSET', state, CRON_STATE.LAST_WINDOW, wts, CRON_STATE.LAST_SENT_AT, now,
-                 CRON_STATE.MANUAL, manual)
-      redis.call('HINCRBY', state, CRON_STATE.FIRED, 1)
-      redis.call('HINCRBY', stats, CRON_STATS.FIRED, 1)
+      redis.call('HSET', state, S_LAST_WINDOW, wts, S_LAST_SENT_AT, now, S_MANUAL, manual)
+      redis.call('HINCRBY', state, S_FIRED, 1)
+      redis.call('HINCRBY', stats, T_FIRED, 1)
     else
-      code = CRON_CLAIM.TAKEN
+      code = TAKEN
     end
   else
-    local keyed = kind == CRON_CLAIM_KIND.SINGLETON or kind == CRON_CLAIM_KIND.OVERLAP
-    local last = tonumber(redis.call('HGET', state, CRON_STATE.LAST_WINDOW) or '0')
-    local stale = last > tonumber(wts) or (keyed and last == tonumber(wts))
+    local keyed = kind == SINGLETON or kind == OVERLAP
+    local last = tonumber(redis.call('HGET', state, S_LAST_WINDOW) or '0')
+    local stale = last > wts_n or (keyed and last == wts_n)
     if stale then
-      code = CRON_CLAIM.TAKEN
+      code = TAKEN
     elseif keyed then
       if redis.call('SET', win, owner, 'NX', 'PX', winttl) then
-        if kind == CRON_CLAIM_KIND.SINGLETON
-            and not redis.call('SET', infl, wid, 'NX', 'PX', string.sub(spec, 3)) then
-          code = CRON_CLAIM.IN_FLIGHT
+        if kind == SINGLETON and not redis.call('SET', infl, wid, 'NX', 'PX', sub(spec, 3)) then
+          code = IN_FLIGHT
           redis.call('SET', win, skipped_by, 'PX', winttl)
         end
       else
-        code = CRON_CLAIM.TAKEN
+        code = TAKEN
       end
     end
-    if code == CRON_CLAIM.FIRE then
-      redis.call('HSET', state, CRON_STATE.LAST_WINDOW, wts, CRON_STATE.LAST_SENT_AT, now,
-                 CRON_STATE.MANUAL, manual)
-      redis.call('HINCRBY', state, CRON_STATE.FIRED, 1)
-      redis.call('HINCRBY', stats, CRON_STATS.FIRED, 1)
-    elseif code == CRON_CLAIM.IN_FLIGHT then
-      redis.call('HSET', state, CRON_STATE.LAST_WINDOW, wts, CRON_STATE.LAST_SKIP_WINDOW, wts,
-                 CRON_STATE.LAST_SKIP_REASON, CRON_SKIP.IN_FLIGHT)
+    if code == FIRE then
+      redis.call('HSET', state, S_LAST_WINDOW, wts, S_LAST_SENT_AT, now, S_MANUAL, manual)
+      redis.call('HINCRBY', state, S_FIRED, 1)
+      redis.call('HINCRBY', stats, T_FIRED, 1)
+    elseif code == IN_FLIGHT then
+      redis.call('HSET', state, S_LAST_WINDOW, wts, CRON_STATE.LAST_SKIP_WINDOW, wts,
+           CRON_STATE.LAST_SKIP_REASON, CRON_SKIP.IN_FLIGHT)
       redis.call('HINCRBY', state, CRON_STATE.SKIPPED, 1)
       redis.call('HINCRBY', stats, CRON_STATS.SKIPPED, 1)
     end
   end
   -- Windows of one task are claimed in order, so this only moves forward.
-  if code ~= CRON_CLAIM.TAKEN then redis.call('HSET', stats, CRON_STATS.LAST_WINDOW, wts) end
+  if code ~= TAKEN then redis.call('HSET', stats, T_LAST_WINDOW, wts) end
   out[i+1] = code
 end
 return table.concat(out)
