@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import tempfile
@@ -182,3 +183,23 @@ def test_the_banner_counts_the_tasks_that_setup_then_loads(cron_app, monkeypatch
     sched.setup_schedule()
     assert sched.info == "    . cron tasks -> 2\n    . drivers -> 1"
     sched.close()
+
+
+def test_setup_moves_what_beat_loaded_out_of_the_collectors_sight(cron_app, monkeypatch):
+    """A full collection in the middle of a window must not scan every task beat holds: once
+    set up, the tasks are frozen (gc.freeze), still freed by reference counting."""
+    monkeypatch.setattr(scheduler_module, "build_drivers", lambda app: [CountingDriver()])
+    cron("*/2 * * * *", app=cron_app, id="frozen", name="s.frozen")(_noop)
+    cron_app.conf.result_expires = None
+    gc.unfreeze()
+    sched = CronScheduler(app=cron_app, lazy=True)
+    try:
+        sched.setup_schedule()
+        assert sched.engine is not None
+        (task,) = sched.engine.tasks
+        assert gc.is_tracked(task)
+        assert gc.get_freeze_count() > 0
+        assert not any(seen is task for seen in gc.get_objects())  # not in generations 0-2
+    finally:
+        sched.close()
+        gc.unfreeze()

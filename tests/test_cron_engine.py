@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from datetime import timedelta
 
 import pytest
 from support.cron import T0, end_runs, found, make_engine, sends, store_of
 
+from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     cron,
@@ -336,3 +338,39 @@ def test_diagnose_does_not_expect_a_new_task_in_the_window_it_was_first_seen_in(
     (overdue,) = [f for f in late if f.kind == FindingKind.OVERDUE]
     assert (overdue.subject, overdue.since) == ("hourly", T0 + 60 * MIN), late
     assert "never fired" in overdue.message
+
+
+class _CollectorWatchingPublisher(CronPublisher):
+    """The real publisher, noting whether the cyclic collector was on at each publish."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.collector_on: list[bool] = []
+
+    def publish(self, requests, *, manual=False):
+        self.collector_on.append(gc.isenabled())
+        return super().publish(requests, manual=manual)
+
+
+def test_a_due_tick_fires_with_the_collector_paused_and_restores_it(cron_app, broker_url, r):
+    for i in range(30):
+        _declare(cron_app, f"gc-{i}")
+    engine = make_engine(cron_app)
+    publisher = _CollectorWatchingPublisher(cron_app, engine.grace)
+    engine.sender = publisher
+    was_enabled = gc.isenabled()
+    try:
+        gc.enable()
+        report = engine.tick(T0 + timedelta(seconds=1))
+        assert len(report.fired) == 30
+        assert publisher.collector_on == [False]
+        assert gc.isenabled()  # on again after the tick
+        end_runs(r)
+        gc.disable()  # a process that runs without the collector keeps it off
+        report = engine.tick(T0 + MIN + timedelta(seconds=1))
+        assert len(report.fired) == 30
+        assert publisher.collector_on == [False, False]
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was_enabled else gc.disable)()
+    assert sends(broker_url)[("gc-0", GLOBAL_TENANT, window_id(T0 + MIN))] == 1

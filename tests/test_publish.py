@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -214,3 +215,34 @@ def test_a_declared_queue_holds_in_an_app_without_checkbeats_router(broker_url, 
         sender.close()
     assert _only(broker, CRON_QUEUE)["headers"]["cron_task"] == "q-plain"
     assert _only(broker, "celery")["headers"]["cron_task"] == "d-plain"
+
+
+def _raw_timelimit(raw: str) -> str:
+    """The ``timelimit`` header as written (300 and 300.0 are one number but not one JSON)."""
+    found = re.search(r'"timelimit":\s*\[([^\]]*)\]', raw)
+    assert found is not None, raw
+    return found.group(1).replace(" ", "")
+
+
+def test_windows_of_one_task_keep_their_own_limits_and_headers_on_the_fast_path(celery_app, broker):
+    """The fast path keeps an envelope's fixed parts per task and queue: a later message of
+    the task with other limits (of another type, too) or other headers is still written as
+    ``send_task`` writes it."""
+    publisher = _publishers(celery_app)["redis-fast-path"]
+    queue = "pub.same"
+    variants: list[dict] = [
+        {"time_limit": 300, "soft_time_limit": 300.0, "headers": {"w": "a", "flag": True}},
+        {"time_limit": 300.0, "soft_time_limit": 300, "headers": {"w": "b", "n": 7}},
+        {"time_limit": None, "soft_time_limit": None, "headers": {"x": {"y": [1, "é"]}}},
+        {"time_limit": 300, "soft_time_limit": 300.0, "headers": {"w": 'q"\\', "none": None}},
+    ]
+    for _ in range(2):  # the second round meets the parts the first one kept
+        for variant in variants:
+            publisher.publish([TaskMessage(name="pub.same", queue=queue, **variant)])
+            (ours,) = broker.lrange(queue, 0, -1)
+            broker.delete(queue)
+            celery_app.send_task("pub.same", queue=queue, **variant)
+            (celerys,) = broker.lrange(queue, 0, -1)
+            broker.delete(queue)
+            assert _raw_timelimit(ours) == _raw_timelimit(celerys)
+            _assert_same(json.loads(ours), json.loads(celerys))
