@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     scale_side_by_side.add_arguments(parser)
     args = parser.parse_args(argv)
+    scale_side_by_side.check_arguments(parser, args)
     if args.side_by_side:
         return {
             "side_by_side": scale_side_by_side.run(

@@ -62,7 +62,8 @@ REGION = "local"
 #: of each, which are the runs.
 PATHS = {"checkbeat": "/named/checkbeat", "plain": "/named/plain"}
 PLAIN_QUEUE = "plain.checks"
-SYSTEMS = {"checkbeat": "checkbeat", "plain": plain_app.PLAIN_NAME}
+#: Worker threads of each system, as the precision bench gives them.
+SLOTS = 8
 
 
 @dataclass(frozen=True)
@@ -383,7 +384,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="one rate only (repeatable; default both)")  # fmt: skip
     group.add_argument("--window", type=float, help="seconds measured per system and rate")
     group.add_argument("--warmup", type=float, help="seconds run before the window")
-    group.add_argument("--slots", type=int, default=8, help="worker threads (both systems)")
+    group.add_argument("--slots", type=int, help=f"worker threads (both systems; {SLOTS})")
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the mode's options out of range, or given without ``--side-by-side``."""
+    given = [
+        name
+        for name, value in (("--only", args.only), ("--window", args.window),
+                            ("--warmup", args.warmup), ("--slots", args.slots))
+        if value is not None
+    ]  # fmt: skip
+    if given and not args.side_by_side:
+        parser.error(f"{given[0]} is an option of --side-by-side")
+    for name, value in (("--window", args.window), ("--warmup", args.warmup)):
+        if value is not None and not value > 0:
+            parser.error(f"{name} takes seconds above 0, not {value:g}")
+    if args.slots is not None and args.slots < 1:
+        parser.error(f"--slots takes a whole number from 1, not {args.slots}")
 
 
 def run(
@@ -391,9 +409,10 @@ def run(
     only: Sequence[str] | None = None,
     window_s: float | None = None,
     warmup_s: float | None = None,
-    slots: int = 8,
+    slots: int | None = None,
     out: Any = sys.stdout,
 ) -> dict[str, Any]:
+    slots = slots or SLOTS
     rates = [QUICK] if quick else [r for r in (SPARE, NEAR) if not only or r.name in only]
     rates = [
         replace(r, window_s=window_s or r.window_s, warmup_s=warmup_s or r.warmup_s) for r in rates
