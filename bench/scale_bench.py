@@ -317,7 +317,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.side_by_side:
         return {
             "side_by_side": scale_side_by_side.run(
-                args.quick, args.only, args.window, args.warmup, args.slots, sys.stdout
+                args.quick,
+                args.only,
+                args.window,
+                args.warmup,
+                args.slots,
+                args.repeat or 1,
+                sys.stdout,
             )
         }
     checks, tasks, windows = (300, 50, 2) if args.quick else (3000, 500, 6)

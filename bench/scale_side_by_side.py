@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -349,15 +350,17 @@ def compare(checkbeat: dict[str, Any], plain: dict[str, Any]) -> dict[str, float
     return {name: ratio(checkbeat[name], plain[name]) for name in RATIO_FIGURES}
 
 
-def print_rate(rate: Rate, slots: int, figures: dict[str, Any], out: Any) -> None:
+def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     load = rate.load
     ours, theirs, ratios = figures["checkbeat"], figures["plain"], figures["ratio"]
+    spans = figures.get("ratio_range", {})
     p()
     p(
-        f"{load.name}: {load.checks} checks every {load.period_s} s = {load.rate:g} runs/s, "
-        f"{slots} slots, measured over {rate.window_s:g} s after {rate.warmup_s:g} s; one "
-        f"redis-server (broker + state), task events on in both"
+        f"{load.name}{', ' + title if title else ''}: {load.checks} checks every "
+        f"{load.period_s} s = {load.rate:g} runs/s, {figures.get('slots', SLOTS)} slots, "
+        f"measured over {rate.window_s:g} s after {rate.warmup_s:g} s; one redis-server "
+        f"(broker + state), task events on in both"
     )
     p(f"{'per run':<34}{'checkbeat':>12}{plain_app.PLAIN_NAME:>15}{'ratio':>9}")
     rows = [
@@ -371,6 +374,8 @@ def print_rate(rate: Rate, slots: int, figures: dict[str, Any], out: Any) -> Non
     ]
     for label, name, fmt in rows:
         cell = f"{ratios[name]:>8.2f}x" if name in ratios else ""
+        if name in spans and spans[name][0] != spans[name][1]:
+            cell += f" ({spans[name][0]:.2f}-{spans[name][1]:.2f})"
         p(f"{label:<34}{ours[name]:>12{fmt}}{theirs[name]:>15{fmt}}{cell}")
     for system, fig in (("checkbeat", ours), (plain_app.PLAIN_NAME, theirs)):
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(fig["commands"].items())[:10])
@@ -385,6 +390,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--window", type=float, help="seconds measured per system and rate")
     group.add_argument("--warmup", type=float, help="seconds run before the window")
     group.add_argument("--slots", type=int, help=f"worker threads (both systems; {SLOTS})")
+    group.add_argument("--repeat", type=int, help="alternated rounds per rate; medians printed")
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -392,7 +398,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     given = [
         name
         for name, value in (("--only", args.only), ("--window", args.window),
-                            ("--warmup", args.warmup), ("--slots", args.slots))
+                            ("--warmup", args.warmup), ("--slots", args.slots),
+                            ("--repeat", args.repeat))
         if value is not None
     ]  # fmt: skip
     if given and not args.side_by_side:
@@ -400,8 +407,33 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     for name, value in (("--window", args.window), ("--warmup", args.warmup)):
         if value is not None and not value > 0:
             parser.error(f"{name} takes seconds above 0, not {value:g}")
-    if args.slots is not None and args.slots < 1:
-        parser.error(f"--slots takes a whole number from 1, not {args.slots}")
+    for name, value in (("--slots", args.slots), ("--repeat", args.repeat)):
+        if value is not None and value < 1:
+            parser.error(f"{name} takes a whole number from 1, not {value}")
+
+
+def combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one rate as one: each system's median of every figure (of each command's
+    calls too), the median of the rounds' ratios (each from one round: both systems of a round
+    saw the same machine) and their range, and the rounds themselves."""
+    out: dict[str, Any] = {"rounds": list(rounds)}
+    for system in ("checkbeat", "plain"):
+        runs = [r[system] for r in rounds]
+        merged = {
+            name: statistics.median(fig[name] for fig in runs)
+            for name, value in runs[0].items()
+            if isinstance(value, int | float)
+        }
+        names = dict.fromkeys(name for fig in runs for name in fig["commands"])
+        by_median = {n: statistics.median(f["commands"].get(n, 0.0) for f in runs) for n in names}
+        merged["commands"] = dict(sorted(by_median.items(), key=lambda kv: -kv[1]))
+        out[system] = merged
+    out["ratio"] = {n: statistics.median(r["ratio"][n] for r in rounds) for n in RATIO_FIGURES}
+    out["ratio_range"] = {
+        n: (min(r["ratio"][n] for r in rounds), max(r["ratio"][n] for r in rounds))
+        for n in RATIO_FIGURES
+    }
+    return out
 
 
 def run(
@@ -410,6 +442,7 @@ def run(
     window_s: float | None = None,
     warmup_s: float | None = None,
     slots: int | None = None,
+    repeat: int = 1,
     out: Any = sys.stdout,
 ) -> dict[str, Any]:
     slots = slots or SLOTS
@@ -427,18 +460,29 @@ def run(
                 figures["idle_cpu_ms_per_s"] = idle * 1e3
                 for rate in rates:
                     args = (rate, slots, target, server, logs, idle)
-                    ours = run_checkbeat(*args).figures()
-                    theirs = run_plain(*args).figures()
-                    figures[rate.name] = {
+                    shape = {
                         "load": asdict(rate.load) | {"rate": rate.load.rate},
                         "warmup_s": rate.warmup_s,
                         "window_s": rate.window_s,
                         "slots": slots,
-                        "checkbeat": ours,
-                        "plain": theirs,
-                        "ratio": compare(ours, theirs),
                     }
-                    print_rate(rate, slots, figures[rate.name], out)
+                    rounds = []
+                    for k in range(repeat):
+                        # alternated, so a drift of the machine's load favours neither
+                        order = ("checkbeat", "plain") if k % 2 == 0 else ("plain", "checkbeat")
+                        got = {
+                            name: (run_checkbeat if name == "checkbeat" else run_plain)(*args)
+                            for name in order
+                        }
+                        ours, theirs = got["checkbeat"].figures(), got["plain"].figures()
+                        rounds.append(
+                            {"checkbeat": ours, "plain": theirs, "ratio": compare(ours, theirs)}
+                        )
+                        if repeat > 1:
+                            print_rate(rate, f"round {k + 1} of {repeat}", rounds[-1] | shape, out)
+                    figures[rate.name] = shape | combine(rounds)
+                    title = f"medians of {repeat} alternated rounds" if repeat > 1 else ""
+                    print_rate(rate, title, figures[rate.name] | shape, out)
         finally:
             server.stop()
     idle_ms = figures["idle_cpu_ms_per_s"]
