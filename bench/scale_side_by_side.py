@@ -28,6 +28,11 @@ system starts). A run is a GET the HTTP target answered in the window (each syst
 path, counted by the server): that is the divisor, and neither system's protocol is assumed.
 The runs each system recorded with a finish in the window (checkbeat's results history, plain
 Celery's run list) are printed beside it as a check. The ratio is checkbeat / plain Celery.
+
+Which of those commands went to the state and which to the broker, ``INFO`` cannot say (one
+server); a ``MONITOR`` sample of ``monitor_s`` seconds after the window counts them per db, per
+run answered meanwhile. MONITOR costs the server CPU of its own, so it never overlaps the CPU
+window.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import re
+import socket
 import statistics
 import sys
 import tempfile
@@ -63,6 +70,8 @@ REGION = "local"
 #: of each, which are the runs.
 PATHS = {"checkbeat": "/named/checkbeat", "plain": "/named/plain"}
 PLAIN_QUEUE = "plain.checks"
+#: Both systems' broker and state databases on the one server (``RedisServer.url(db)``).
+BROKER_DB, STATE_DB = 0, 1
 #: Worker threads of each system, as the precision bench gives them.
 SLOTS = 8
 
@@ -74,15 +83,18 @@ class Rate:
     load: Load
     warmup_s: float
     window_s: float
+    #: After the window, seconds of ``MONITOR``: which commands went to the state, which to the
+    #: broker (``INFO commandstats`` does not say; MONITOR does, at a CPU cost of its own).
+    monitor_s: float
 
     @property
     def name(self) -> str:
         return self.load.name
 
 
-SPARE = Rate(Load("spare", checks=150, period_s=5, duration_s=0), warmup_s=12.0, window_s=25.0)
-NEAR = Rate(Load("near", checks=750, period_s=5, duration_s=0), warmup_s=12.0, window_s=25.0)
-QUICK = Rate(Load("quick", checks=20, period_s=2, duration_s=0), warmup_s=4.0, window_s=4.0)
+SPARE = Rate(Load("spare", checks=150, period_s=5, duration_s=0), 12.0, 25.0, 5.0)
+NEAR = Rate(Load("near", checks=750, period_s=5, duration_s=0), 12.0, 25.0, 5.0)
+QUICK = Rate(Load("quick", checks=20, period_s=2, duration_s=0), 4.0, 4.0, 2.0)
 
 
 @dataclass
@@ -97,9 +109,12 @@ class Window:
     net_bytes: int
     cpu_s: float  # idle subtracted
     worker_cpu_s: float
+    by_db: Counter  # commands per db in the MONITOR sample after the window
+    monitored_runs: int  # GETs the target answered during that sample
 
     def figures(self) -> dict[str, Any]:
         runs = self.runs or float("nan")
+        sampled = self.monitored_runs or float("nan")
         return {
             "runs": self.runs,
             "recorded_runs": self.recorded,
@@ -109,6 +124,9 @@ class Window:
             "bytes_per_run": self.net_bytes / runs,
             "worker_cpu_ms_per_run": self.worker_cpu_s / runs * 1e3,
             "redis_cpu_ms_per_s": self.cpu_s / self.window_s * 1e3,
+            "state_commands_per_run": self.by_db[STATE_DB] / sampled,
+            "broker_commands_per_run": self.by_db[BROKER_DB] / sampled,
+            "monitored_runs": self.monitored_runs,
             "commands": {k: v / runs for k, v in self.commands.most_common()},
         }
 
@@ -130,24 +148,63 @@ def _seconds(value: Any) -> float | None:
     return datetime.fromisoformat(value).timestamp()
 
 
+_MONITOR_LINE = re.compile(rb"\+(\d+\.\d+) \[(\d+) ")
+
+
+def commands_by_db(
+    port: int, target: DelayServer, path: str, seconds: float
+) -> tuple[Counter, int]:
+    """``MONITOR`` of the server for ``seconds``: the commands each db received (those a Lua
+    script calls included, as commandstats counts them) and the GETs the target answered on
+    ``path`` meanwhile. Read on a socket of its own, in bulk: the lines come faster than a
+    client that parses each reply reads them. Every line is stamped with the server's clock,
+    which is this machine's: the lines stamped before the end are counted, however late they
+    are read."""
+    counts: Counter = Counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"MONITOR\r\n")
+        buf = b""
+        while b"\r\n" not in buf:
+            buf += sock.recv(65536)
+        buf = buf.partition(b"\r\n")[2]  # +OK: every command from now on is sent to us
+        m0, hits0 = time.time(), target.hits(path)
+        m1, hits1 = m0 + seconds, None
+        while True:
+            lines = buf.split(b"\r\n")
+            buf = lines.pop()
+            for line in lines:
+                found = _MONITOR_LINE.match(line)
+                if found is None:
+                    continue
+                if float(found[1]) >= m1:
+                    return counts, (hits1 if hits1 is not None else target.hits(path)) - hits0
+                counts[int(found[2])] += 1
+            if hits1 is None and time.time() >= m1:
+                hits1 = target.hits(path)
+            buf += sock.recv(1 << 20)
+
+
 def _measure(
     client: redis.Redis,
+    port: int,
     target: DelayServer,
     path: str,
     worker_pid: int,
+    rate: Rate,
     start_at: float,
-    window_s: float,
     idle_cpu_per_s: float,
 ) -> tuple[float, float, Window]:
     """Deltas of the server, the target's GETs on ``path`` and the worker's CPU from
-    ``start_at`` (this machine's clock) for ``window_s``; returns the window's bounds too."""
+    ``start_at`` (this machine's clock) for ``rate.window_s``, then the commands of each db
+    over ``rate.monitor_s``; returns the first window's bounds too."""
     time.sleep(max(0.0, start_at - time.time()))
     w0 = time.time()
     meter, hits0, cpu0 = ServerMeter(client), target.hits(path), cpu_seconds(worker_pid)
-    time.sleep(window_s)
+    time.sleep(rate.window_s)
     calls, net, cpu = meter.delta()
     hits, worker_cpu = target.hits(path) - hits0, cpu_seconds(worker_pid) - cpu0
     w1 = time.time()
+    by_db, monitored = commands_by_db(port, target, path, rate.monitor_s)
     window = Window(
         system="",
         runs=hits,
@@ -157,6 +214,8 @@ def _measure(
         net_bytes=net,
         cpu_s=max(1e-9, cpu - idle_cpu_per_s * (w1 - w0)),
         worker_cpu_s=worker_cpu,
+        by_db=by_db,
+        monitored_runs=monitored,
     )
     return w0, w1, window
 
@@ -175,7 +234,7 @@ def run_checkbeat(
     from celery_app.settings import load_settings
 
     load = rate.load
-    broker_url, state_url = server.url(0), server.url(1)
+    broker_url, state_url = server.url(BROKER_DB), server.url(STATE_DB)
     admin = redis.Redis.from_url(broker_url)
     admin.flushall()
     knobs = {
@@ -227,7 +286,7 @@ def run_checkbeat(
             store.create_many(batch, now=datetime.fromtimestamp(at, UTC))
         _wait(lambda: target.hits(path) > 0, 60, "checkbeat's first run (beat and worker up)")
         w0, w1, window = _measure(
-            admin, target, path, worker.process.pid, t0 + rate.warmup_s, rate.window_s, idle
+            admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
         )
         beat.stop()
         pipe = state.pipeline(transaction=False)
@@ -309,7 +368,7 @@ def run_plain(
     rate: Rate, slots: int, target: DelayServer, server: RedisServer, logs: Path, idle: float
 ) -> Window:
     load = rate.load
-    broker_url, state_url = server.url(0), server.url(1)
+    broker_url, state_url = server.url(BROKER_DB), server.url(STATE_DB)
     admin = redis.Redis.from_url(broker_url)
     admin.flushall()
     state = redis.Redis.from_url(state_url)
@@ -326,7 +385,7 @@ def run_plain(
         producer = Producer(load, broker_url, target.url(path), t0).start()
         _wait(lambda: target.hits(path) > 0, 60, "plain Celery's first run")
         w0, w1, window = _measure(
-            admin, target, path, worker.process.pid, t0 + rate.warmup_s, rate.window_s, idle
+            admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
         )
         producer.stop()
         recorded = sum(
@@ -342,7 +401,14 @@ def run_plain(
 # --- report -------------------------------------------------------------------------------------
 
 
-RATIO_FIGURES = ("commands_per_run", "cpu_us_per_run", "bytes_per_run", "worker_cpu_ms_per_run")
+RATIO_FIGURES = (
+    "commands_per_run",
+    "state_commands_per_run",
+    "broker_commands_per_run",
+    "cpu_us_per_run",
+    "bytes_per_run",
+    "worker_cpu_ms_per_run",
+)
 
 
 def compare(checkbeat: dict[str, Any], plain: dict[str, Any]) -> dict[str, float]:
@@ -368,6 +434,8 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
         ("runs recorded in the window", "recorded_runs", ",.0f"),
         ("runs/s", "runs_per_s", ".1f"),
         ("Redis commands", "commands_per_run", ".1f"),
+        ("  state (db 1), MONITOR sample", "state_commands_per_run", ".1f"),
+        ("  broker (db 0), MONITOR sample", "broker_commands_per_run", ".1f"),
         ("Redis CPU, us", "cpu_us_per_run", ",.0f"),
         ("Redis bytes in + out", "bytes_per_run", ",.0f"),
         ("worker CPU, ms", "worker_cpu_ms_per_run", ".2f"),

@@ -36,8 +36,15 @@ def test_scale_bench_side_by_side_quick_measures_both_systems_on_one_server():
         assert system["runs_per_s"] >= 0.5 * side["load"]["rate"]
         assert system["commands_per_run"] > 0 and system["cpu_us_per_run"] > 0
         assert sum(system["commands"].values()) == pytest.approx(system["commands_per_run"])
-    # the plain task's own state: its run record, once a run, beside kombu's and the events'
+        # the MONITOR sample splits the same commands between the state and the broker db
+        split = system["state_commands_per_run"] + system["broker_commands_per_run"]
+        assert split == pytest.approx(system["commands_per_run"], rel=0.25)
+        assert system["monitored_runs"] > 0 and system["broker_commands_per_run"] > 0
+    # the plain task's own state: its run record, once a run, beside kombu's and the events';
+    # and on the state db, its three commands only
     assert plain["commands"]["rpush"] == pytest.approx(1.0, abs=0.25)
+    assert plain["state_commands_per_run"] == pytest.approx(3.0, abs=0.6)
+    assert ours["state_commands_per_run"] > 0
     assert plain["commands"]["publish"] > 0  # task events on
     for name in ("commands_per_run", "cpu_us_per_run", "bytes_per_run"):
         assert side["ratio"][name] == pytest.approx(ours[name] / plain[name])
