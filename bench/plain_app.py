@@ -143,3 +143,37 @@ def get_kept(tick_id: str, token: str, url: str, scheduled_at: float, period_s: 
     keys = [job_key, KEPT_DUE, f"{job_key}:results", RUNS_KEY]
     took_ms = (time.time() - started) * 1000.0
     return bool(_kept_write(keys, [token, scheduled_at + period_s, took_ms, record]))
+
+
+#: ``bench.get_state``'s keys: the check's last result (a hash per check) and the next tick of
+#: every check (one sorted set).
+STATE_LAST = "bench:state:last:"
+STATE_NEXT = "bench:state:next"
+
+
+@app.task(name="bench.get_state")
+def get_state(tick_id: str, uid: str, url: str, scheduled_at: float, period_s: float) -> None:
+    """``bench.get`` with the state a hand-written check task keeps, three commands on one
+    round trip after the GET: the check's last result (HSET), its next tick (ZADD) and the run's
+    record (RPUSH to :data:`RUNS_KEY`). The anchor of ``bench.scale_bench --side-by-side``: what
+    Redis spends on a plain Celery task that does a check's work."""
+    started = time.time()
+    response = http().get(url)
+    finished = time.time()
+    ok = response.status_code == 200
+    pipe = state().pipeline(transaction=False)
+    pipe.hset(f"{STATE_LAST}{uid}", mapping={"ok": int(ok), "at": finished, "tick": scheduled_at})
+    pipe.zadd(STATE_NEXT, {uid: scheduled_at + period_s})
+    pipe.rpush(
+        RUNS_KEY,
+        json.dumps(
+            {
+                "id": tick_id,
+                "scheduled_at": scheduled_at,
+                "started_at": started,
+                "finished_at": finished,
+                "ok": ok,
+            }
+        ),
+    )
+    pipe.execute()

@@ -5,6 +5,11 @@ Reproduce (from the repository root, about a minute; --quick is a smoke run)::
 
     .venv/bin/python -m bench.scale_bench
     .venv/bin/python -m bench.scale_bench --quick
+    .venv/bin/python -m bench.scale_bench --side-by-side  # with plain Celery: see below
+
+``--side-by-side`` measures something else, in a run of its own (``bench/scale_side_by_side.py``):
+real beat and workers of checkbeat and of plain Celery, one after the other on one redis-server
+that carries both state and broker, task events on, and what a run costs that server in each.
 
 What it does, on two private redis-servers (checkbeat's state on one, the broker on the other,
 so each is measured alone), in this process and with checkbeat's own functions:
@@ -295,9 +300,32 @@ def _cron_path(tasks: int, windows: int, out: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from bench import scale_side_by_side  # it builds on this module's meter
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smoke run (seconds)")
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="instead: real beat and workers of checkbeat and of plain Celery on one "
+        "redis-server, Redis commands and CPU per run of each at 30 and 150 runs/s "
+        "(bench/scale_side_by_side.py)",
+    )
+    scale_side_by_side.add_arguments(parser)
     args = parser.parse_args(argv)
+    scale_side_by_side.check_arguments(parser, args)
+    if args.side_by_side:
+        return {
+            "side_by_side": scale_side_by_side.run(
+                args.quick,
+                args.only,
+                args.window,
+                args.warmup,
+                args.slots,
+                args.repeat or 1,
+                sys.stdout,
+            )
+        }
     checks, tasks, windows = (300, 50, 2) if args.quick else (3000, 500, 6)
     return {
         "checks": _check_path(checks, sys.stdout),

@@ -5,7 +5,7 @@ recorded."""
 from __future__ import annotations
 
 import pytest
-from support.benches import run_bench
+from support.benches import bench_process, run_bench
 
 
 @pytest.mark.slow
@@ -18,3 +18,50 @@ def test_scale_bench_quick_mode_counts_every_run_and_firing():
     assert checks["runs_per_redis_core_s"] > 0  # what one Redis core sustains
     assert cron["firings"] == 100  # 50 tasks x 2 windows
     assert cron["state_commands_per_firing"] > 0 and cron["publish_commands_per_firing"] > 0
+
+
+@pytest.mark.slow
+def test_scale_bench_side_by_side_quick_measures_both_systems_on_one_server():
+    """checkbeat's beat and worker, then plain Celery's producer and worker, on one
+    redis-server: each ran at the load's rate, its runs were counted at the target and in its
+    own records, and the per-run figures and their ratio come from those counts."""
+    figures = run_bench("scale_bench", "--side-by-side", "--quick", timeout=240)["side_by_side"]
+    side = figures["quick"]
+    ours, plain = side["checkbeat"], side["plain"]
+    for system in (ours, plain):
+        assert system["runs"] > 0
+        # every GET the target answered was a run the system recorded (up to the runs in
+        # flight at the window's edges, one per slot)
+        assert abs(system["recorded_runs"] - system["runs"]) <= side["slots"]
+        assert system["runs_per_s"] >= 0.5 * side["load"]["rate"]
+        assert system["commands_per_run"] > 0 and system["cpu_us_per_run"] > 0
+        assert sum(system["commands"].values()) == pytest.approx(system["commands_per_run"])
+        # the MONITOR sample splits the same commands between the state and the broker db
+        split = system["state_commands_per_run"] + system["broker_commands_per_run"]
+        assert split == pytest.approx(system["commands_per_run"], rel=0.25)
+        assert system["monitored_runs"] > 0 and system["broker_commands_per_run"] > 0
+    # the plain task's own state: its run record, once a run, beside kombu's and the events';
+    # and on the state db, its three commands only
+    assert plain["commands"]["rpush"] == pytest.approx(1.0, abs=0.25)
+    assert plain["state_commands_per_run"] == pytest.approx(3.0, abs=0.6)
+    assert ours["state_commands_per_run"] > 0
+    assert plain["commands"]["publish"] > 0  # task events on
+    for name in ("commands_per_run", "cpu_us_per_run", "bytes_per_run"):
+        assert side["ratio"][name] == pytest.approx(ours[name] / plain[name])
+    assert figures["idle_cpu_ms_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--side-by-side", "--window", "0"), "--window takes seconds above 0, not 0"),
+        (("--side-by-side", "--slots", "0"), "--slots takes a whole number from 1, not 0"),
+        (("--warmup", "5"), "--warmup is an option of --side-by-side"),
+    ],
+)
+def test_scale_bench_refuses_side_by_side_options_out_of_range(args, named):
+    """Refused before anything starts: exit 2, the option named, no traceback."""
+    done = bench_process("scale_bench", *args, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith(named)
+    assert "Traceback" not in done.stderr and done.stdout == ""
