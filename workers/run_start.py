@@ -36,12 +36,39 @@ class RunStart:
         return self.server_now + (time.perf_counter() - self.read_at)
 
 
+@dataclass(frozen=True)
+class ProbeStart:
+    """The moment a run's probe starts: from then on a failure of the run still records it
+    (``workers.post_exec``), as a result naming the exception, scrubbed of ``secrets``."""
+
+    task_id: str
+    started_at: float  # time.time() then
+    at: float  # time.perf_counter() then
+    secrets: tuple[str, ...]
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.at) * 1000.0
+
+
 _local = threading.local()
 
 
 def keep(start: RunStart) -> None:
     """The run's start read, once the run is known to be current."""
     _local.start, _local.outcome = start, None
+
+
+def probing(task_id: str, secrets: tuple[str, ...]) -> ProbeStart:
+    """The run's probe starts now (after its start read and its wait for the tick)."""
+    started = _local.probing = ProbeStart(task_id, time.time(), time.perf_counter(), secrets)
+    return started
+
+
+def probe_started(task_id: str | None) -> ProbeStart | None:
+    """Whether (and when) the probe of ``task_id`` started in this thread; :func:`take` forgets
+    it."""
+    started: ProbeStart | None = getattr(_local, "probing", None)
+    return started if started is not None and started.task_id == task_id else None
 
 
 def finish(task_id: str, outcome: RunOutcome) -> None:
@@ -54,6 +81,6 @@ def take(task_id: str | None) -> tuple[RunStart | None, RunOutcome | None]:
     forgotten either way."""
     start: RunStart | None = getattr(_local, "start", None)
     finished: tuple[str, RunOutcome] | None = getattr(_local, "outcome", None)
-    _local.start = _local.outcome = None
+    _local.start = _local.outcome = _local.probing = None
     outcome = finished[1] if finished is not None and finished[0] == task_id else None
     return (start if start is not None and start.task_id == task_id else None), outcome
