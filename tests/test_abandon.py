@@ -8,6 +8,8 @@ test_worker_run_failures.py.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.checks import at, register_fake_worker
 
@@ -44,18 +46,22 @@ def abandon(r, store, token: str, tick: float, task_id: str = "celery-1", **kw):
     return abandon_run(r, store.keys, store.params, JOB, token, task_id, scheduled_at=tick, **kw)
 
 
-def test_the_lease_is_released_and_the_job_placed_at_its_next_tick_once(r, keys, store, claimed):
+def test_the_lease_is_released_and_the_job_placed_at_its_next_tick_once(
+    r, keys, store, claimed, cli
+):
     _d, token, tick = claimed
     before = read_job(r, keys, JOB)
+    ahead = server_time(r)
     done = abandon(r, store, token, tick)
+    behind = server_time(r)
 
     assert done.result == Abandoned.RELEASED and done.lane == before.lane
     job = read_job(r, keys, JOB)
-    now = server_time(r)
-    # its next aligned tick after now on Redis's clock: not the claimed tick (lost), not later
-    assert now < job.scheduled_at <= now + PERIOD
-    periods = (job.scheduled_at - tick) / PERIOD
-    assert periods >= 1 and periods == pytest.approx(round(periods), abs=1e-3)  # on its grid
+    # its next aligned tick after now on Redis's clock, as a completion places it: not the
+    # claimed tick (lost), not a later one
+    assert ahead < job.scheduled_at <= behind + PERIOD
+    earliest, latest = (before.next_scheduled_at(at(t), tick).timestamp() for t in (ahead, behind))
+    assert round(earliest, 3) <= job.scheduled_at <= round(latest, 3)
     assert job.scheduled_at == done.next_scheduled_at
     assert r.zscore(keys.due(), JOB) == pytest.approx(job.scheduled_at)
     assert job.effective_scheduled_at == pytest.approx(job.scheduled_at)  # no cost: no offset
@@ -67,6 +73,10 @@ def test_the_lease_is_released_and_the_job_placed_at_its_next_tick_once(r, keys,
     # idempotent: a second call (a signal sent twice) finds the lease gone
     assert abandon(r, store, token, tick).result == Abandoned.LEASE_GONE
     assert read_job(r, keys, JOB).abandoned == 1
+    # an operator sees the lost tick beside the runs
+    (shown,) = json.loads(cli("show", "c1", "--json"))["jobs"]
+    assert (shown["runs"], shown["abandoned_before_probe"]) == (before.runs, 1)
+    assert "abandoned=1" in cli("show", "c1")
 
 
 def test_a_clock_behind_the_claimed_tick_still_places_the_job_after_it(r, keys, store, claimed):

@@ -87,9 +87,11 @@ def assert_every_tick_once(r, uid: str) -> tuple[JobState, list[dict]]:
     ticks = [unix(run["scheduled_at"]) for run in runs]
     assert len(set(ticks)) == len(ticks), "a tick ran twice"
     assert all(run["status"] != "lost" for run in runs), "the reaper finished a run"
-    # the ticks in [first, next): the first may be the creation instant itself (in its phase's
-    # second, just off the grid), every later one is on the grid
-    due = math.ceil(round((state.scheduled_at - ticks[0]) / PERIOD, 3))
+    # the ticks in [first, next): one per phase-aligned second (next_aligned carries the
+    # sub-second part of its "now" over, so ticks are whole periods apart in whole seconds)
+    seconds = math.floor(state.scheduled_at) - math.floor(ticks[0])
+    assert seconds % PERIOD == 0, (ticks[0], state.scheduled_at)
+    due = seconds // PERIOD
     assert state.runs == len(runs)
     assert len(runs) + state.abandoned == due, (uid, len(runs), state.abandoned, due)
     return state, runs
