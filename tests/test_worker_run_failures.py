@@ -1,4 +1,5 @@
-"""A run task that raises, on a real worker process fed by the real dispatcher.
+"""A run task that raises, on a real worker process (threads pool; prefork too for the runs that
+raise before their probe: the handler runs in the pool child) fed by the real dispatcher.
 
 Before its probe (its check's stored config torn: the run raises after its start read found the
 lease its own; or its check's hash replaced by a string: the start read itself fails, after
@@ -39,11 +40,11 @@ WORKER_ENV = {
 QUEUES = "checks.local.fast,checks.local.slow"
 
 
-def start_worker(start_worker_process):
-    """A threads-pool check worker of region ``local`` with its metrics page: (process, URL)."""
+def start_worker(start_worker_process, pool: str = "threads"):
+    """A check worker of region ``local`` with its metrics page: (process, URL)."""
     port = free_port()
     process = start_worker_process(
-        *("-P", "threads", "-c", "4", "-Q", QUEUES, "-n", "w@failures"),
+        *("-P", pool, "-c", "4", "-Q", QUEUES, "-n", "w@failures"),
         **WORKER_ENV,
         CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{port}",
     )
@@ -98,12 +99,13 @@ def assert_every_tick_once(r, uid: str) -> tuple[JobState, list[dict]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_a_run_that_raises_before_its_probe_frees_its_slot_and_its_next_tick_runs_on_time(
-    r, make_app, start_worker_process, dispatching
+    r, make_app, start_worker_process, dispatching, pool
 ):
     import custom_kinds  # noqa: F401 - the store validates the user kind in this process
 
-    process, url = start_worker(start_worker_process)
+    process, url = start_worker(start_worker_process, pool)
     app = make_app()
     store = CheckStore(r, KEYS, app.conf.checkbeat_settings)
     uids = ["torn-config", "torn-check"]

@@ -7,7 +7,9 @@ in every pool) plans from that read and checks it atomically instead of reading 
 (:mod:`celery_app.checks.planned_write`). The outcome is handed over the same way, so the task's
 return value is only a short summary for the log line and Flower (Celery ``saferepr``s it into
 both on every run). Kept per thread, matched by task id: a run that failed before its outcome
-leaves nothing another run could take.
+leaves nothing another run could take. The moment the probe starts is kept too
+(:func:`probing`): a run that raises before it gives its lease back, one that raises after it is
+recorded (``workers.post_exec``).
 """
 
 from __future__ import annotations
