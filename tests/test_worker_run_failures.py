@@ -7,12 +7,15 @@ lease its own; or its check's hash replaced by a string: the start read itself f
 goes to its next tick: every tick of the check is either run once or counted lost in the job
 (``JobField.ABANDONED``), none is left to the reaper (which would record a lost run about 20 s
 later and skip the ticks in between), and the worker logs it and counts it in
-``checkbeat_check_runs_abandoned_total``. After its probe (a user kind's result that cannot be
+``checkbeat_check_runs_abandoned_total``. The same holds where ``time.sleep`` itself fails (the
+worker under libfaketime's monotonic bug: ``OSError: [Errno 22]`` in the wait for the tick of a
+run claimed ahead). After its probe (a user kind's result that cannot be
 built into an outcome) the run is recorded, as an error naming the exception.
 """
 
 from __future__ import annotations
 
+import glob
 import math
 from datetime import datetime
 from pathlib import Path
@@ -174,3 +177,46 @@ def test_a_run_that_raises_after_its_probe_is_recorded(
         assert run["started_at"] and run["worker"] and run["queue"]
     assert "run of malformed@local raised after its probe (ValueError: " in process.output()
     assert abandoned_series(url) == {"before-probe": 0.0, "start-read": 0.0}
+
+
+FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not FAKETIME_LIBS, reason="needs libfaketime (Debian's faketime)")
+def test_a_tick_wait_whose_sleep_raises_gives_every_claimed_tick_back_at_once(
+    r, make_app, start_worker_process, dispatching
+):
+    """libfaketime 0.9.10 with FAKETIME_DONT_FAKE_MONOTONIC=1 makes every ``time.sleep`` fail
+    with ``OSError: [Errno 22]`` (tests/faults/faketime_shim says why): a run claimed within the
+    dispatch lead raises in its wait for the tick."""
+    import custom_kinds  # noqa: F401 - the store validates the user kind in this process
+
+    lead = {"CHECKBEAT_DISPATCH_LEAD": "0.5"}
+    broken_sleep = {
+        "LD_PRELOAD": FAKETIME_LIBS[0], "FAKETIME": "+0", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }  # fmt: skip
+    port = free_port()
+    process = start_worker_process(
+        *("-P", "threads", "-c", "2", "-Q", QUEUES, "-n", "w@sleepless"),
+        **WORKER_ENV, **lead, **broken_sleep, CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{port}",
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: http_status(f"{url}/healthz") == 200, 60, interval=0.2, what="the worker")
+    app = make_app(dispatch_lead=0.5)
+    store = CheckStore(r, KEYS, app.conf.checkbeat_settings)
+    store.create(uid="sleepless", tenant="t", kind="sleepy", target="x", period=PERIOD)
+    first = job(r, "sleepless").scheduled_at
+    ticker = dispatching(app, interval=0.05)
+    wait_for(lambda: job(r, "sleepless").abandoned >= 3, 8 * PERIOD, what="three abandons")
+    settle(r, ticker, ["sleepless"])
+
+    state = job(r, "sleepless")
+    seconds = math.floor(state.scheduled_at) - math.floor(first)
+    assert seconds % PERIOD == 0
+    assert state.runs + state.abandoned == seconds // PERIOD  # every tick: run or counted lost
+    assert all(run["status"] != "lost" for run in results(r, KEYS, "sleepless"))
+    assert (
+        "(OSError: [Errno 22] Invalid argument, before-probe): lease released" in process.output()
+    )
+    assert abandoned_series(url)["before-probe"] == state.abandoned
