@@ -3,6 +3,8 @@
 ``sleepy`` is a user function registered like the built-ins: it sleeps ``seconds``. With
 ``stubborn`` it swallows Celery's soft time limit and keeps sleeping, so only the hard limit (or
 a kill) ends it: a misbehaving probe. ``announced`` creates a file when it starts.
+``malformed`` returns a result whose detail is not a mapping: the run fails after its probe,
+while its outcome is built.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from celery_app.checks.kinds import check_kind
 from celery_app.errors import CheckFieldError
+from workers.probes.result import ProbeResult
 
 
 def validate_sleepy(target: str, config: dict) -> dict:
@@ -41,3 +44,9 @@ def announced(target: str, config: dict) -> bool:
     Path(target).touch()
     time.sleep(config["seconds"])
     return True
+
+
+@check_kind("malformed", validate=validate_sleepy)
+def malformed(target: str, config: dict) -> ProbeResult:
+    """A user kind's bug the type checker would catch: ``detail`` must be a mapping."""
+    return ProbeResult(True, 1.0, detail=["not", "a", "mapping"])

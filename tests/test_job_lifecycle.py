@@ -3,8 +3,9 @@
 Random sequences of store writes (create, update of tenant / regions / period / weight /
 target, disable, enable, delete), rate limits on and off, dispatcher ticks (some whose publish
 fails), worker completions (on time, on time followed by the worker's refill of the freed slot
-through ``refill_after_run``, late, after the lease was reaped), reaps, reconciles and a loss of
-every job and index key followed by a reconcile. After every step the invariants are
+through ``refill_after_run``, late, after the lease was reaped), runs abandoned before their
+probe (``checks.abandon``: live, or after their lease was reaped), reaps, reconciles and a loss
+of every job and index key followed by a reconcile. After every step the invariants are
 read straight from Redis:
 
 - placement: each job of an enabled check is in exactly one of due, ready (either lane), held
@@ -49,6 +50,7 @@ from hypothesis.stateful import (
 from support.checks import at, register_fake_worker
 
 from celery_app.checks import dispatch
+from celery_app.checks.abandon import Abandoned, abandon_run
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
 from celery_app.checks.jobs import finish_run, read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
@@ -491,6 +493,37 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
         def complete_after_reap(self, data):
             claim = data.draw(st.sampled_from(self.m.refused))
             assert not self._finish(claim, self.m.now), f"{claim.job_id} accepted after reap"
+
+        @precondition(lambda self: bool(self.m.live))
+        @rule(data=st.data())
+        def abandon_before_probe(self, data):
+            """The run raised before its probe (before a tick reaped it): its lease is given
+            back and its job placed at its next tick at once; its completion is then refused,
+            and so is a second abandon."""
+            j = data.draw(st.sampled_from(sorted(self.m.live)))
+            claim = self.m.live.pop(j)
+            done = self._abandon(claim)
+            assert done.result == Abandoned.RELEASED, f"{j} not released: {done.result}"
+            assert self._abandon(claim).result == Abandoned.LEASE_GONE
+            self.m.refused.append(claim)
+            self.m.anchor[j] = self.m.now
+
+        @precondition(lambda self: bool(self.m.refused))
+        @rule(data=st.data())
+        def abandon_after_reap(self, data):
+            """A run whose lease was reaped, completed elsewhere or lost raises: nothing moves."""
+            claim = data.draw(st.sampled_from(self.m.refused))
+            before = client.hgetall(keys.job(claim.job_id))
+            assert self._abandon(claim).result == Abandoned.LEASE_GONE
+            assert client.hgetall(keys.job(claim.job_id)) == before
+
+        def _abandon(self, claim: Claimed):
+            job = read_job(client, keys, claim.job_id)
+            tick = job.scheduled_at if job is not None else self.m.now
+            return abandon_run(
+                client, keys, self.store.params, claim.job_id, claim.token, "celery-id",
+                scheduled_at=tick, now=self.m.now,
+            )  # fmt: skip
 
         # --- repair ---------------------------------------------------------------------------
         @rule()

@@ -20,6 +20,7 @@ from support.checks import at, learned, register_fake_worker
 from support.health import drive_transition_scripts
 
 from celery_app.checks import claiming
+from celery_app.checks.abandon import Abandoned, abandon_run
 from celery_app.checks.dispatch import Dispatcher, RefillNeeds
 from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
@@ -257,7 +258,11 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     uid = split_job_id(first.job_id)[0]
     start = read_start(r, keys, first.job_id, uid, first.lease_token, "celery-id", 60_000)
     assert start.first_delivery and start.job_hash and start.check_exists
-    for claim in report.claims:
+    # abandon.lua: that run raised before its probe, its lease given back
+    done = abandon_run(r, keys, store.params, first.job_id, first.lease_token, "celery-id",
+                       scheduled_at=first.scheduled_at, now=T0 + 1.1)  # fmt: skip
+    assert done.result == Abandoned.RELEASED
+    for claim in report.claims[1:]:
         assert finish_run(
             r,
             keys,

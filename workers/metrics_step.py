@@ -20,6 +20,7 @@ from typing import Any
 from celery import bootsteps
 from prometheus_client.core import GaugeMetricFamily
 
+from celery_app.checks.abandon import AbandonReason
 from celery_app.checks.run_contract import RunStatus
 from celery_app.factory import settings_of
 from celery_app.metrics import multiprocess, record
@@ -127,7 +128,8 @@ class MetricsStep(bootsteps.StartStopStep):
         role = health.role
         if role is not None:
             lanes = [parsed[1] for q in role.queues if (parsed := parse_check_queue(q))]
-            record.initialise_worker(role.region, lanes, [str(s) for s in RunStatus])
+            statuses, reasons = [str(s) for s in RunStatus], [str(r) for r in AbandonReason]
+            record.initialise_worker(role.region, lanes, statuses, reasons)
         values = (
             multiprocess.collector(self._dir[0]) if self._dir is not None else default_collector()
         )

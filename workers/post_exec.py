@@ -5,6 +5,10 @@ Signals:
 - ``task_postrun`` (pool process, every run that returned): the outcome the task returned.
 - ``task_failure`` with ``TimeLimitExceeded`` or ``WorkerLostError`` (main process): the hard
   limit killed the run, or its process died; recorded as a timeout of unknown start.
+- ``task_failure`` with any other exception (the thread that ran the task): the task raised.
+  Before its probe started (``run_start.probing``) the run is abandoned: its lease released
+  and its job placed at its next tick at once (:func:`abandon`), not left to the reaper; after
+  it, the run is recorded (the outcome it built, else an error naming the exception).
 
 Celery 5.7 sends ``task_failure`` twice for one hard time limit: ``Request.on_timeout`` fires it
 (since celery/celery#10226), then the pool's ``on_failure`` for the same ``TimeLimitExceeded``
@@ -24,6 +28,7 @@ from celery import Celery
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
+from celery_app.checks.abandon import Abandoned, AbandonReason, abandon_run
 from celery_app.checks.dispatch import RefillNeeds, refill_after_run
 from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import (
@@ -51,8 +56,9 @@ from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
 from scheduling_core import Params
 from workers import run_start
 from workers.outcome import RunOutcome
+from workers.probes.result import ProbeResult
 from workers.refill_prefetch import HealthWithRefillNeeds
-from workers.run_start import RunStart
+from workers.run_start import ProbeStart, RunStart
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +190,7 @@ def _after_run(sender: Any = None, task: Any = None, task_id: Any = None, **_: A
         return
     start, outcome = run_start.take(task_id)
     if outcome is None:
-        return  # rejected, discarded, or failed before probing: nothing ran
+        return  # rejected, discarded, or raised (handled by _after_raise): nothing to write
     try:
         record_outcome(task.app, outcome, start)
     except Exception:  # never take the worker down; the lease reaper will catch up
@@ -198,7 +204,7 @@ def _after_kill(
     if getattr(sender, "name", None) != RUN_CHECK_TASK:
         return
     if not isinstance(exception, TimeLimitExceeded | WorkerLostError):
-        return  # other failures come through task_postrun
+        return  # the task raised: _after_raise
     params = params_of(settings_of(sender.app))
     try:
         request = RunRequest.parse(kwargs, max_timeout_s=max_timeout_s(params))
@@ -219,3 +225,112 @@ def _after_kill(
         record_outcome(sender.app, outcome)
     except Exception:
         log.exception("checkbeat: post-exec write of killed run %s failed", request.job_id)
+
+
+def abandon(
+    app: Celery, request: RunRequest, exc: BaseException, task_id: str, *, read: bool
+) -> None:
+    """A run that raised before its probe: release its lease and place its job at its next tick
+    now (``checks.abandon``), log one line, count it, refill the freed slot. ``read``: its start
+    read found the lease its own (else that read failed). If this fails too (Redis still
+    unreachable), the lease is left to the reaper, which records the run as lost."""
+    reason = AbandonReason.BEFORE_PROBE if read else AbandonReason.START_READ
+    raised = f"{type(exc).__name__}: {exc}"
+    try:
+        settings = settings_of(app)
+        client = get_redis(settings.redis_url, settings)
+        done = abandon_run(
+            client,
+            state_keys(settings),
+            params_of(settings),
+            request.job_id,
+            request.lease_token,
+            task_id,
+            scheduled_at=request.scheduled_at,
+        )
+    except Exception as error:
+        log.error(
+            "checkbeat: run of %s raised before its probe (%s, %s); releasing its lease failed "
+            "(%s): the reaper takes it back",
+            request.job_id, raised, reason, error,
+        )  # fmt: skip
+        return
+    if done.result != Abandoned.RELEASED:
+        log.warning(
+            "checkbeat: run of %s raised before its probe (%s, %s); lease not released: %s",
+            request.job_id, raised, reason, done.result,
+        )  # fmt: skip
+        return
+    next_at = datetime.fromtimestamp(done.next_scheduled_at or 0.0, UTC).isoformat()
+    log.warning(
+        "checkbeat: run of %s raised before its probe (%s, %s): lease released, its tick %s lost, "
+        "next tick %s",
+        request.job_id, raised, reason, _iso(request.scheduled_at), next_at,
+    )  # fmt: skip
+    metrics.run_abandoned(request.job_id, done.lane, str(reason))
+    refill(app, split_job_id(request.job_id)[1])
+
+
+def _iso(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).isoformat()
+
+
+def raised_after_probe(
+    request: RunRequest, exc: BaseException, probe: ProbeStart, *, worker: str, queue: str
+) -> RunOutcome:
+    """The outcome of a run whose probe ran but which raised before handing its outcome over
+    (building it, scrubbing it): an error naming the exception, scrubbed of the check's
+    secrets like any result."""
+    elapsed = probe.elapsed_ms()
+    result = ProbeResult.down(
+        "error", f"the run failed after its probe: {type(exc).__name__}: {exc}", elapsed
+    )
+    return RunOutcome.of_probe(
+        request,
+        result,
+        duration_ms=elapsed,
+        started_at=probe.started_at,
+        finished_at=time.time(),
+        worker=worker,
+        queue=queue,
+        secrets=probe.secrets,
+    )
+
+
+@task_failure.connect
+def _after_raise(
+    sender: Any = None,
+    task_id: Any = None,
+    exception: BaseException | None = None,
+    kwargs: Any = None,
+    **_: Any,
+) -> None:
+    """The run task raised (in the thread that ran it; a kill is :func:`_after_kill`'s)."""
+    if getattr(sender, "name", None) != RUN_CHECK_TASK or exception is None:
+        return
+    if isinstance(exception, TimeLimitExceeded | WorkerLostError):
+        return
+    try:
+        request = RunRequest.parse(
+            kwargs, max_timeout_s=max_timeout_s(params_of(settings_of(sender.app)))
+        )
+    except BadRunMessage:
+        return  # rejected before anything was read
+    probe = run_start.probe_started(task_id)
+    start, outcome = run_start.take(task_id)
+    task_request = getattr(sender, "request", None)
+    if outcome is None and probe is not None:
+        worker = getattr(task_request, "hostname", None) or ""
+        queue = (getattr(task_request, "delivery_info", None) or {}).get("routing_key") or ""
+        outcome = raised_after_probe(request, exception, probe, worker=worker, queue=queue)
+    if outcome is None:
+        abandon(sender.app, request, exception, task_id or "", read=start is not None)
+        return
+    log.warning(
+        "checkbeat: run of %s raised after its probe (%s: %s); recording it",
+        request.job_id, type(exception).__name__, exception,
+    )  # fmt: skip
+    try:
+        record_outcome(sender.app, outcome, start)
+    except Exception:
+        log.exception("checkbeat: post-exec write of %s failed", request.job_id)

@@ -7,7 +7,9 @@ in every pool) plans from that read and checks it atomically instead of reading 
 (:mod:`celery_app.checks.planned_write`). The outcome is handed over the same way, so the task's
 return value is only a short summary for the log line and Flower (Celery ``saferepr``s it into
 both on every run). Kept per thread, matched by task id: a run that failed before its outcome
-leaves nothing another run could take.
+leaves nothing another run could take. The moment the probe starts is kept too
+(:func:`probing`): a run that raises before it gives its lease back, one that raises after it is
+recorded (``workers.post_exec``).
 """
 
 from __future__ import annotations
@@ -36,12 +38,39 @@ class RunStart:
         return self.server_now + (time.perf_counter() - self.read_at)
 
 
+@dataclass(frozen=True)
+class ProbeStart:
+    """The moment a run's probe starts: from then on a failure of the run still records it
+    (``workers.post_exec``), as a result naming the exception, scrubbed of ``secrets``."""
+
+    task_id: str
+    started_at: float  # time.time() then
+    at: float  # time.perf_counter() then
+    secrets: tuple[str, ...]
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.at) * 1000.0
+
+
 _local = threading.local()
 
 
 def keep(start: RunStart) -> None:
     """The run's start read, once the run is known to be current."""
     _local.start, _local.outcome = start, None
+
+
+def probing(task_id: str, secrets: tuple[str, ...]) -> ProbeStart:
+    """The run's probe starts now (after its start read and its wait for the tick)."""
+    started = _local.probing = ProbeStart(task_id, time.time(), time.perf_counter(), secrets)
+    return started
+
+
+def probe_started(task_id: str | None) -> ProbeStart | None:
+    """Whether (and when) the probe of ``task_id`` started in this thread; :func:`take` forgets
+    it."""
+    started: ProbeStart | None = getattr(_local, "probing", None)
+    return started if started is not None and started.task_id == task_id else None
 
 
 def finish(task_id: str, outcome: RunOutcome) -> None:
@@ -54,6 +83,6 @@ def take(task_id: str | None) -> tuple[RunStart | None, RunOutcome | None]:
     forgotten either way."""
     start: RunStart | None = getattr(_local, "start", None)
     finished: tuple[str, RunOutcome] | None = getattr(_local, "outcome", None)
-    _local.start = _local.outcome = None
+    _local.start = _local.outcome = _local.probing = None
     outcome = finished[1] if finished is not None and finished[0] == task_id else None
     return (start if start is not None and start.task_id == task_id else None), outcome

@@ -4,7 +4,9 @@ outcome. The post-exec signal handler (:mod:`workers.post_exec`) writes it back.
 Why the write is not in the task: a hard time limit kills the pool process before the task can
 write anything, and Celery then reports the run only through ``task_failure`` in the main
 process. Putting the single write in the signal handlers gives every path (success, probe
-failure, soft limit, hard limit) the same one Lua call, idempotent per lease token.
+failure, soft limit, hard limit) the same one Lua call, idempotent per lease token. A run that
+raises is handled there too (``task_failure``): before its probe (:func:`run_start.probing`) its
+lease is released and its job placed at its next tick at once, after it the run is recorded.
 """
 
 from __future__ import annotations
@@ -118,13 +120,6 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         log.warning("checkbeat: dropped run of %s: %s", request.job_id, why)
         return {"discarded": str(why)}
 
-    check = read.probe()
-    context = ProbeContext(
-        timeout_s=request.timeout_s,
-        policy=AddressPolicy.from_settings(settings),
-        region=request.region,
-        tls_ca_file=settings.probe_tls_ca_file,
-    )
     run_start.keep(
         RunStart(
             self.request.id,
@@ -134,10 +129,18 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             read_at,
         )
     )
+    check = read.probe()
+    context = ProbeContext(
+        timeout_s=request.timeout_s,
+        policy=AddressPolicy.from_settings(settings),
+        region=request.region,
+        tls_ca_file=settings.probe_tls_ca_file,
+    )
     wait_s = tick_wait(request.scheduled_at, read.server_now, time.perf_counter() - read_at)
     if wait_s > 0:
         time.sleep(wait_s)  # claimed within the dispatch lead: this slot is already ours
-    started_at = time.time()
+    secrets = read.secrets()
+    started_at = run_start.probing(self.request.id, secrets).started_at  # raising now records
     try:
         probe = get_kind(registry_of(self.app), check.kind).probe
     except CheckFieldError as exc:
@@ -152,7 +155,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         finished_at=time.time(),
         worker=self.request.hostname or "",
         queue=(self.request.delivery_info or {}).get("routing_key") or "",
-        secrets=read.secrets(),
+        secrets=secrets,
     )
     run_start.finish(self.request.id, outcome)  # the post-exec write takes it (workers.post_exec)
     return outcome.summary()

@@ -20,6 +20,7 @@ d     delay_ewma_ms (absent = 0)                                   complete
 l     lane, 0 fast / 1 slow (absent = 0)                           complete
 n     runs completed (or reaped)                                   complete
 sk    runs skipped by the tenant rate limit                        claim (on release)
+ab    ticks lost to runs that raised before their probe            abandon
 lt    lease token, only while claimed                              claim; complete removes it
 lx    lease expiry, Unix s, only while claimed                     claim; complete removes it
 off   "1" while the check is disabled (the job is in no index)     store
@@ -132,6 +133,7 @@ class JobState:
     success_threshold: int | None = None
     quorum: int | None = None
     health: RegionHealth = field(default_factory=RegionHealth)
+    abandoned: int = 0  # ticks lost to runs that raised before their probe (checks.abandon)
 
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
@@ -154,6 +156,7 @@ class JobState:
             lane=int(h.get(JobField.LANE) or LANE_FAST),
             runs=int(h.get(JobField.RUNS) or 0),
             skipped=int(h.get(JobField.SKIPPED) or 0),
+            abandoned=int(h.get(JobField.ABANDONED) or 0),
             lease_token=h.get(JobField.LEASE_TOKEN),
             lease_expiry=float(expiry) if expiry else None,
             enabled=h.get(JobField.DISABLED) != "1",

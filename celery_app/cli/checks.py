@@ -259,6 +259,7 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
                 "lane": LANE_NAMES[job.lane],
                 "runs": job.runs,
                 "skipped_by_rate_limit": job.skipped,
+                "abandoned_before_probe": job.abandoned,
                 "leased_until": _iso(job.lease_expiry),
                 "enabled": job.enabled,
                 "last_result": json.loads(last) if last else None,
@@ -325,7 +326,7 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
             continue
         click.echo(
             f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
-            f"skipped={job['skipped_by_rate_limit']}"
+            f"skipped={job['skipped_by_rate_limit']} abandoned={job['abandoned_before_probe']}"
         )
         click.echo(f"  scheduled_at           {job['scheduled_at']}")
         click.echo(f"  effective_scheduled_at {job['effective_scheduled_at']}")

@@ -133,6 +133,12 @@ RUN_LEASE_GONE = Counter(
     "Post-exec writes that found their lease gone (reaped, deleted or already recorded).",
     REGION_LANE,
 )
+RUNS_ABANDONED = Counter(
+    "checkbeat_check_runs_abandoned_total",
+    "Runs that raised before their probe: lease released and job placed at its next tick at "
+    "once (the claimed tick lost, counted in the job), by reason (start-read, before-probe).",
+    ["region", "lane", "reason"],
+)
 
 #: Series beat records (its own process).
 BEAT_METRICS: tuple[MetricWrapperBase, ...] = (
@@ -163,5 +169,6 @@ WORKER_METRICS: tuple[MetricWrapperBase, ...] = (
     RUN_DURATION,
     RUN_TIMEOUTS,
     RUN_LEASE_GONE,
+    RUNS_ABANDONED,
 )
 ALL_METRICS = BEAT_METRICS + SHARED_METRICS + WORKER_METRICS

@@ -134,6 +134,12 @@ def check_run(outcome: Any, written: bool) -> None:
         m.RUN_DURATION.labels(region, lane).observe(max(0.0, outcome.duration_ms) / 1000.0)
 
 
+def run_abandoned(job_id: str, lane: Any, reason: str) -> None:
+    """A run that raised before its probe, its lease released (``lane``: the job's, claimed)."""
+    with _guard("an abandoned run"):
+        m.RUNS_ABANDONED.labels(split_job_id(job_id)[1], _lane(lane), reason).inc()
+
+
 # --- cron runs --------------------------------------------------------------------------------
 def cron_run_started(request: Any, task_id: str, first: bool) -> None:
     """The prerun of a cron delivery: its start, or a suppressed second delivery."""
@@ -180,13 +186,22 @@ def _initialise_dispatch(regions: Iterable[str]) -> None:
                 counter.labels(region, lane)
 
 
-def initialise_worker(region: str, lanes: Iterable[str], statuses: Iterable[str]) -> None:
-    """A check worker of ``region`` consuming ``lanes``; ``statuses``: every run status."""
+def initialise_worker(
+    region: str,
+    lanes: Iterable[str],
+    statuses: Iterable[str],
+    abandon_reasons: Iterable[str] = (),
+) -> None:
+    """A check worker of ``region`` consuming ``lanes``; ``statuses``: every run status;
+    ``abandon_reasons``: every reason a run is abandoned before its probe."""
     with _guard("initial series"):
         _initialise_dispatch([region])
+        statuses, abandon_reasons = tuple(statuses), tuple(abandon_reasons)
         for lane in lanes:
             for status in statuses:
                 m.RUNS.labels(region, lane, status)
+            for reason in abandon_reasons:
+                m.RUNS_ABANDONED.labels(region, lane, reason)
             for metric in (m.RUN_LATENESS, m.RUN_DURATION, m.RUN_TIMEOUTS, m.RUN_LEASE_GONE):
                 metric.labels(region, lane)
 

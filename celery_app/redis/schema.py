@@ -45,7 +45,7 @@ class JobField(StrEnum):
 
     The authoritative list (``celery_app.checks.jobs`` has an overview table). "store" is
     ``store.lua`` (reconcile, repair), "complete" is ``complete.lua`` (worker or reaper),
-    "claim" is ``claim.lua``, "release" is ``release.lua``.
+    "claim" is ``claim.lua``, "release" is ``release.lua``, "abandon" is ``abandon.lua``.
     """
 
     TENANT = "t"  # store
@@ -53,14 +53,15 @@ class JobField(StrEnum):
     PERIOD = "p"  # whole seconds; store
     REGIONS = "g"  # the check's regions, comma list (phase = index in the sorted list); store
     REGION_SPREAD = "s"  # seconds; absent = the default spread; store
-    SCHEDULED_AT = "sa"  # Unix s; store, complete, claim (a held job's missed ticks)
-    EFFECTIVE_AT = "ea"  # Unix s: the WFQ order key; store, complete
+    SCHEDULED_AT = "sa"  # Unix s; store, complete, abandon, claim (a held job's missed ticks)
+    EFFECTIVE_AT = "ea"  # Unix s: the WFQ order key; store, complete, abandon
     COST_EWMA_MS = "c"  # absent = 0; complete
     DELAY_EWMA_MS = "d"  # absent = 0; complete
     LANE = "l"  # 0 fast / 1 slow, absent = 0; complete
     RUNS = "n"  # runs completed (or reaped); complete
     SKIPPED = "sk"  # runs skipped by the tenant rate limit; claim (when a held job is released)
-    LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete and release remove it
+    ABANDONED = "ab"  # ticks lost to a run that raised before its probe; abandon
+    LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete, release, abandon remove it
     LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
     QUARANTINE = "q"  # JSON QuarantineField record while quarantined (in no index); quarantine
