@@ -9,8 +9,8 @@ from support.checks import at
 from support.polling import wait_for
 from support.workers import claim_by_hand
 
+from celery_app.checks.completion import complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
-from celery_app.checks.planned_write import complete_as_read
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import JobField, Keys, check_queue, job_id
@@ -125,20 +125,23 @@ def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
 
 
 def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target, allow_private):
-    """The post-exec write is planned from the start read: the job hash is read once per run
-    (the check's kind, target and config with it, by HMGET), not again after the probe."""
+    """The post-exec write is planned from the start read: the job hash is read by the run's
+    two scripts only (run_start.lua, with the check's kind, target and config by HMGET; and
+    complete.lua's guard, inside its own call), never by a read of its own after the probe."""
     app = make_app(allow_private_targets=True)
     keys = Keys("cbtest")
     store = CheckStore(r, keys, app.conf.checkbeat_settings)
     store.create(uid="once", tenant="acme", kind="http", target=target.url("/delay/0"), period=60)
     kwargs = claim(r, keys, job_id("once", "local"), "tok-1")
     run_worker(app, [check_queue("local", "fast"), check_queue("local", "slow")])
-    before = hgetall_calls(r)
+    before = calls(r, "hgetall"), calls(r, "evalsha")
     app.send_task("checkbeat.run_check", kwargs=kwargs, queue=check_queue("local", "fast"))
     wait_for(lambda: r.xlen(keys.results("once")) == 1, 20, what="the result")
-    assert hgetall_calls(r) - before == 1  # the job, when the run started
+    assert calls(r, "hgetall") - before[0] == 2  # the start read, complete.lua's guard
+    # the two scripts and the refill's reads (riding on the completion's round trip)
+    assert calls(r, "evalsha") - before[1] == 3
     assert read_job(r, keys, job_id("once", "local")).runs == 1
 
 
-def hgetall_calls(r) -> int:
-    return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+def calls(r, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))

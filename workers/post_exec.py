@@ -24,15 +24,10 @@ from celery import Celery
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
+from celery_app.checks.completion import complete_as_read, finish_run_with_health
 from celery_app.checks.dispatch import RefillNeeds, refill_after_run
 from celery_app.checks.health import HealthPlanner, result_state
-from celery_app.checks.jobs import (
-    finish_run_with_health,
-    from_unix,
-    lease_is_current,
-    plan_completion,
-)
-from celery_app.checks.planned_write import complete_as_read
+from celery_app.checks.jobs import from_unix, lease_is_current, plan_completion
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,

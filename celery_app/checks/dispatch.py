@@ -59,8 +59,9 @@ from celery_app.checks.claiming import (
     promote_and_read,
     promote_due,
 )
+from celery_app.checks.completion import complete_runs_each
 from celery_app.checks.health import plan_health
-from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
+from celery_app.checks.jobs import CompletedRun, JobState, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecord, lease_seconds
 from celery_app.checks.transitions import sweep
