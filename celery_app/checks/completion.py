@@ -26,6 +26,7 @@ from typing import Any
 
 import redis
 
+from celery_app.checks.claiming import Claim, check_claim
 from celery_app.checks.health import HealthUpdate, Prefetching
 from celery_app.checks.jobs import (
     DEFAULT_RESULTS_MAXLEN,
@@ -42,10 +43,56 @@ from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import Keys, split_job_id
 from celery_app.redis.scripts import run_script
-from scheduling_core import Params, PostExecState
+from scheduling_core import LANE_FAST, LANE_SLOW, Params, PostExecState
 
 #: complete.lua's status when its guard found the job or the maintenance windows changed.
 STALE = -1
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A worker's completion hands the slot it frees to the region's next ready job, in the
+    same call (see complete.lua's header for when it may): ``worker`` is the hostname it is
+    registered under, ``lease_s`` a claim's lease (``run_contract.lease_seconds``)."""
+
+    worker: str
+    region: str
+    lease_s: float
+
+    def script_keys(self, keys: Keys) -> list[str]:
+        """complete.lua's hand-off KEYS (H .. H+5, see its header)."""
+        return [
+            keys.worker(self.worker),
+            keys.ready(self.region, LANE_FAST),
+            keys.ready(self.region, LANE_SLOW),
+            keys.held_tenants(self.region),
+            keys.rate_limited_tenants(),
+            keys.lease_seq(),
+        ]
+
+    def claim_of(self, line: str) -> Claim | None:
+        """The job handed the slot, from the reply's line ('' = none); a ValueError when its
+        stored numbers are no numbers a run can carry."""
+        if not line:
+            return None
+        job, scheduled, effective, cost, lane, token = line.split(" ")
+        claim = Claim(
+            job, self.region, int(lane), token, float(scheduled), float(effective), float(cost)
+        )
+        check_claim(claim)
+        return claim
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a completion with a hand-off did: whether it wrote (and the transition it made),
+    the job handed the freed slot (None: none), and what a refill would find (the replies
+    :class:`~celery_app.checks.dispatch.RefillNeeds` reads)."""
+
+    written: bool
+    transition: str | None
+    handed: str  # the hand-off's line: parse with Handoff.claim_of
+    refill_needs: list[Any]
 
 
 @dataclass(frozen=True)
@@ -58,7 +105,12 @@ class CompleteCall:
 
     @classmethod
     def of(
-        cls, keys: Keys, run: CompletedRun, results_maxlen: int, guard: ReadGuard | None = None
+        cls,
+        keys: Keys,
+        run: CompletedRun,
+        results_maxlen: int,
+        guard: ReadGuard | None = None,
+        handoff: Handoff | None = None,
     ) -> CompleteCall:
         uid, region = split_job_id(run.job_id)
         state = run.state
@@ -86,6 +138,9 @@ class CompleteCall:
             keys.last_result(uid),
             keys.maintenance_version(),
         ]
+        if handoff is not None:
+            plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}"}
+            script_keys += handoff.script_keys(keys)
         if run.health is not None:
             plan["health"] = run.health.plan()
             script_keys += run.health.script_keys(keys)
@@ -116,21 +171,26 @@ def complete_as_read(
     keys: Keys,
     run: CompletedRun,
     guard: ReadGuard,
+    handoff: Handoff,
     *,
     results_maxlen: int,
-    then: Callable[[Any], None] | None = None,
-) -> tuple[tuple[bool, str | None] | None, list[Any]]:
+) -> Completed | None:
     """Write ``run`` if the job and the maintenance version are as ``guard`` read them, and
-    queue ``then(pipe)``'s reads after it, in one round trip. ((written, transition id or
-    None), or None when the guard refused; the replies of ``then``'s reads)."""
+    hand the freed slot off, in one round trip; None when the guard refused (nothing
+    written, nothing handed)."""
     pipe = client.pipeline(transaction=False)
-    queue_complete(pipe, keys, run, results_maxlen, guard)
-    if then is not None:
-        then(pipe)
+    CompleteCall.of(keys, run, results_maxlen, guard, handoff).queue(pipe)
     # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
     queued = queue_wait(pipe, client)
-    reply, *reads = took_wait(pipe.execute(), queued, client, "a check completion")
-    return completion_reply(reply), reads
+    (reply,) = took_wait(pipe.execute(), queued, client, "a check completion")
+    done = completion_reply(reply)
+    if done is None:
+        return None
+    written, transition = done
+    if not written:
+        return Completed(False, None, "", [])
+    handed, *needs = reply[2:]
+    return Completed(True, transition, handed, [needs])
 
 
 def complete_runs(

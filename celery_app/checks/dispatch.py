@@ -521,6 +521,13 @@ class RefillNeeds:
         return now_s, bool(waiting) or (bool(first) and float(first[1]) <= now_s)
 
 
+def publish_claims(app: Celery, claims: Sequence[Claim]) -> int:
+    """Publish the runs of ``claims`` made outside a dispatcher (a completion's hand-off), with
+    the app's one reused dispatcher: a claim whose message cannot be built is quarantined,
+    one whose publish fails is released (:meth:`Dispatcher.publish`)."""
+    return _refiller(app).publish(claims)
+
+
 def refill_after_run(
     app: Celery,
     region: str,

@@ -1,10 +1,14 @@
 -- Complete one run of a job: the single write after a run, by the worker or by the reaper.
 -- Its call site is celery_app.checks.completion.CompleteCall, which owns KEYS and ARGV.
 -- KEYS: 1 job hash, 2 due zset, 3 leases fast, 4 leases slow, 5 results stream,
---       6 last-result hash, 7 maintenance version; with a plan.health only: 8 check state hash,
---       9 check transitions stream, 10 tenant transitions stream, 11 transition outbox,
---       12 transition payloads, 13 maintenance held zset,
---       13 + i the job hash of the check's i-th region (plan.health.regions)
+--       6 last-result hash, 7 maintenance version;
+--       with a plan.handoff, from H = 8: H the worker's hash (Keys.worker), H+1 ready fast,
+--       H+2 ready slow (of the job's region), H+3 the region's held tenants, H+4 the
+--       rate-limited tenants, H+5 the lease sequence;
+--       with a plan.health, from S (8, or 14 after the hand-off's): S check state hash,
+--       S+1 check transitions stream, S+2 tenant transitions stream, S+3 transition outbox,
+--       S+4 transition payloads, S+5 maintenance held zset,
+--       S+5+i the job hash of the check's i-th region (plan.health.regions)
 -- ARGV: 1 the plan, JSON: {id, token, cost, delay, ea, lane, sa (next tick), region, maxlen,
 --       record (the result's JSON, absent = none),
 --       health (absent = the check's state is not moved): {state, streak_state, streak, quorum,
@@ -13,11 +17,23 @@
 --       guard (absent = unguarded; a write planned from what the run read when it started,
 --         celery_app.checks.completion.ReadGuard): {count (the job's field count then),
 --         fields {name: value} (every field but the lease's), maintenance (version then, '' =
---         unset)}}
+--         unset)},
+--       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once; {-1} when the guard found the job or the maintenance windows changed
 -- since the run read them (nothing written: read again, plan again); else {1, the id of the
--- transition this run made or ''}.
+-- transition this run made or ''}, and with a plan.handoff three more: the job handed the
+-- freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' = none), this
+-- server's TIME, and what a refill would find (celery_app.checks.dispatch.RefillNeeds: the
+-- first due job {id, score} or {}, how many of ready fast, ready slow, held tenants exist).
+--
+-- The hand-off: the slot this run frees goes at once to the region's next ready job, when the
+-- choice needs nothing a full claim (claim.lua) would weigh: this worker is registered with no
+-- stuck slot (so the slot is a live one), no tenant of the region is held by its rate limit,
+-- and the job is valid, of a tenant without a token bucket, and fits the freed slot (a fast
+-- slot takes a measured fast job; a shared one the lower deadline of both lanes). The number
+-- of leases does not change, so no capacity needs counting. Otherwise nothing is handed off
+-- and the worker's refill (a full claim) runs on what the reply says waits.
 --
 -- Why one HGETALL: the lease check, the guard, the run count, the disabled flag and the
 -- region's previous state all come from the one read. Why the quorum part only runs when the
@@ -25,7 +41,44 @@
 -- changed since the check's state was last counted (CHECK_STATE.BASIS): the check's observed
 -- state is a function of those, so a run that moves none cannot move it.
 --#include transition
+--#include lease_sequence
 local plan = cjson.decode(ARGV[1])
+
+-- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
+local function handoff(h, freed, now)
+  if freed == nil then return '' end
+  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
+  if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
+  if redis.call('EXISTS', KEYS[11]) == 1 then return '' end
+  local best, score, lane = nil, nil, nil
+  for l = 0, freed do
+    local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
+    if top[1] and (best == nil or tonumber(top[2]) < tonumber(score)) then
+      best, score, lane = top[1], top[2], l
+    end
+  end
+  if best == nil then return '' end
+  -- its hash: this job's key with the id swapped (the same prefix and hash tag: the same slot)
+  local key = KEYS[1]:sub(1, #KEYS[1] - #plan.id) .. best
+  local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
+    JOB.LEASE_TOKEN, JOB.RUNS)
+  local sa = tonumber(v[2])
+  if not v[1] or v[4] or not sa then return '' end
+  -- a fast job never measured runs in a shared slot (claim.lua), never in a fast one
+  local claim_lane = lane
+  if lane == 0 and (tonumber(v[5]) or 0) == 0 then
+    if freed == 0 then return '' end
+    claim_lane = 1
+  end
+  if redis.call('SISMEMBER', KEYS[12], v[1]) == 1 then return '' end
+  local token = next_sequence(KEYS[13]) .. '.' .. '1'
+  local expiry = string.format('%.6f', math.max(now, sa) + tonumber(h.lease_s))
+  redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, expiry)
+  redis.call('ZREM', KEYS[9 + lane], best)
+  redis.call('ZADD', KEYS[3 + claim_lane], expiry, best)
+  return table.concat({best, v[2], score, v[3] or '0', claim_lane, token}, ' ')
+end
+
 local flat = redis.call('HGETALL', KEYS[1])
 local job, count = {}, 0
 for i = 1, #flat, 2 do
@@ -47,8 +100,9 @@ if not runs or runs ~= math.floor(runs) or runs < 0 or runs > 1e15 then
   return redis.error_reply('torn job field ' .. JOB.RUNS)
 end
 local id = plan.id
-redis.call('ZREM', KEYS[3], id)
-redis.call('ZREM', KEYS[4], id)
+local freed_lane = nil
+if redis.call('ZREM', KEYS[3], id) == 1 then freed_lane = 0 end
+if redis.call('ZREM', KEYS[4], id) == 1 then freed_lane = 1 end
 local health = plan.health
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
   plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
@@ -70,11 +124,22 @@ if plan.record then
     RESULT.RECORD, plan.record)
   redis.call('HSET', KEYS[6], plan.region, plan.record)
 end
-if not health then return {1, ''} end
+local reply = {1, ''}
+local S = 8
+if plan.handoff then
+  S = 14
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  reply[3] = handoff(plan.handoff, freed_lane, now)
+  reply[4] = t
+  reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+end
+if not health then return reply end
 local basis = health.quorum .. '|' .. table.concat(health.regions, ',')
 if (job[JOB.HEALTH] or STATE.UP) == health.state then
-  local seen = redis.call('HMGET', KEYS[8], CHECK_STATE.HELD_UNTIL, CHECK_STATE.BASIS)
-  if not seen[1] and seen[2] == basis then return {1, ''} end
+  local seen = redis.call('HMGET', KEYS[S], CHECK_STATE.HELD_UNTIL, CHECK_STATE.BASIS)
+  if not seen[1] and seen[2] == basis then return reply end
 end
 
 -- The region's state moved (decided in Python: scheduling_core.health.region_step), a held
@@ -84,7 +149,7 @@ local regions = health.regions
 local jobs = {}
 local down, bad = 0, 0
 for i = 1, #regions do
-  jobs[i] = KEYS[13 + i]
+  jobs[i] = KEYS[S + 5 + i]
   local st
   if jobs[i] == KEYS[1] then st = health.state
   else st = redis.call('HGET', jobs[i], JOB.HEALTH) or STATE.UP end
@@ -102,27 +167,28 @@ if down >= quorum then
 elseif bad >= quorum then
   observed = STATE.DEGRADED
 end
-redis.call('HSET', KEYS[8], CHECK_STATE.OBSERVED, observed, CHECK_STATE.BASIS, basis)
-local announced = redis.call('HGET', KEYS[8], CHECK_STATE.STATE) or STATE.UP
-local was_held = redis.call('HEXISTS', KEYS[8], CHECK_STATE.HELD_UNTIL) == 1
+redis.call('HSET', KEYS[S], CHECK_STATE.OBSERVED, observed, CHECK_STATE.BASIS, basis)
+local announced = redis.call('HGET', KEYS[S], CHECK_STATE.STATE) or STATE.UP
+local was_held = redis.call('HEXISTS', KEYS[S], CHECK_STATE.HELD_UNTIL) == 1
 if observed == announced then
   if was_held then
-    redis.call('HDEL', KEYS[8], CHECK_STATE.HELD_UNTIL)
-    redis.call('ZREM', KEYS[13], health.uid)
+    redis.call('HDEL', KEYS[S], CHECK_STATE.HELD_UNTIL)
+    redis.call('ZREM', KEYS[S + 5], health.uid)
   end
-  return {1, ''}
+  return reply
 end
 if health.hold_until then
   -- Inside a maintenance window: hold the change; beat delivers it at the window's end if the
   -- state still differs then (transition_release.lua).
-  redis.call('HSET', KEYS[8], CHECK_STATE.HELD_UNTIL, health.hold_until)
-  redis.call('ZADD', KEYS[13], health.hold_until, health.uid)
-  return {1, ''}
+  redis.call('HSET', KEYS[S], CHECK_STATE.HELD_UNTIL, health.hold_until)
+  redis.call('ZADD', KEYS[S + 5], health.hold_until, health.uid)
+  return reply
 end
-redis.call('ZREM', KEYS[13], health.uid)
-return {1, make_transition({
-  state = KEYS[8], check_stream = KEYS[9], tenant_stream = KEYS[10], outbox = KEYS[11],
-  payloads = KEYS[12], last = KEYS[6], jobs = jobs, regions = regions, uid = health.uid,
+redis.call('ZREM', KEYS[S + 5], health.uid)
+reply[2] = make_transition({
+  state = KEYS[S], check_stream = KEYS[S + 1], tenant_stream = KEYS[S + 2], outbox = KEYS[S + 3],
+  payloads = KEYS[S + 4], last = KEYS[6], jobs = jobs, regions = regions, uid = health.uid,
   tenant = health.tenant, from = announced, to = observed, now = health.now,
   check_maxlen = health.check_maxlen, tenant_maxlen = health.tenant_maxlen, held = was_held,
-})}
+})
+return reply
