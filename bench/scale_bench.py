@@ -14,11 +14,14 @@ that carries both state and broker, task events on, and what a run costs that se
 What it does, on two private redis-servers (checkbeat's state on one, the broker on the other,
 so each is measured alone), in this process and with checkbeat's own functions:
 
-* check path, per run: beat's promote + claim (Lua) + publish (LPUSH fast path); a worker's
-  lease check (HGETALL job + check, one pipeline) and post-exec (``finish_run``: job and TIME,
-  ``complete.lua``, then ``refill``: promote + claim + publish for the freed slot). The broker
-  side of a delivery (kombu's BRPOP; check queues are consumed without acks, so no unacked
-  bookkeeping) is measured separately with kombu's own consumer on a sample of messages.
+* check path, per run: beat's tick (promote, claim, publish), then for each message published
+  the worker's path, with the functions ``workers.tasks.run_check`` and its post-exec handler
+  call: the start read (``run_start.lua``), then ``post_exec.record_outcome`` (the completion,
+  ``complete.lua``, with the refill's reads on its round trip, then the refill of the freed slot:
+  promote + claim + publish while work waits). 3,000 checks due at once on 64 slots: a backlog
+  drained one freed slot at a time. Each message is taken with kombu's own consumer without
+  acks, as a check worker consumes (a BRPOP of the transport's event loop), so the broker
+  figure is a run's publish and its delivery.
 * cron path, per firing: ``fire`` (claim Lua with the pending record, publish, confirm), the
   worker's ``run_started`` (run key, ``cron_start.lua``) and ``run_finished``.
 
@@ -43,13 +46,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import kombu
 import redis
 
 from bench.figures import command_line
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run, from_unix
+from celery_app.checks.jobs import JobState, ReadGuard, from_unix
 from celery_app.checks.kinds import check_kind
+from celery_app.checks.run_contract import RunRequest, max_timeout_s
+from celery_app.checks.start_read import read_start
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
@@ -58,10 +64,14 @@ from celery_app.cron_tasks.store import CronStore, FireRequest
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.pipelined_scripts import ScriptClient
-from celery_app.redis.schema import CronOutcome, Keys
+from celery_app.redis.schema import CronOutcome, Keys, check_queue
 from celery_app.settings import load_settings
 from scheduling_core import Params
 from tests.support.capacity import register_capacity
+from workers.outcome import RunOutcome
+from workers.post_exec import record_outcome
+from workers.probes.result import ProbeResult
+from workers.run_start import RunStart
 
 REGION = "local"
 BENCH_KIND = "scalebench"
@@ -96,6 +106,37 @@ def _idle_cpu_per_s(client: redis.Redis, seconds: float = 1.0) -> float:
     meter = ServerMeter(client)
     time.sleep(seconds)
     return meter.delta()[2] / seconds
+
+
+class RunConsumer:
+    """The region's run messages, taken as a check worker takes them: kombu's consumer on both
+    lanes' queues without acks (``workers.worker_step.consume_without_acks``), each message
+    one BRPOP of the transport's event loop."""
+
+    def __init__(self, app: Any, ceiling_s: float) -> None:
+        self.ceiling_s = ceiling_s
+        self.connection = app.connection_for_read()
+        self.received: list[Any] = []
+        self.consumer = kombu.Consumer(
+            self.connection,
+            queues=[kombu.Queue(check_queue(REGION, lane)) for lane in ("fast", "slow")],
+            callbacks=[lambda body, _message: self.received.append(body)],
+            no_ack=True,
+            accept=["json"],
+        )
+        self.consumer.consume()
+
+    def next_run(self) -> RunRequest | None:
+        if not self.received:
+            try:
+                self.connection.drain_events(timeout=2)
+            except TimeoutError:
+                return None
+        return RunRequest.parse(self.received.pop(0)[1], max_timeout_s=self.ceiling_s)
+
+    def close(self) -> None:
+        self.consumer.cancel()
+        self.connection.release()
 
 
 def _check_path(checks: int, out: Any) -> dict[str, Any]:
@@ -133,57 +174,49 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
         store.create_many(defs, now=from_unix(t0))
         register_capacity(state, keys, "bench", REGION, 64)
         dispatcher = Dispatcher(app, client=state)
-        params = Params.from_settings(settings)
+        ceiling_s = max_timeout_s(Params.from_settings(settings))
         idle_cpu_per_s = _idle_cpu_per_s(state)
         state_meter, broker_meter = ServerMeter(state), ServerMeter(broker)
         runs = 0
         started = time.perf_counter()
         now = time.time()
-        dispatcher.promote(now)
-        pending = list(dispatcher.claim(now).claims)  # beat's tick
-        dispatcher.publish(pending)
-        while pending and runs < checks:
-            claim = pending.pop()
-            # the worker: lease check, then post-exec and the refill of the freed slot
-            pipe = state.pipeline(transaction=False)
-            pipe.hgetall(keys.job(claim.job_id))
-            pipe.hgetall(keys.check(claim.job_id.split("@")[0]))
-            pipe.execute()
-            finish_run(
-                state,
-                keys,
-                params,
-                claim.job_id,
-                claim.lease_token,
-                duration_ms=5.0,
-                timed_out=False,
-                exec_start=None,
-                scheduled_at=claim.scheduled_at,
+        dispatcher.tick(now)  # beat's tick: promote, claim, publish
+        consumer = RunConsumer(app, ceiling_s)
+        while runs < checks:
+            request = consumer.next_run()
+            if request is None:
+                break
+            # the worker, as workers.tasks.run_check and its post-exec handler do it: the
+            # start read (run_start.lua), then the completion and the refill of the freed slot
+            task_id = f"bench-{runs}"
+            read = read_start(
+                state, keys, request.job_id, request.uid, request.lease_token, task_id, 60_000
             )
-            pending.extend(dispatcher.refill(REGION))  # the worker's refill_after_run
+            start = RunStart(
+                task_id,
+                JobState.from_hash(request.job_id, read.job_hash),
+                ReadGuard.of(read.job_hash, read.maintenance_version),
+                read.server_now,
+                time.perf_counter(),
+            )
+            now = time.time()
+            outcome = RunOutcome.of_probe(
+                request,
+                ProbeResult.up(5.0),
+                duration_ms=5.0,
+                started_at=now,
+                finished_at=now,
+                worker="bench",
+                secrets=read.secrets(),
+            )
+            if not record_outcome(app, outcome, start):
+                raise RuntimeError(f"the run of {request.job_id} was not recorded")
             runs += 1
         wall_s = time.perf_counter() - started
         s_calls, s_net, s_cpu = state_meter.delta()
         s_cpu = max(1e-9, s_cpu - idle_cpu_per_s * wall_s)  # the server's own idle ticks
         b_calls, b_net, _ = broker_meter.delta()
-        depths = {q: broker.llen(q) for q in sorted(broker.keys("checks.*"))}
-        queued = sum(depths.values())
-        # the broker side of a delivery, with kombu's own consumer, from every lane's queue
-        # (a check's first run is in the slow lane: it was never measured), consumed as a
-        # check worker does: without acks (workers.worker_step.consume_without_acks)
-        sample = min(queued, 300)
-        consume_meter = ServerMeter(broker)
-        left = sample
-        with app.connection_for_read() as conn:
-            for name, depth in depths.items():
-                queue = conn.SimpleQueue(
-                    name if isinstance(name, str) else name.decode(), no_ack=True
-                )
-                for _ in range(min(depth, left)):
-                    queue.get(timeout=5).ack()
-                    left -= 1
-                queue.close()
-        k_calls, k_net, _ = consume_meter.delta()
+        consumer.close()
         result = {
             "runs": runs,
             "state_commands_per_run": sum(s_calls.values()) / runs,
@@ -191,10 +224,8 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
             "state_cpu_us_per_run": s_cpu / runs * 1e6,
             "runs_per_redis_core_s": runs / s_cpu,
             "idle_cpu_ms_per_s": idle_cpu_per_s * 1000,
-            "publish_commands_per_run": sum(b_calls.values()) / runs,
-            "publish_bytes_per_run": b_net / runs,
-            "consume_commands_per_message": sum(k_calls.values()) / max(1, sample),
-            "consume_bytes_per_message": k_net / max(1, sample),
+            "broker_commands_per_run": sum(b_calls.values()) / runs,
+            "broker_bytes_per_run": b_net / runs,
             "client_runs_per_s": runs / wall_s,
         }
         p = lambda *a: print(*a, file=out)  # noqa: E731
@@ -204,16 +235,15 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
             f"{result['state_bytes_per_run']:,.0f} bytes in+out, "
             f"{result['state_cpu_us_per_run']:.0f} us of Redis CPU"
         )
-        top = ", ".join(f"{k} {v / runs:.2f}" for k, v in s_calls.most_common(8))
+        top = ", ".join(f"{k} {v / runs:.2f}" for k, v in s_calls.most_common())
         p(f"    commands per run: {top}")
         p(
-            f"  broker per run: publish {result['publish_commands_per_run']:.2f} commands "
-            f"{result['publish_bytes_per_run']:,.0f} B; kombu delivery+ack "
-            f"{result['consume_commands_per_message']:.1f} commands "
-            f"{result['consume_bytes_per_message']:,.0f} B (sample {sample})"
+            f"  broker per run (publish + kombu's delivery): "
+            f"{result['broker_commands_per_run']:.2f} commands, "
+            f"{result['broker_bytes_per_run']:,.0f} bytes in+out"
         )
-        kb = ", ".join(f"{k} {v / max(1, sample):.2f}" for k, v in k_calls.most_common(6))
-        p(f"    kombu commands per message: {kb}")
+        pub = ", ".join(f"{k} {v / runs:.2f}" for k, v in b_calls.most_common())
+        p(f"    commands per run: {pub}")
         per_core = result["runs_per_redis_core_s"]
         p(
             f"  one Redis core: {per_core:,.0f} runs/s of the check path = "
@@ -287,7 +317,7 @@ def _cron_path(tasks: int, windows: int, out: Any) -> dict[str, Any]:
             f"{result['state_bytes_per_firing']:,.0f} bytes in+out, "
             f"{result['state_cpu_us_per_firing']:.0f} us of Redis CPU"
         )
-        top = ", ".join(f"{k} {v / firings:.3f}" for k, v in s_calls.most_common(8))
+        top = ", ".join(f"{k} {v / firings:.3f}" for k, v in s_calls.most_common())
         p(f"    commands per firing: {top}")
         p(
             f"  broker per firing (publish only): {result['publish_commands_per_firing']:.3f} "

@@ -213,8 +213,8 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
     tier credit on made every tick raise OverflowError before it claimed anything."""
     from support.checks import register_fake_worker
 
+    from celery_app.checks.completion import finish_run
     from celery_app.checks.dispatch import Dispatcher
-    from celery_app.checks.jobs import finish_run
     from celery_app.checks.run_contract import RunRecord, RunStatus
     from celery_app.factory import create_app
 

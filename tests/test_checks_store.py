@@ -8,7 +8,8 @@ import pytest
 from support.checks import at
 from support.state_db import snapshot
 
-from celery_app.checks.jobs import CompletedRun, complete_runs, read_job
+from celery_app.checks.completion import complete_runs
+from celery_app.checks.jobs import CompletedRun, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.errors import CheckExists, CheckFieldError

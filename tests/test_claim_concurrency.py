@@ -15,8 +15,8 @@ from support.at_once import at_once
 from support.checks import at, learned, register_fake_worker
 
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import set_rate_limit
 from celery_app.redis.schema import JobField
 

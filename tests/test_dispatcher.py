@@ -8,8 +8,9 @@ import threading
 import pytest
 from support.checks import RECORD_KEYS, at, learned, register_fake_worker
 
+from celery_app.checks.completion import complete_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import complete_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunRequest, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
@@ -294,8 +295,8 @@ def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, b
 def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
     r, keys, store, dispatcher_app, broker
 ):
+    from celery_app.checks.completion import finish_run
     from celery_app.checks.dispatch import refill_after_run
-    from celery_app.checks.jobs import finish_run
 
     make_checks(store, 3)
     for i in range(3):

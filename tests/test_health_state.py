@@ -97,6 +97,24 @@ def test_a_majority_of_regions_by_default_and_a_set_quorum(r, keys, store):
     }
 
 
+def test_a_run_that_moves_no_region_counts_again_after_the_quorum_or_regions_changed(
+    r, keys, store
+):
+    """A run whose region's state does not move skips the quorum count, unless the quorum or
+    the regions it was counted over changed since: then the next run of any region counts."""
+    make(store, uid="e", regions=("eu", "us", "ap"), failure_threshold=1)
+    s, p = store.settings, store.params
+    assert run_once(r, keys, s, p, "e@eu", False, T0)[1] is None  # 1 of 3 down, quorum 2: up
+    assert run_once(r, keys, s, p, "e@eu", False, T0 + 60)[1] is None  # eu stays down
+    assert run_once(r, keys, s, p, "e@us", True, T0 + 61)[1] is None  # us stays up
+    store.update("e", now=at(T0 + 62), quorum=1)
+    assert run_once(r, keys, s, p, "e@ap", True, T0 + 63)[1] == "e#1"  # ap stays up: 1 of 3
+    assert state_of(r, keys, "e")[CheckStateField.STATE] == "down"
+    store.update("e", now=at(T0 + 64), quorum=None, regions=["us", "ap"])  # eu removed
+    assert run_once(r, keys, s, p, "e@us", True, T0 + 65)[1] == "e#2"  # 0 of 2 down: up
+    assert state_of(r, keys, "e")[CheckStateField.STATE] == "up"
+
+
 def test_degraded_results_make_a_degraded_check(r, keys, store):
     make(store, failure_threshold=2, success_threshold=1)
     s, p = store.settings, store.params

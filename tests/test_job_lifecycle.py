@@ -51,8 +51,9 @@ from support.checks import at, register_fake_worker
 
 from celery_app.checks import dispatch
 from celery_app.checks.abandon import Abandoned, abandon_run
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
-from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.store import CheckStore

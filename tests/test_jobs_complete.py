@@ -7,7 +7,8 @@ import json
 import pytest
 from support.checks import at
 
-from celery_app.checks.jobs import complete_run, finish_run, lease_is_current, read_job
+from celery_app.checks.completion import complete_run, finish_run
+from celery_app.checks.jobs import lease_is_current, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from scheduling_core import Params, PostExecState
 

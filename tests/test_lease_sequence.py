@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from support.checks import at, register_fake_worker
 
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.repair import repair
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import JobField, job_id

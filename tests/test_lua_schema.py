@@ -21,8 +21,8 @@ from support.health import drive_transition_scripts
 
 from celery_app.checks import claiming
 from celery_app.checks.abandon import Abandoned, abandon_run
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, RefillNeeds
-from celery_app.checks.jobs import finish_run
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.start_read import read_start
@@ -45,8 +45,9 @@ OTHER_LITERALS = {
     "WITHSCORES", "LIMIT", "MAXLEN", "NX", "PX", "*", "-inf",  # command options
     "ok", "exists", "conflict", "missing", "stale", "full", "limit", "more", "done",  # replies
     "delete",  # store.lua's change op
+    "torn job field ",  # complete.lua's error reply for a job whose run count is no number
     "%S+", "%d+", "(%d+) (%d+) (%d)", "%.3f", "%.6f", "%d", "([^,]+)",  # patterns and formats
-    "", " ", "\\n", ".", "0", "1", "#",  # separators, flags
+    "", " ", "\\n", ".", "0", "1", "#", "|", ",",  # separators, flags
 }  # fmt: skip
 
 

@@ -19,8 +19,8 @@ from statistics import quantiles
 import pytest
 from support.checks import at, register_fake_worker
 
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run
 
 T0 = 1_780_000_000.0
 FAST_MS, SLOW_MS = 50.0, 3000.0

@@ -1,6 +1,6 @@
 """The post-exec write planned from the run's start read: complete.lua writes it only while the
 job and the maintenance version are as the run read them (``jobs.ReadGuard``), else nothing,
-and the worker reads again and plans again (``planned_write``, ``workers.post_exec``)."""
+and the worker reads again and plans again (``checks.completion``, ``workers.post_exec``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from support.checks import at
 from support.polling import wait_for
 from support.workers import claim_by_hand
 
+from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
-from celery_app.checks.planned_write import complete_as_read
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import JobField, Keys, check_queue, job_id
@@ -33,7 +33,11 @@ def start_read(r, keys) -> tuple[JobState, ReadGuard]:
     return JobState.from_hash(JOB, h), ReadGuard.of(h, r.get(keys.maintenance_version()))
 
 
-def write(r, keys, job: JobState, guard: ReadGuard, then=None):
+#: A worker that is not registered: nothing is handed off, the refill's reads still come back.
+UNREGISTERED = Handoff("nobody@test", "eu", 60.0)
+
+
+def write(r, keys, job: JobState, guard: ReadGuard):
     now_s = job.scheduled_at + 0.2
     run = plan_completion(
         Params(),
@@ -45,16 +49,18 @@ def write(r, keys, job: JobState, guard: ReadGuard, then=None):
         exec_start=at(now_s - 0.05),
         record=RunRecord(RunStatus.UP, "eu", finished_at=now_s),
     )
-    return complete_as_read(r, keys, run, guard, results_maxlen=10, then=then)
+    return complete_as_read(r, keys, run, guard, UNREGISTERED, results_maxlen=10)
 
 
-def test_an_unchanged_job_is_written_and_the_reads_queued_after_see_the_write(r, keys, started):
+def test_an_unchanged_job_is_written_and_the_refill_reads_see_the_write(r, keys, started):
     job, guard = started
-    done, reads = write(r, keys, job, guard, then=lambda pipe: pipe.zscore(keys.due(), JOB))
-    assert done == (True, None)
+    done = write(r, keys, job, guard)
+    assert done is not None and (done.written, done.transition, done.handed) == (True, None, "")
     after = read_job(r, keys, JOB)
     assert after.lease_token is None and after.runs == 1 and after.cost_ewma_ms == 40.0
-    assert reads == [pytest.approx(after.scheduled_at)]  # read in the same round trip, after
+    [(_time, first_due, waiting)] = done.refill_needs  # read in the same call, after the write
+    assert first_due[0] == JOB and float(first_due[1]) == pytest.approx(after.scheduled_at)
+    assert waiting == 0  # nothing ready, nothing held
     assert r.xlen(keys.results("c1")) == 1
 
 
@@ -76,8 +82,7 @@ def test_a_job_or_window_changed_since_the_read_is_not_written(r, keys, started,
     job, guard = started
     change(r, keys)
     before = r.hgetall(keys.job(JOB))
-    done, _reads = write(r, keys, job, guard)
-    assert done is None
+    assert write(r, keys, job, guard) is None
     assert r.hgetall(keys.job(JOB)) == before  # nothing written, the lease still held
     assert r.xlen(keys.results("c1")) == 0 and r.zscore(keys.due(), JOB) is None
 
@@ -87,16 +92,18 @@ def test_values_are_compared_exactly_whatever_bytes_they_hold(r, keys, started):
     r.hset(keys.job(JOB), mapping={"x1": "ab", "x2": "c", "x3": "é 1 é"})
     job, guard = start_read(r, keys)
     r.hset(keys.job(JOB), mapping={"x1": "a", "x2": "bc"})
-    assert write(r, keys, job, guard)[0] is None
-    # Unchanged multibyte and spaced values compare equal: counted in bytes, as Lua counts.
+    assert write(r, keys, job, guard) is None
+    # Unchanged multibyte and spaced values compare equal.
     job, guard = start_read(r, keys)
-    assert write(r, keys, job, guard)[0] == (True, None)
+    done = write(r, keys, job, guard)
+    assert done is not None and done.written
 
 
 def test_a_lease_no_longer_ours_is_refused_as_before_not_as_changed(r, keys, started):
     job, guard = started
     claim_by_hand(r, keys, JOB, "8.1")  # reaped and claimed again: the guard's fields moved too
-    assert write(r, keys, job, guard)[0] == (False, None)
+    done = write(r, keys, job, guard)
+    assert done is not None and not done.written
 
 
 def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
@@ -125,20 +132,23 @@ def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
 
 
 def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target, allow_private):
-    """The post-exec write is planned from the start read: the job hash is read once per run
-    (the check's kind, target and config with it, by HMGET), not again after the probe."""
+    """The post-exec write is planned from the start read: the job hash is read by the run's
+    two scripts only (run_start.lua, with the check's kind, target and config by HMGET; and
+    complete.lua's guard, inside its own call), never by a read of its own after the probe."""
     app = make_app(allow_private_targets=True)
     keys = Keys("cbtest")
     store = CheckStore(r, keys, app.conf.checkbeat_settings)
     store.create(uid="once", tenant="acme", kind="http", target=target.url("/delay/0"), period=60)
     kwargs = claim(r, keys, job_id("once", "local"), "tok-1")
     run_worker(app, [check_queue("local", "fast"), check_queue("local", "slow")])
-    before = hgetall_calls(r)
+    before = calls(r, "hgetall"), calls(r, "evalsha")
     app.send_task("checkbeat.run_check", kwargs=kwargs, queue=check_queue("local", "fast"))
     wait_for(lambda: r.xlen(keys.results("once")) == 1, 20, what="the result")
-    assert hgetall_calls(r) - before == 1  # the job, when the run started
+    assert calls(r, "hgetall") - before[0] == 2  # the start read, complete.lua's guard
+    # the two scripts: the refill's reads are the completion's own (its hand-off)
+    assert calls(r, "evalsha") - before[1] == 2
     assert read_job(r, keys, job_id("once", "local")).runs == 1
 
 
-def hgetall_calls(r) -> int:
-    return int(r.info("commandstats").get("cmdstat_hgetall", {}).get("calls", 0))
+def calls(r, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))

@@ -7,8 +7,9 @@ from collections import defaultdict
 import pytest
 from support.checks import at, learned, register_fake_worker
 
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.errors import CheckFieldError

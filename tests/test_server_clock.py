@@ -15,8 +15,9 @@ import pytest
 from support.checks import at, learned, register_fake_worker
 
 from beat import CronScheduler
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
-from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import lease_seconds
 from celery_app.redis.clock import server_time
 

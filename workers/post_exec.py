@@ -29,21 +29,23 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.abandon import Abandoned, AbandonReason, abandon_run
-from celery_app.checks.dispatch import RefillNeeds, refill_after_run
-from celery_app.checks.health import HealthPlanner, result_state
-from celery_app.checks.jobs import (
+from celery_app.checks.claiming import Claim
+from celery_app.checks.completion import (
+    Completed,
+    Handoff,
+    complete_as_read,
     finish_run_with_health,
-    from_unix,
-    lease_is_current,
-    plan_completion,
 )
-from celery_app.checks.planned_write import complete_as_read
+from celery_app.checks.dispatch import RefillNeeds, publish_claims, refill_after_run
+from celery_app.checks.health import HealthPlanner, result_state
+from celery_app.checks.jobs import from_unix, lease_is_current, plan_completion
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
     BadRunMessage,
     RunRequest,
     RunStatus,
+    lease_seconds,
     max_timeout_s,
 )
 from celery_app.checks.transitions import claim_and_publish
@@ -84,12 +86,19 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
         client, keys, settings, result_state(outcome.status == RunStatus.UP, outcome)
     )
     params = params_of(settings)
+    handed: Claim | None = None
     try:
         done = None
-        if start is not None:
-            done = _write_as_read(
-                client, keys, params, settings.results_history, outcome, start, planner, needs
+        if start is not None and outcome.worker:
+            handoff = Handoff(outcome.worker, region, lease_seconds(params, settings.lease_margin))
+            completed = _write_as_read(
+                client, keys, params, settings.results_history, outcome, start, planner, handoff
             )
+            if completed is not None:
+                done = completed.written, completed.transition
+                if completed.written:
+                    needs.prefetched(completed.refill_needs)
+                    handed = _handed(client, keys, handoff, completed.handed)
         if done is None:
             done = finish_run_with_health(
                 client,
@@ -116,7 +125,9 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
     metrics.check_run(outcome, written)
     if transition is not None:
         publish_transition(app, transition)
-    if written:
+    if handed is not None:
+        publish_handed(app, handed)
+    elif written:
         refill(app, region, needs if needs.replies is not None else None)
     else:
         log.info(
@@ -138,10 +149,11 @@ def _write_as_read(
     outcome: RunOutcome,
     start: RunStart,
     planner: HealthPlanner,
-    needs: RefillNeeds,
-) -> tuple[bool, str | None] | None:
-    """The write planned from the run's start read, in one round trip with the refill's reads;
-    None when the job or the maintenance windows changed since (nothing was written)."""
+    handoff: Handoff,
+) -> Completed | None:
+    """The write planned from the run's start read, with the hand-off of the freed slot, in
+    one round trip; None when the job or the maintenance windows changed since (nothing was
+    written)."""
     planner.version = start.guard.maintenance_version or None  # '' = never written
     run = plan_completion(
         params,
@@ -155,11 +167,18 @@ def _write_as_read(
         scheduled_at=outcome.scheduled_at,
         health_of=planner,
     )
-    done, reads = complete_as_read(
-        client, keys, run, start.guard, results_maxlen=results_maxlen, then=needs.prefetch
-    )
-    needs.prefetched(reads)
-    return done
+    return complete_as_read(client, keys, run, start.guard, handoff, results_maxlen=results_maxlen)
+
+
+def _handed(client: Any, keys: Keys, handoff: Handoff, line: str) -> Claim | None:
+    """The claim of the job handed the freed slot; one whose stored numbers a run cannot
+    carry is quarantined (its lease with it), as a claim's would be."""
+    try:
+        return handoff.claim_of(line)
+    except ValueError as exc:
+        job = line.split(" ", 1)[0]
+        quarantine(client, keys, job, QuarantineStep.CLAIM, exc, server_time(client))
+        return None
 
 
 def publish_transition(app: Celery, transition_id: str) -> None:
@@ -173,6 +192,15 @@ def publish_transition(app: Celery, transition_id: str) -> None:
         )
     except Exception:
         log.exception("checkbeat: publishing transition %s failed; beat retries", transition_id)
+
+
+def publish_handed(app: Celery, claim: Claim) -> None:
+    """Publish the run of the job this run handed its slot (on failure its lease is reaped
+    and the job runs at its next claim, as any claim's whose message was lost)."""
+    try:
+        publish_claims(app, [claim])
+    except Exception:
+        log.exception("checkbeat: publishing the run of %s failed; it is reaped", claim.job_id)
 
 
 def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:

@@ -4,7 +4,7 @@ thread.
 Why: the task reads the job, the maintenance version and Redis's time in one round trip just
 before its probe; the post-exec write (``task_postrun``, sent in the thread that ran the task,
 in every pool) plans from that read and checks it atomically instead of reading it all again
-(:mod:`celery_app.checks.planned_write`). The outcome is handed over the same way, so the task's
+(:mod:`celery_app.checks.completion`). The outcome is handed over the same way, so the task's
 return value is only a short summary for the log line and Flower (Celery ``saferepr``s it into
 both on every run). Kept per thread, matched by task id: a run that failed before its outcome
 leaves nothing another run could take. The moment the probe starts is kept too

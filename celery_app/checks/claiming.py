@@ -526,7 +526,7 @@ class RegionClaimer:
                 claim = Claim(
                     job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost)
                 )
-                _check_claim(claim)
+                check_claim(claim)
             except ValueError as exc:  # its stored times or cost are no numbers it can run on
                 quarantine(self.client, self.keys, job, QuarantineStep.CLAIM, exc, now_s)
                 continue
@@ -727,7 +727,7 @@ def _read_size(free: int, holds_left: int, depth: int) -> int:
     return max(1, min(max(free, MIN_READ) * depth, free + holds_left))
 
 
-def _check_claim(claim: Claim) -> None:
+def check_claim(claim: Claim) -> None:
     """A claim the run contract can carry: finite times and cost (ValueError otherwise). The
     effective deadline may be saturated anywhere in [EARLIEST, LATEST] (date arithmetic
     saturates); the message carries it clamped to the contract's range."""

@@ -59,8 +59,9 @@ from celery_app.checks.claiming import (
     promote_and_read,
     promote_due,
 )
+from celery_app.checks.completion import complete_runs_each
 from celery_app.checks.health import plan_health
-from celery_app.checks.jobs import CompletedRun, JobState, complete_runs_each, from_unix, to_unix
+from celery_app.checks.jobs import CompletedRun, JobState, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecord, lease_seconds
 from celery_app.checks.transitions import sweep
@@ -518,6 +519,13 @@ class RefillNeeds:
         time_reply, first, waiting = self.replies[0]
         now_s = from_time_reply(time_reply)
         return now_s, bool(waiting) or (bool(first) and float(first[1]) <= now_s)
+
+
+def publish_claims(app: Celery, claims: Sequence[Claim]) -> int:
+    """Publish the runs of ``claims`` made outside a dispatcher (a completion's hand-off), with
+    the app's one reused dispatcher: a claim whose message cannot be built is quarantined,
+    one whose publish fails is released (:meth:`Dispatcher.publish`)."""
+    return _refiller(app).publish(claims)
 
 
 def refill_after_run(

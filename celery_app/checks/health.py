@@ -53,33 +53,36 @@ class HealthUpdate:
     check_maxlen: int = 100
     tenant_maxlen: int = 1000
 
-    def script_input(self, keys: Keys) -> tuple[list[str], list[Any]]:
-        """(KEYS 7.., ARGV 11..) of complete.lua, in its documented order."""
+    def plan(self) -> dict[str, Any]:
+        """The ``health`` of complete.lua's plan (see its header)."""
         health = self.region_health
-        return (
-            [
-                keys.check_state(self.uid),
-                keys.check_transitions(self.uid),
-                keys.tenant_transitions(self.tenant),
-                keys.transition_outbox(),
-                keys.transition_payloads(),
-                keys.maintenance_held(),
-                *(keys.job(job_id(self.uid, r)) for r in self.regions),
-            ],
-            [
-                str(health.state),
-                str(health.streak_state),
-                health.streak,
-                self.quorum,
-                "" if self.maintenance_until is None else f"{self.maintenance_until:.3f}",
-                f"{self.now:.3f}",
-                self.check_maxlen,
-                self.tenant_maxlen,
-                self.tenant,
-                self.uid,
-                ",".join(self.regions),
-            ],
-        )
+        plan: dict[str, Any] = {
+            "state": str(health.state),
+            "streak_state": str(health.streak_state),
+            "streak": str(health.streak),
+            "quorum": str(self.quorum),
+            "now": f"{self.now:.3f}",
+            "check_maxlen": str(self.check_maxlen),
+            "tenant_maxlen": str(self.tenant_maxlen),
+            "tenant": self.tenant,
+            "uid": self.uid,
+            "regions": list(self.regions),
+        }
+        if self.maintenance_until is not None:
+            plan["hold_until"] = f"{self.maintenance_until:.3f}"
+        return plan
+
+    def script_keys(self, keys: Keys) -> list[str]:
+        """complete.lua's KEYS 8.. (see its header)."""
+        return [
+            keys.check_state(self.uid),
+            keys.check_transitions(self.uid),
+            keys.tenant_transitions(self.tenant),
+            keys.transition_outbox(),
+            keys.transition_payloads(),
+            keys.maintenance_held(),
+            *(keys.job(job_id(self.uid, r)) for r in self.regions),
+        ]
 
 
 def thresholds(settings: Settings, job: JobState) -> tuple[int, int]:
@@ -147,7 +150,7 @@ class Prefetching(Protocol):
 
 
 class HealthPlanner:
-    """``health_of`` for :func:`~celery_app.checks.jobs.finish_run_with_health` on a worker:
+    """``health_of`` for :func:`~celery_app.checks.completion.finish_run_with_health` on a worker:
     it has the maintenance version read with the job (``prefetch``), so the windows come from
     the process cache unless they changed."""
 

@@ -65,12 +65,10 @@ from typing import Any, cast
 
 import redis
 
-from celery_app.checks.health import HealthUpdate, Prefetching
+from celery_app.checks.health import HealthUpdate
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
-from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import JobField, Keys, split_job_id
-from celery_app.redis.scripts import run_script
 from scheduling_core import (
     LANE_FAST,
     Params,
@@ -313,178 +311,21 @@ class ReadGuard:
     worker can plan its write from that read and spend one round trip after the probe, not
     two; an edit, pause or transition meanwhile sends it back to read again."""
 
-    hlen: int
-    names: str
-    values: str
+    fields: dict[str, str]  # every field of the job but the lease's
     maintenance_version: str
 
     @classmethod
     def of(cls, job_hash: dict[str, str], maintenance_version: str | None) -> ReadGuard:
-        names = [f for f in job_hash if f not in _UNGUARDED]
-        values = "".join(f"{len(v.encode())} {v}" for v in map(job_hash.__getitem__, names))
-        return cls(len(job_hash), " ".join(names), values, maintenance_version or "")
+        fields = {f: v for f, v in job_hash.items() if f not in _UNGUARDED}
+        return cls(fields, maintenance_version or "")
 
-    def script_args(self) -> list[Any]:
-        """complete.lua's ARGV 22-25."""
-        return [self.hlen, self.names, self.values, self.maintenance_version]
-
-
-#: complete.lua's health ARGV (11-21) when a guarded call moves no state: '' skips the part.
-_NO_HEALTH_ARGS = [""] * 11
-
-
-def queue_complete(
-    pipe: Any, keys: Keys, run: CompletedRun, maxlen: int, guard: ReadGuard | None = None
-) -> None:
-    uid, region = split_job_id(run.job_id)
-    state = run.state
-    health_keys, health_args = ([], []) if run.health is None else run.health.script_input(keys)
-    guard_keys: list[str] = []
-    guard_args: list[Any] = []
-    if guard is not None:
-        health_args = health_args or _NO_HEALTH_ARGS
-        guard_keys, guard_args = [keys.maintenance_version()], guard.script_args()
-    run_script(
-        pipe,
-        "complete",
-        keys=[
-            keys.job(run.job_id),
-            keys.due(),
-            keys.leases(region, 0),
-            keys.leases(region, 1),
-            keys.results(uid),
-            keys.last_result(uid),
-            *health_keys,
-            *guard_keys,
-        ],
-        args=[
-            run.lease_token,
-            repr(float(state.cost_ewma_ms)),
-            repr(float(state.delay_ewma_ms)),
-            format_ts(to_unix(state.effective_scheduled_at)),
-            int(state.lane),
-            format_ts(to_unix(run.next_scheduled_at)),
-            "" if run.record is None else run.record.to_json(),
-            region,
-            maxlen,
-            run.job_id,
-            *health_args,
-            *guard_args,
-        ],
-    )
-
-
-def complete_runs(
-    client: redis.Redis,
-    keys: Keys,
-    runs: Sequence[CompletedRun],
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[bool]:
-    """Write back many runs in one round trip; True for each run whose lease was still held."""
-    return [
-        written
-        for written, _transition in complete_runs_detailed(
-            client, keys, runs, results_maxlen=results_maxlen
-        )
-    ]
-
-
-def complete_runs_detailed(
-    client: redis.Redis,
-    keys: Keys,
-    runs: Sequence[CompletedRun],
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[tuple[bool, str | None]]:
-    """:func:`complete_runs`, with the id of the transition each run made (or None)."""
-    done = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
-    for reply in done:
-        if isinstance(reply, Exception):
-            raise reply
-    return done  # type: ignore[return-value]  # no Exception left
-
-
-def complete_runs_each(
-    client: redis.Redis,
-    keys: Keys,
-    runs: Sequence[CompletedRun],
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[tuple[bool, str | None] | Exception]:
-    """:func:`complete_runs_detailed`, with the error of each run whose script failed in its
-    place (the others are written): the reaper quarantines those jobs."""
-    if not runs:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for run in runs:
-        queue_complete(pipe, keys, run, results_maxlen)
-    # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
-    queued = queue_wait(pipe, client)
-    replies = took_wait(pipe.execute(raise_on_error=False), queued, client, "a check completion")
-    return [x if isinstance(x, Exception) else completion_reply(x) for x in replies]
-
-
-def completion_reply(reply: Any) -> tuple[bool, str | None]:
-    """complete.lua's reply as (written, the id of the transition it made or None)."""
-    return bool(reply), reply if isinstance(reply, str) and reply != "1" else None
-
-
-def complete_run(
-    client: redis.Redis,
-    keys: Keys,
-    job_id: str,
-    lease_token: str,
-    state: PostExecState,
-    next_scheduled_at: datetime,
-    record: RunRecord | None = None,
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> bool:
-    """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
-    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, record)
-    return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
-
-
-def finish_run(
-    client: redis.Redis,
-    keys: Keys,
-    params: Params,
-    job_id: str,
-    lease_token: str,
-    *,
-    duration_ms: float,
-    timed_out: bool,
-    exec_start: datetime | None,
-    now: datetime | None = None,
-    record: RunRecord | None = None,
-    scheduled_at: float | None = None,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> bool:
-    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it (``record``
-    gets the lane the job was claimed in: the stored one, before this run moves it).
-
-    The next tick is computed at ``now``, by default the Redis server's time (read with the job,
-    one round trip), not the caller's clock, and is always after the run's tick
-    (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only
-    feeds the delay EWMA (telemetry; a start that looks early counts as on time).
-    False when the job is gone or its lease is no longer ``lease_token``.
-    """
-    written, _transition = finish_run_with_health(
-        client,
-        keys,
-        params,
-        job_id,
-        lease_token,
-        duration_ms=duration_ms,
-        timed_out=timed_out,
-        exec_start=exec_start,
-        now=now,
-        record=record,
-        scheduled_at=scheduled_at,
-        results_maxlen=results_maxlen,
-    )
-    return written
+    def plan(self) -> dict[str, Any]:
+        """The ``guard`` of complete.lua's plan."""
+        return {
+            "count": len(self.fields),
+            "fields": self.fields,
+            "maintenance": self.maintenance_version,
+        }
 
 
 def plan_completion(
@@ -519,56 +360,3 @@ def plan_completion(
         if health is not None and health.maintenance_until is not None:
             record = record.in_maintenance()
     return CompletedRun(job.job_id, lease_token, state, next_at, record, health)
-
-
-def finish_run_with_health(
-    client: redis.Redis,
-    keys: Keys,
-    params: Params,
-    job_id: str,
-    lease_token: str,
-    *,
-    duration_ms: float,
-    timed_out: bool,
-    exec_start: datetime | None,
-    now: datetime | None = None,
-    record: RunRecord | None = None,
-    scheduled_at: float | None = None,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
-) -> tuple[bool, str | None]:
-    """:func:`finish_run` that also moves the check's state in the same Lua call:
-    ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
-    whether a maintenance window holds transitions back (the record is then marked); a
-    ``health_of`` that is also :class:`~celery_app.checks.health.Prefetching` adds its reads to
-    the job's round trip. Returns (written, the id of the transition the run made or None)."""
-    # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.job(job_id))
-    if now is None:
-        pipe.time()
-    prefetching = health_of if isinstance(health_of, Prefetching) else None
-    if prefetching is not None:
-        prefetching.prefetch(pipe)
-    replies = pipe.execute()
-    h, rest = replies[0], replies[1:]
-    if now is None:
-        now = from_unix(from_time_reply(rest.pop(0)))
-    if prefetching is not None:
-        prefetching.prefetched(rest)
-    job = JobState.from_hash(job_id, h) if h else None
-    if job is None or job.lease_token != lease_token:
-        return False, None
-    run = plan_completion(
-        params,
-        job,
-        lease_token,
-        now=now,
-        duration_ms=duration_ms,
-        timed_out=timed_out,
-        exec_start=exec_start,
-        record=record,
-        scheduled_at=scheduled_at,
-        health_of=health_of,
-    )
-    return complete_runs_detailed(client, keys, [run], results_maxlen=results_maxlen)[0]

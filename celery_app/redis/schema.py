@@ -621,6 +621,9 @@ class CheckStateField(StrEnum):
     SEQ = "n"  # transitions so far; the next one's id is <uid>#<SEQ+1>
     LAST_TRANSITION = "lt"  # id of the last transition
     HELD_UNTIL = "hu"  # Unix s a held transition waits for (a window's end), while held
+    # what OBSERVED was counted over: "<quorum>|<regions, comma list>"; a run whose region's
+    # state did not move counts again only when this differs (an edit of the quorum or regions)
+    BASIS = "qb"
 
 
 class TransitionField(StrEnum):

@@ -17,7 +17,8 @@ from support.cron_spec_errors import FIELD_ERRORS
 from support.polling import wait_for
 from support.state_db import snapshot
 
-from celery_app.checks.jobs import finish_run, from_unix, read_job
+from celery_app.checks.completion import finish_run
+from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
 from celery_app.checks.transitions import TRANSITION_TASK

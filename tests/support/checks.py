@@ -60,7 +60,7 @@ def learned(
 ) -> None:
     """Put a job at ``scheduled_at`` with a learned cost and lane, through the real write path
     (a lease, then ``complete_run``), as if its previous run had just finished."""
-    from celery_app.checks.jobs import complete_run
+    from celery_app.checks.completion import complete_run
     from scheduling_core import PostExecState
 
     client.hset(keys.job(job_id), JobField.LEASE_TOKEN, "setup")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import itertools
 
+from celery_app.checks.completion import finish_run_with_health
 from celery_app.checks.health import HealthPlanner, result_state
-from celery_app.checks.jobs import finish_run_with_health
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import DeliveryOutcome, TransitionStart, split_job_id
 from support.checks import at

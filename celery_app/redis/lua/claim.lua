@@ -35,6 +35,7 @@
 -- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms lane"
 -- (lane: the one it runs in; a fast job never measured runs in the slow one, see below); the
 -- k-th claim's lease token is "<sequence>.<k>".
+--#include lease_sequence
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
 local lease_s = tonumber(expiry) - now
@@ -190,20 +191,6 @@ local full = {[0] = ARGV[P + 8] == '1', [1] = ARGV[P + 9] == '1'}
 local next_of = {[0] = 1, [1] = F + 1}
 local last_of = {[0] = F, [1] = F + S}
 
--- The lease sequence never goes below Redis's clock in microseconds: a counter lost or rolled
--- back by a restore (RDB) starts again above every token issued before, so a new token never
--- equals one a running worker still holds (each claim call takes more than a microsecond).
-local function next_sequence()
-  local t = redis.call('TIME')
-  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local n = redis.call('INCR', KEYS[6])
-  if n < floor then
-    n = floor
-    redis.call('SET', KEYS[6], string.format('%d', n))
-  end
-  return string.format('%d', n)  -- as text: Lua would print 16 digits as 1.7e+15
-end
-
 local unready = {[0] = {}, [1] = {}}  -- ZREM'd from the ready index at the end, in batches
 local leased = {[0] = {}, [1] = {}}   -- ZADD'ed to the lease index at the end
 local claims = {}
@@ -266,7 +253,7 @@ while true do
         end
       else
         if b then b.tokens = b.tokens - 1 end
-        if not seq then seq = next_sequence() end
+        if not seq then seq = next_sequence(KEYS[6]) end
         claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0') .. ' ' ..
           claim_lane
         local sa = tonumber(v[2])

@@ -1,61 +1,158 @@
--- Finish one run of a job: the single write after a run, by the worker or by the reaper.
--- KEYS: 1 job hash, 2 due zset, 3 leases fast, 4 leases slow, 5 results stream, 6 last-result hash
--- ARGV: 1 lease token, 2 cost_ewma_ms, 3 delay_ewma_ms, 4 effective_scheduled_at, 5 lane,
---       6 next scheduled_at, 7 result JSON ('' = none), 8 region, 9 results maxlen, 10 job id
--- Health (optional: no ARGV 11, or '', skips it; the check's state, tests/test_health_state.py):
--- KEYS: 7 check state hash, 8 check transitions stream, 9 tenant transitions stream,
---       10 transition outbox, 11 transition payloads, 12 maintenance held zset,
---       12 + i the job hash of the check's i-th region (ARGV 21)
--- ARGV: 11 region state, 12 streak state, 13 streak, 14 quorum, 15 maintenance window end
---       ('' = not in a window), 16 now, 17 check transitions maxlen, 18 tenant transitions
---       maxlen, 19 tenant, 20 uid, 21 the check's regions, comma list
--- Guard (optional: no ARGV 22, or '', skips it; a write planned from what the run read when it
--- started, celery_app.checks.jobs.ReadGuard): ARGV 22 the job's HLEN then, 23 its field names
--- (space-separated, the lease's excepted), 24 their values then ('<length> <value>'...), 25 the
--- maintenance version then ('' = unset); KEYS[#KEYS] the maintenance version key. ARGV 11-21
--- are then given too ('' in ARGV 11 still skips the health part).
--- Returns 0 when the lease is no longer ours (reaped, deleted, re-claimed): the same token can
--- complete a job at most once; -1 when the guard found the job or the maintenance windows
--- changed since the run read them (nothing written: read again, plan again); else the id of
--- the transition this run made, or 1.
+-- Complete one run of a job: the single write after a run, by the worker or by the reaper.
+-- Its call site is celery_app.checks.completion.CompleteCall, which owns KEYS and ARGV.
+-- KEYS: 1 job hash, 2 due zset, 3 leases fast, 4 leases slow, 5 results stream,
+--       6 last-result hash, 7 maintenance version;
+--       with a plan.handoff, from H = 8: H the worker's hash (Keys.worker), H+1 ready fast,
+--       H+2 ready slow (of the job's region), H+3 the region's held tenants, H+4 the
+--       rate-limited tenants, H+5 the lease sequence;
+--       with a plan.health, from S (8, or 14 after the hand-off's): S check state hash,
+--       S+1 check transitions stream, S+2 tenant transitions stream, S+3 transition outbox,
+--       S+4 transition payloads, S+5 maintenance held zset,
+--       S+5+i the job hash of the check's i-th region (plan.health.regions)
+-- ARGV: 1 the plan, JSON: {id, token, cost, delay, ea, lane, sa (next tick), region, maxlen,
+--       record (the result's JSON, absent = none),
+--       health (absent = the check's state is not moved): {state, streak_state, streak, quorum,
+--         hold_until (a maintenance window's end, absent = none), now, check_maxlen, tenant_maxlen,
+--         tenant, uid, regions (list)},
+--       guard (absent = unguarded; a write planned from what the run read when it started,
+--         celery_app.checks.completion.ReadGuard): {count (the job's field count then),
+--         fields {name: value} (every field but the lease's), maintenance (version then, '' =
+--         unset)},
+--       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
+-- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
+-- a job at most once; {-1} when the guard found the job or the maintenance windows changed
+-- since the run read them (nothing written: read again, plan again); else {1, the id of the
+-- transition this run made or ''}, and with a plan.handoff three more: the job handed the
+-- freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' = none), this
+-- server's TIME, and what a refill would find (celery_app.checks.dispatch.RefillNeeds: the
+-- first due job {id, score} or {}, how many of ready fast, ready slow, held tenants exist).
+--
+-- The hand-off: the slot this run frees goes at once to the region's next ready job, when the
+-- choice needs nothing a full claim (claim.lua) would weigh: this worker is registered with no
+-- stuck slot (so the slot is a live one), no tenant of the region is held by its rate limit,
+-- and the job is valid, of a tenant without a token bucket, and fits the freed slot (a fast
+-- slot takes a measured fast job; a shared one the lower deadline of both lanes). The number
+-- of leases does not change, so no capacity needs counting. Otherwise nothing is handed off
+-- and the worker's refill (a full claim) runs on what the reply says waits.
+--
+-- Why one HGETALL: the lease check, the guard, the run count, the disabled flag and the
+-- region's previous state all come from the one read. Why the quorum part only runs when the
+-- region's state moved, a maintenance window holds a change back, or the quorum or the regions
+-- changed since the check's state was last counted (CHECK_STATE.BASIS): the check's observed
+-- state is a function of those, so a run that moves none cannot move it.
 --#include transition
---#include job_unchanged
-local current = redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN)
-if (not current) or current ~= ARGV[1] then
-  return 0
-end
-if (ARGV[22] or '') ~= '' then
-  if not job_unchanged(KEYS[1], ARGV[22], ARGV[23], ARGV[24])
-      or (redis.call('GET', KEYS[#KEYS]) or '') ~= ARGV[25] then
-    return -1
-  end
-end
--- First the one write that can fail on a torn hash (runs not an integer): then nothing else is.
-redis.call('HINCRBY', KEYS[1], JOB.RUNS, 1)
-redis.call('ZREM', KEYS[3], ARGV[10])
-redis.call('ZREM', KEYS[4], ARGV[10])
-redis.call('HSET', KEYS[1], JOB.COST_EWMA_MS, ARGV[2], JOB.DELAY_EWMA_MS, ARGV[3],
-  JOB.EFFECTIVE_AT, ARGV[4], JOB.LANE, ARGV[5], JOB.SCHEDULED_AT, ARGV[6])
-redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
-if redis.call('HEXISTS', KEYS[1], JOB.DISABLED) == 0 then
-  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[10])
-end
-if ARGV[7] ~= '' then
-  redis.call('XADD', KEYS[5], 'MAXLEN', ARGV[9], '*', RESULT.REGION, ARGV[8],
-    RESULT.RECORD, ARGV[7])
-  redis.call('HSET', KEYS[6], ARGV[8], ARGV[7])
-end
-if (ARGV[11] or '') == '' then return 1 end
+--#include lease_sequence
+local plan = cjson.decode(ARGV[1])
 
--- The region's state (decided in Python: scheduling_core.health.region_step), then the check's
--- from the quorum of its regions (scheduling_core.health.overall_state).
-redis.call('HSET', KEYS[1], JOB.HEALTH, ARGV[11], JOB.STREAK_STATE, ARGV[12], JOB.STREAK, ARGV[13])
-local regions = split_commas(ARGV[21])
+-- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
+local function handoff(h, freed, now)
+  if freed == nil then return '' end
+  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
+  if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
+  if redis.call('EXISTS', KEYS[11]) == 1 then return '' end
+  local best, score, lane = nil, nil, nil
+  for l = 0, freed do
+    local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
+    if top[1] and (best == nil or tonumber(top[2]) < tonumber(score)) then
+      best, score, lane = top[1], top[2], l
+    end
+  end
+  if best == nil then return '' end
+  -- its hash: this job's key with the id swapped (the same prefix and hash tag: the same slot)
+  local key = KEYS[1]:sub(1, #KEYS[1] - #plan.id) .. best
+  local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
+    JOB.LEASE_TOKEN, JOB.RUNS)
+  local sa = tonumber(v[2])
+  if not v[1] or v[4] or not sa then return '' end
+  -- a fast job never measured runs in a shared slot (claim.lua), never in a fast one
+  local claim_lane = lane
+  if lane == 0 and (tonumber(v[5]) or 0) == 0 then
+    if freed == 0 then return '' end
+    claim_lane = 1
+  end
+  if redis.call('SISMEMBER', KEYS[12], v[1]) == 1 then return '' end
+  local token = next_sequence(KEYS[13]) .. '.' .. '1'
+  local expiry = string.format('%.6f', math.max(now, sa) + tonumber(h.lease_s))
+  redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, expiry)
+  redis.call('ZREM', KEYS[9 + lane], best)
+  redis.call('ZADD', KEYS[3 + claim_lane], expiry, best)
+  return table.concat({best, v[2], score, v[3] or '0', claim_lane, token}, ' ')
+end
+
+local flat = redis.call('HGETALL', KEYS[1])
+local job, count = {}, 0
+for i = 1, #flat, 2 do
+  job[flat[i]] = flat[i + 1]
+  count = count + 1
+end
+if job[JOB.LEASE_TOKEN] ~= plan.token then return {0} end
+local guard = plan.guard
+if guard then
+  local lease_fields = (job[JOB.LEASE_EXPIRY] and 1 or 0) + 1
+  if count - lease_fields ~= guard.count then return {-1} end
+  for name, value in pairs(guard.fields) do
+    if job[name] ~= value then return {-1} end
+  end
+  if (redis.call('GET', KEYS[7]) or '') ~= guard.maintenance then return {-1} end
+end
+local runs = tonumber(job[JOB.RUNS] or '0')
+if not runs or runs ~= math.floor(runs) or runs < 0 or runs > 1e15 then
+  return redis.error_reply('torn job field ' .. JOB.RUNS)
+end
+local id = plan.id
+local freed_lane = nil
+if redis.call('ZREM', KEYS[3], id) == 1 then freed_lane = 0 end
+if redis.call('ZREM', KEYS[4], id) == 1 then freed_lane = 1 end
+local health = plan.health
+local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
+  plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
+if health then
+  fields[#fields + 1] = JOB.HEALTH
+  fields[#fields + 1] = health.state
+  fields[#fields + 1] = JOB.STREAK_STATE
+  fields[#fields + 1] = health.streak_state
+  fields[#fields + 1] = JOB.STREAK
+  fields[#fields + 1] = health.streak
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
+if not job[JOB.DISABLED] then
+  redis.call('ZADD', KEYS[2], plan.sa, id)
+end
+if plan.record then
+  redis.call('XADD', KEYS[5], 'MAXLEN', plan.maxlen, '*', RESULT.REGION, plan.region,
+    RESULT.RECORD, plan.record)
+  redis.call('HSET', KEYS[6], plan.region, plan.record)
+end
+local reply = {1, ''}
+local S = 8
+if plan.handoff then
+  S = 14
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  reply[3] = handoff(plan.handoff, freed_lane, now)
+  reply[4] = t
+  reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+end
+if not health then return reply end
+local basis = health.quorum .. '|' .. table.concat(health.regions, ',')
+if (job[JOB.HEALTH] or STATE.UP) == health.state then
+  local seen = redis.call('HMGET', KEYS[S], CHECK_STATE.HELD_UNTIL, CHECK_STATE.BASIS)
+  if not seen[1] and seen[2] == basis then return reply end
+end
+
+-- The region's state moved (decided in Python: scheduling_core.health.region_step), a held
+-- change may be due, or the basis changed: the check's state from the quorum of its regions
+-- (scheduling_core.health.overall_state).
+local regions = health.regions
 local jobs = {}
 local down, bad = 0, 0
 for i = 1, #regions do
-  jobs[i] = KEYS[12 + i]
-  local st = redis.call('HGET', jobs[i], JOB.HEALTH) or STATE.UP
+  jobs[i] = KEYS[S + 5 + i]
+  local st
+  if jobs[i] == KEYS[1] then st = health.state
+  else st = redis.call('HGET', jobs[i], JOB.HEALTH) or STATE.UP end
   if st == STATE.DOWN then
     down = down + 1
     bad = bad + 1
@@ -63,34 +160,35 @@ for i = 1, #regions do
     bad = bad + 1
   end
 end
-local quorum = tonumber(ARGV[14])
+local quorum = tonumber(health.quorum)
 local observed = STATE.UP
 if down >= quorum then
   observed = STATE.DOWN
 elseif bad >= quorum then
   observed = STATE.DEGRADED
 end
-redis.call('HSET', KEYS[7], CHECK_STATE.OBSERVED, observed)
-local announced = redis.call('HGET', KEYS[7], CHECK_STATE.STATE) or STATE.UP
-local was_held = redis.call('HEXISTS', KEYS[7], CHECK_STATE.HELD_UNTIL) == 1
+redis.call('HSET', KEYS[S], CHECK_STATE.OBSERVED, observed, CHECK_STATE.BASIS, basis)
+local announced = redis.call('HGET', KEYS[S], CHECK_STATE.STATE) or STATE.UP
+local was_held = redis.call('HEXISTS', KEYS[S], CHECK_STATE.HELD_UNTIL) == 1
 if observed == announced then
   if was_held then
-    redis.call('HDEL', KEYS[7], CHECK_STATE.HELD_UNTIL)
-    redis.call('ZREM', KEYS[12], ARGV[20])
+    redis.call('HDEL', KEYS[S], CHECK_STATE.HELD_UNTIL)
+    redis.call('ZREM', KEYS[S + 5], health.uid)
   end
-  return 1
+  return reply
 end
-if ARGV[15] ~= '' then
+if health.hold_until then
   -- Inside a maintenance window: hold the change; beat delivers it at the window's end if the
   -- state still differs then (transition_release.lua).
-  redis.call('HSET', KEYS[7], CHECK_STATE.HELD_UNTIL, ARGV[15])
-  redis.call('ZADD', KEYS[12], ARGV[15], ARGV[20])
-  return 1
+  redis.call('HSET', KEYS[S], CHECK_STATE.HELD_UNTIL, health.hold_until)
+  redis.call('ZADD', KEYS[S + 5], health.hold_until, health.uid)
+  return reply
 end
-redis.call('ZREM', KEYS[12], ARGV[20])
-return make_transition({
-  state = KEYS[7], check_stream = KEYS[8], tenant_stream = KEYS[9], outbox = KEYS[10],
-  payloads = KEYS[11], last = KEYS[6], jobs = jobs, regions = regions, uid = ARGV[20],
-  tenant = ARGV[19], from = announced, to = observed, now = ARGV[16], check_maxlen = ARGV[17],
-  tenant_maxlen = ARGV[18], held = was_held,
+redis.call('ZREM', KEYS[S + 5], health.uid)
+reply[2] = make_transition({
+  state = KEYS[S], check_stream = KEYS[S + 1], tenant_stream = KEYS[S + 2], outbox = KEYS[S + 3],
+  payloads = KEYS[S + 4], last = KEYS[6], jobs = jobs, regions = regions, uid = health.uid,
+  tenant = health.tenant, from = announced, to = observed, now = health.now,
+  check_maxlen = health.check_maxlen, tenant_maxlen = health.tenant_maxlen, held = was_held,
 })
+return reply

@@ -9,10 +9,15 @@
 -- Returns {job fields and values (flat), {check kind, target, config} (false where absent: all
 --          three for a deleted check), {seconds, micros}, 1 if this is the lease's first
 --          delivery else 0, maintenance version or false}
+local job = redis.call('HGETALL', KEYS[1])
 local first = 0
-if redis.call('HGET', KEYS[1], JOB.LEASE_TOKEN) == ARGV[1] then
-  if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then first = 1 end
+for i = 1, #job, 2 do
+  if job[i] == JOB.LEASE_TOKEN then
+    if job[i + 1] == ARGV[1] and redis.call('SET', KEYS[3], ARGV[2], 'NX', 'PX', ARGV[3]) then
+      first = 1
+    end
+    break
+  end
 end
-return {redis.call('HGETALL', KEYS[1]),
-        redis.call('HMGET', KEYS[2], CHECK.KIND, CHECK.TARGET, CHECK.CONFIG),
+return {job, redis.call('HMGET', KEYS[2], CHECK.KIND, CHECK.TARGET, CHECK.CONFIG),
         redis.call('TIME'), first, redis.call('GET', KEYS[4])}

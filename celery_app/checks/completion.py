@@ -1,0 +1,360 @@
+"""The completion of a check run: the one write after it (``complete.lua``), by the worker or,
+for a lost run, by the reaper.
+
+The write releases the lease, folds the run into the job (EWMAs, lane, effective deadline, run
+count), places the job at its next tick, records the result and, when the region's state
+moved, the check's state and its transition: one script call, idempotent per lease token.
+:class:`CompleteCall` is its only call site and owns its KEYS and its plan (ARGV, one JSON
+object with named fields).
+
+A worker plans the write from what its run read when it started (``checks.run_start``): the
+job and the maintenance version, with Redis's time advanced by the worker's monotonic clock.
+Nothing but the run's own completion changes a leased job, so the plan holds unless an edit, a
+pause, a quorum transition or a maintenance change came meanwhile; ``complete.lua`` checks that
+atomically (``jobs.ReadGuard``) and writes nothing when it finds one, and the worker reads again
+and plans again (:func:`finish_run_with_health`). The refill's reads ride on the same round trip
+(``then``), after the write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import redis
+
+from celery_app.checks.claiming import Claim, check_claim
+from celery_app.checks.health import HealthUpdate, Prefetching
+from celery_app.checks.jobs import (
+    DEFAULT_RESULTS_MAXLEN,
+    CompletedRun,
+    JobState,
+    ReadGuard,
+    format_ts,
+    from_unix,
+    plan_completion,
+    to_unix,
+)
+from celery_app.checks.run_contract import RunRecord
+from celery_app.redis.clock import from_time_reply
+from celery_app.redis.replication import queue_wait, took_wait
+from celery_app.redis.schema import Keys, split_job_id
+from celery_app.redis.scripts import run_script
+from scheduling_core import LANE_FAST, LANE_SLOW, Params, PostExecState
+
+#: complete.lua's status when its guard found the job or the maintenance windows changed.
+STALE = -1
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A worker's completion hands the slot it frees to the region's next ready job, in the
+    same call (see complete.lua's header for when it may): ``worker`` is the hostname it is
+    registered under, ``lease_s`` a claim's lease (``run_contract.lease_seconds``)."""
+
+    worker: str
+    region: str
+    lease_s: float
+
+    def script_keys(self, keys: Keys) -> list[str]:
+        """complete.lua's hand-off KEYS (H .. H+5, see its header)."""
+        return [
+            keys.worker(self.worker),
+            keys.ready(self.region, LANE_FAST),
+            keys.ready(self.region, LANE_SLOW),
+            keys.held_tenants(self.region),
+            keys.rate_limited_tenants(),
+            keys.lease_seq(),
+        ]
+
+    def claim_of(self, line: str) -> Claim | None:
+        """The job handed the slot, from the reply's line ('' = none); a ValueError when its
+        stored numbers are no numbers a run can carry."""
+        if not line:
+            return None
+        job, scheduled, effective, cost, lane, token = line.split(" ")
+        claim = Claim(
+            job, self.region, int(lane), token, float(scheduled), float(effective), float(cost)
+        )
+        check_claim(claim)
+        return claim
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a completion with a hand-off did: whether it wrote (and the transition it made),
+    the job handed the freed slot (None: none), and what a refill would find (the replies
+    :class:`~celery_app.checks.dispatch.RefillNeeds` reads)."""
+
+    written: bool
+    transition: str | None
+    handed: str  # the hand-off's line: parse with Handoff.claim_of
+    refill_needs: list[Any]
+
+
+@dataclass(frozen=True)
+class CompleteCall:
+    """One ``complete.lua`` call: the keys it touches and its plan, built from a
+    :class:`~celery_app.checks.jobs.CompletedRun` (and the guard of a planned write)."""
+
+    keys: list[str]
+    plan: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls,
+        keys: Keys,
+        run: CompletedRun,
+        results_maxlen: int,
+        guard: ReadGuard | None = None,
+        handoff: Handoff | None = None,
+    ) -> CompleteCall:
+        uid, region = split_job_id(run.job_id)
+        state = run.state
+        plan: dict[str, Any] = {
+            "id": run.job_id,
+            "token": run.lease_token,
+            "cost": repr(float(state.cost_ewma_ms)),
+            "delay": repr(float(state.delay_ewma_ms)),
+            "ea": format_ts(to_unix(state.effective_scheduled_at)),
+            "lane": str(int(state.lane)),
+            "sa": format_ts(to_unix(run.next_scheduled_at)),
+            "region": region,
+            "maxlen": str(results_maxlen),
+        }
+        if run.record is not None:
+            plan["record"] = run.record.to_json()
+        if guard is not None:
+            plan["guard"] = guard.plan()
+        script_keys = [
+            keys.job(run.job_id),
+            keys.due(),
+            keys.leases(region, 0),
+            keys.leases(region, 1),
+            keys.results(uid),
+            keys.last_result(uid),
+            keys.maintenance_version(),
+        ]
+        if handoff is not None:
+            plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}"}
+            script_keys += handoff.script_keys(keys)
+        if run.health is not None:
+            plan["health"] = run.health.plan()
+            script_keys += run.health.script_keys(keys)
+        return cls(script_keys, plan)
+
+    def queue(self, pipe: Any) -> None:
+        run_script(pipe, "complete", self.keys, [json.dumps(self.plan, separators=(",", ":"))])
+
+
+def queue_complete(
+    pipe: Any, keys: Keys, run: CompletedRun, maxlen: int, guard: ReadGuard | None = None
+) -> None:
+    """Queue ``run``'s write on ``pipe`` (its reply: :func:`completion_reply`)."""
+    CompleteCall.of(keys, run, maxlen, guard).queue(pipe)
+
+
+def completion_reply(reply: Any) -> tuple[bool, str | None] | None:
+    """complete.lua's reply as (written, the id of the transition it made or None); None when
+    its guard refused (nothing written)."""
+    status = int(reply[0])
+    if status == STALE:
+        return None
+    return status == 1, (reply[1] or None) if status == 1 else None
+
+
+def complete_as_read(
+    client: redis.Redis,
+    keys: Keys,
+    run: CompletedRun,
+    guard: ReadGuard,
+    handoff: Handoff,
+    *,
+    results_maxlen: int,
+) -> Completed | None:
+    """Write ``run`` if the job and the maintenance version are as ``guard`` read them, and
+    hand the freed slot off, in one round trip; None when the guard refused (nothing
+    written, nothing handed)."""
+    pipe = client.pipeline(transaction=False)
+    CompleteCall.of(keys, run, results_maxlen, guard, handoff).queue(pipe)
+    # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
+    queued = queue_wait(pipe, client)
+    (reply,) = took_wait(pipe.execute(), queued, client, "a check completion")
+    done = completion_reply(reply)
+    if done is None:
+        return None
+    written, transition = done
+    if not written:
+        return Completed(False, None, "", [])
+    handed, *needs = reply[2:]
+    return Completed(True, transition, handed, [needs])
+
+
+def complete_runs(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[bool]:
+    """Write back many runs in one round trip; True for each run whose lease was still held."""
+    return [
+        written
+        for written, _transition in complete_runs_detailed(
+            client, keys, runs, results_maxlen=results_maxlen
+        )
+    ]
+
+
+def complete_runs_detailed(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[tuple[bool, str | None]]:
+    """:func:`complete_runs`, with the id of the transition each run made (or None)."""
+    done = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
+    for reply in done:
+        if isinstance(reply, Exception):
+            raise reply
+    return done  # type: ignore[return-value]  # no Exception left
+
+
+def complete_runs_each(
+    client: redis.Redis,
+    keys: Keys,
+    runs: Sequence[CompletedRun],
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> list[tuple[bool, str | None] | Exception]:
+    """:func:`complete_runs_detailed`, with the error of each run whose script failed in its
+    place (the others are written): the reaper quarantines those jobs."""
+    if not runs:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for run in runs:
+        queue_complete(pipe, keys, run, results_maxlen)
+    # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
+    queued = queue_wait(pipe, client)
+    replies = took_wait(pipe.execute(raise_on_error=False), queued, client, "a check completion")
+    return [x if isinstance(x, Exception) else _unguarded(completion_reply(x)) for x in replies]
+
+
+def _unguarded(reply: tuple[bool, str | None] | None) -> tuple[bool, str | None]:
+    if reply is None:
+        raise RuntimeError("complete.lua refused an unguarded write as stale")
+    return reply
+
+
+def complete_run(
+    client: redis.Redis,
+    keys: Keys,
+    job_id: str,
+    lease_token: str,
+    state: PostExecState,
+    next_scheduled_at: datetime,
+    record: RunRecord | None = None,
+    *,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> bool:
+    """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
+    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, record)
+    return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
+
+
+def finish_run(
+    client: redis.Redis,
+    keys: Keys,
+    params: Params,
+    job_id: str,
+    lease_token: str,
+    *,
+    duration_ms: float,
+    timed_out: bool,
+    exec_start: datetime | None,
+    now: datetime | None = None,
+    record: RunRecord | None = None,
+    scheduled_at: float | None = None,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+) -> bool:
+    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it (``record``
+    gets the lane the job was claimed in: the stored one, before this run moves it).
+
+    The next tick is computed at ``now``, by default the Redis server's time (read with the job,
+    one round trip), not the caller's clock, and is always after the run's tick
+    (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only
+    feeds the delay EWMA (telemetry; a start that looks early counts as on time).
+    False when the job is gone or its lease is no longer ``lease_token``.
+    """
+    written, _transition = finish_run_with_health(
+        client,
+        keys,
+        params,
+        job_id,
+        lease_token,
+        duration_ms=duration_ms,
+        timed_out=timed_out,
+        exec_start=exec_start,
+        now=now,
+        record=record,
+        scheduled_at=scheduled_at,
+        results_maxlen=results_maxlen,
+    )
+    return written
+
+
+def finish_run_with_health(
+    client: redis.Redis,
+    keys: Keys,
+    params: Params,
+    job_id: str,
+    lease_token: str,
+    *,
+    duration_ms: float,
+    timed_out: bool,
+    exec_start: datetime | None,
+    now: datetime | None = None,
+    record: RunRecord | None = None,
+    scheduled_at: float | None = None,
+    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
+    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
+) -> tuple[bool, str | None]:
+    """:func:`finish_run` that also moves the check's state in the same Lua call:
+    ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
+    whether a maintenance window holds transitions back (the record is then marked); a
+    ``health_of`` that is also :class:`~celery_app.checks.health.Prefetching` adds its reads to
+    the job's round trip. Returns (written, the id of the transition the run made or None)."""
+    # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(job_id))
+    if now is None:
+        pipe.time()
+    prefetching = health_of if isinstance(health_of, Prefetching) else None
+    if prefetching is not None:
+        prefetching.prefetch(pipe)
+    replies = pipe.execute()
+    h, rest = replies[0], replies[1:]
+    if now is None:
+        now = from_unix(from_time_reply(rest.pop(0)))
+    if prefetching is not None:
+        prefetching.prefetched(rest)
+    job = JobState.from_hash(job_id, h) if h else None
+    if job is None or job.lease_token != lease_token:
+        return False, None
+    run = plan_completion(
+        params,
+        job,
+        lease_token,
+        now=now,
+        duration_ms=duration_ms,
+        timed_out=timed_out,
+        exec_start=exec_start,
+        record=record,
+        scheduled_at=scheduled_at,
+        health_of=health_of,
+    )
+    return complete_runs_detailed(client, keys, [run], results_maxlen=results_maxlen)[0]

@@ -1,0 +1,146 @@
+"""The completion's hand-off (complete.lua, ``checks.completion.Handoff``): the slot a run frees
+goes to the region's next ready job in the same call, only when the choice needs nothing a
+full claim would weigh; otherwise nothing is handed and the reply says what waits."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from support.capacity import register_capacity
+from support.checks import at
+from support.workers import claim_by_hand
+
+from celery_app.checks.claiming import promote_due
+from celery_app.checks.completion import Handoff, complete_as_read
+from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
+from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.redis.clock import server_time
+from celery_app.redis.schema import JobField, WorkerField
+from scheduling_core import LANE_FAST, LANE_SLOW, Params
+
+REGION = "eu"
+WORKER = "w1@test"
+LEASE_S = 30.0
+
+
+@pytest.fixture
+def checks(store, r, keys):
+    """c1 leased (its run about to complete), c2 and c3 due and promoted to the ready index."""
+    for uid in ("c1", "c2", "c3"):
+        store.create(uid=uid, tenant="acme", kind="testprobe", target="x", period=60,
+                     regions=[REGION])  # fmt: skip
+    register_capacity(r, keys, WORKER, REGION, 4)
+    now = server_time(r)
+    for uid in ("c1", "c2", "c3"):  # their first ticks are within the period: make them due
+        r.zadd(keys.due(), {f"{uid}@{REGION}": now - 1})
+    return now
+
+
+def lease(r, keys, uid: str, lane: int) -> None:
+    r.hset(keys.job(f"{uid}@{REGION}"), JobField.LANE, str(lane))
+    claim_by_hand(r, keys, f"{uid}@{REGION}", "tok-1")
+
+
+def promote(r, keys, now: float) -> None:
+    promote_due(r, keys, now, 100, Counter())
+
+
+def measured(r, keys, uid: str) -> None:
+    r.hset(keys.job(f"{uid}@{REGION}"), JobField.RUNS, "1")
+
+
+def complete(r, keys, uid: str = "c1", worker: str = WORKER):
+    job_id = f"{uid}@{REGION}"
+    h = r.hgetall(keys.job(job_id))
+    job = JobState.from_hash(job_id, h)
+    now_s = server_time(r)
+    run = plan_completion(
+        Params(), job, "tok-1", now=at(now_s), duration_ms=20.0, timed_out=False,
+        exec_start=at(now_s), record=RunRecord(RunStatus.UP, REGION, finished_at=now_s),
+    )  # fmt: skip
+    guard = ReadGuard.of(h, r.get(keys.maintenance_version()))
+    handoff = Handoff(worker, REGION, LEASE_S)
+    done = complete_as_read(r, keys, run, guard, handoff, results_maxlen=10)
+    assert done is not None and done.written
+    return handoff, done
+
+
+def test_a_freed_fast_slot_goes_to_the_next_measured_fast_job(r, keys, checks):
+    lease(r, keys, "c1", LANE_FAST)
+    measured(r, keys, "c2")
+    measured(r, keys, "c3")
+    r.zadd(keys.due(), {"c3@eu": checks - 5})  # c3 due first: the lower effective deadline?
+    promote(r, keys, checks)
+    ready = r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True)
+    handoff, done = complete(r, keys)
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.job_id == ready[0][0]  # the lowest deadline first
+    assert claim.lane == LANE_FAST and claim.effective_scheduled_at == ready[0][1]
+    job = read_job(r, keys, claim.job_id)
+    assert job.lease_token == claim.lease_token and claim.lease_token.endswith(".1")
+    assert r.zscore(keys.leases(REGION, LANE_FAST), claim.job_id) == pytest.approx(job.lease_expiry)
+    assert job.lease_expiry == pytest.approx(max(server_time(r), job.scheduled_at) + LEASE_S, 1)
+    assert r.zscore(keys.ready(REGION, LANE_FAST), claim.job_id) is None
+    assert r.zcard(keys.leases(REGION, LANE_FAST)) == 1  # c1's lease went, the new one came
+    assert read_job(r, keys, "c1@eu").lease_token is None
+
+
+def test_a_fast_job_never_measured_takes_a_shared_slot_only(r, keys, checks):
+    lease(r, keys, "c1", LANE_FAST)
+    promote(r, keys, checks)
+    handoff, done = complete(r, keys)  # c2, c3 never ran: a fast slot is not theirs
+    assert done.handed == "" and done.refill_needs[0][2] >= 1  # the refill finds them
+    assert r.zcard(keys.ready(REGION, LANE_FAST)) == 2
+    # a slot freed in the slow lane is shared: the unmeasured job runs there, in the slow lane
+    lease(r, keys, "c2", LANE_SLOW)
+    r.zrem(keys.ready(REGION, LANE_FAST), "c2@eu")
+    handoff, done = complete(r, keys, "c2")
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.job_id == "c3@eu" and claim.lane == LANE_SLOW
+    assert r.zscore(keys.leases(REGION, LANE_SLOW), "c3@eu") is not None
+
+
+def test_a_shared_slot_goes_to_the_lower_deadline_of_both_lanes(r, keys, checks):
+    lease(r, keys, "c1", LANE_SLOW)
+    measured(r, keys, "c2")
+    r.hset(keys.job("c3@eu"), mapping={JobField.RUNS: "1", JobField.LANE: str(LANE_SLOW)})
+    promote(r, keys, checks)
+    fast = r.zrange(keys.ready(REGION, LANE_FAST), 0, 0, withscores=True)[0]
+    slow = r.zrange(keys.ready(REGION, LANE_SLOW), 0, 0, withscores=True)[0]
+    handoff, done = complete(r, keys)
+    claim = handoff.claim_of(done.handed)
+    first = min(fast, slow, key=lambda entry: entry[1])
+    assert claim is not None and claim.job_id == first[0]
+    assert claim.lane == (LANE_FAST if first is fast else LANE_SLOW)
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        pytest.param(lambda r, k: r.delete(k.worker(WORKER)), id="worker-unregistered"),
+        pytest.param(lambda r, k: r.hset(k.worker(WORKER), WorkerField.STUCK, "1"), id="stuck"),
+        pytest.param(lambda r, k: r.sadd(k.held_tenants(REGION), "other"), id="tenant-held"),
+        pytest.param(lambda r, k: r.sadd(k.rate_limited_tenants(), "acme"), id="rate-limited"),
+        pytest.param(lambda r, k: r.hset(k.job("c2@eu"), JobField.LEASE_TOKEN, "x"), id="leased"),
+        pytest.param(lambda r, k: r.delete(k.job("c2@eu")), id="deleted"),
+    ],
+)
+def test_nothing_is_handed_when_a_full_claim_must_weigh_it(r, keys, checks, why):
+    lease(r, keys, "c1", LANE_FAST)
+    measured(r, keys, "c2")
+    r.zrem(keys.due(), "c3@eu")
+    promote(r, keys, checks)
+    why(r, keys)
+    _handoff, done = complete(r, keys)
+    assert done.handed == "" and done.refill_needs[0][2] >= 1  # the refill claims it fully
+    assert read_job(r, keys, "c1@eu").lease_token is None  # the run itself is written
+    assert r.zcard(keys.leases(REGION, LANE_FAST)) == 0
+
+
+def test_nothing_ready_hands_nothing_and_says_what_is_due(r, keys, checks):
+    lease(r, keys, "c1", LANE_FAST)
+    _handoff, done = complete(r, keys)
+    [(_time, first_due, waiting)] = done.refill_needs
+    assert done.handed == "" and waiting == 0
+    assert first_due[0] in ("c2@eu", "c3@eu") and float(first_due[1]) < server_time(r)
