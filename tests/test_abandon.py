@@ -14,8 +14,9 @@ import pytest
 from support.checks import at, register_fake_worker
 
 from celery_app.checks.abandon import Abandoned, abandon_run
+from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import finish_run, read_job
+from celery_app.checks.jobs import read_job
 from celery_app.checks.start_read import read_start
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import job_id
