@@ -120,19 +120,22 @@ class RunConsumer:
         self.consumer = kombu.Consumer(
             self.connection,
             queues=[kombu.Queue(check_queue(REGION, lane)) for lane in ("fast", "slow")],
-            callbacks=[lambda body, _message: self.received.append(body)],
+            callbacks=[lambda body, message: self.received.append((body, message))],
             no_ack=True,
             accept=["json"],
         )
         self.consumer.consume()
 
-    def next_run(self) -> RunRequest | None:
+    def next_run(self) -> tuple[RunRequest, str] | None:
+        """The next run and the queue it came from; None when none came within 2 s."""
         if not self.received:
             try:
                 self.connection.drain_events(timeout=2)
             except TimeoutError:
                 return None
-        return RunRequest.parse(self.received.pop(0)[1], max_timeout_s=self.ceiling_s)
+        body, message = self.received.pop(0)
+        queue = message.delivery_info.get("routing_key", "")
+        return RunRequest.parse(body[1], max_timeout_s=self.ceiling_s), queue
 
     def close(self) -> None:
         self.consumer.cancel()
@@ -183,9 +186,10 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
         dispatcher.tick(now)  # beat's tick: promote, claim, publish
         consumer = RunConsumer(app, ceiling_s)
         while runs < checks:
-            request = consumer.next_run()
-            if request is None:
+            delivered = consumer.next_run()
+            if delivered is None:
                 break
+            request, queue = delivered
             # the worker, as workers.tasks.run_check and its post-exec handler do it: the
             # start read (run_start.lua), then the completion and the refill of the freed slot
             task_id = f"bench-{runs}"
@@ -207,6 +211,7 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
                 started_at=now,
                 finished_at=now,
                 worker="bench",
+                queue=queue,
                 secrets=read.secrets(),
             )
             if not record_outcome(app, outcome, start):

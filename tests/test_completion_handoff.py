@@ -50,7 +50,7 @@ def measured(r, keys, uid: str) -> None:
     r.hset(keys.job(f"{uid}@{REGION}"), JobField.RUNS, "1")
 
 
-def complete(r, keys, uid: str = "c1", worker: str = WORKER):
+def complete(r, keys, uid: str = "c1", worker: str = WORKER, lease_lane: int | None = None):
     job_id = f"{uid}@{REGION}"
     h = r.hgetall(keys.job(job_id))
     job = JobState.from_hash(job_id, h)
@@ -60,7 +60,7 @@ def complete(r, keys, uid: str = "c1", worker: str = WORKER):
         exec_start=at(now_s), record=RunRecord(RunStatus.UP, REGION, finished_at=now_s),
     )  # fmt: skip
     guard = ReadGuard.of(h, r.get(keys.maintenance_version()))
-    handoff = Handoff(worker, REGION, LEASE_S)
+    handoff = Handoff(worker, REGION, LEASE_S, lease_lane)
     done = complete_as_read(r, keys, run, guard, handoff, results_maxlen=10)
     assert done is not None and done.written
     return handoff, done
@@ -144,3 +144,16 @@ def test_nothing_ready_hands_nothing_and_says_what_is_due(r, keys, checks):
     [(_time, first_due, waiting)] = done.refill_needs
     assert done.handed == "" and waiting == 0
     assert first_due[0] in ("c2@eu", "c3@eu") and float(first_due[1]) < server_time(r)
+
+
+@pytest.mark.parametrize("hint", [LANE_FAST, LANE_SLOW, None], ids=["right", "wrong", "none"])
+def test_the_lease_goes_whatever_the_lane_its_queue_says(r, keys, checks, hint):
+    lease(r, keys, "c1", LANE_FAST)
+    measured(r, keys, "c2")
+    r.zrem(keys.due(), "c3@eu")
+    promote(r, keys, checks)
+    handoff, done = complete(r, keys, lease_lane=hint)
+    claim = handoff.claim_of(done.handed)  # a fast slot was freed: c2 takes it
+    assert claim is not None and claim.job_id == "c2@eu" and claim.lane == LANE_FAST
+    assert r.zrange(keys.leases(REGION, LANE_FAST), 0, -1) == ["c2@eu"]
+    assert r.zcard(keys.leases(REGION, LANE_SLOW)) == 0

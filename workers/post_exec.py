@@ -54,8 +54,8 @@ from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.clock import server_time
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import Keys, QuarantineStep, split_job_id
-from scheduling_core import Params
+from celery_app.redis.schema import Keys, QuarantineStep, check_queue, split_job_id
+from scheduling_core import LANE_FAST, LANE_SLOW, Params
 from workers import run_start
 from workers.outcome import RunOutcome
 from workers.probes.result import ProbeResult
@@ -90,7 +90,12 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
     try:
         done = None
         if start is not None and outcome.worker:
-            handoff = Handoff(outcome.worker, region, lease_seconds(params, settings.lease_margin))
+            handoff = Handoff(
+                outcome.worker,
+                region,
+                lease_seconds(params, settings.lease_margin),
+                lease_lane=_lane_of(outcome.queue, region),
+            )
             completed = _write_as_read(
                 client, keys, params, settings.results_history, outcome, start, planner, handoff
             )
@@ -168,6 +173,14 @@ def _write_as_read(
         health_of=planner,
     )
     return complete_as_read(client, keys, run, start.guard, handoff, results_maxlen=results_maxlen)
+
+
+def _lane_of(queue: str, region: str) -> int | None:
+    """The lane of the check queue a run came from (its lease is in that lane's index)."""
+    for lane in (LANE_FAST, LANE_SLOW):
+        if queue == check_queue(region, lane):
+            return lane
+    return None
 
 
 def _handed(client: Any, keys: Keys, handoff: Handoff, line: str) -> Claim | None:

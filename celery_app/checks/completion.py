@@ -58,6 +58,7 @@ class Handoff:
     worker: str
     region: str
     lease_s: float
+    lease_lane: int | None = None  # the lane of the queue the run came from, if known
 
     def script_keys(self, keys: Keys) -> list[str]:
         """complete.lua's hand-off KEYS (H .. H+5, see its header)."""
@@ -140,6 +141,8 @@ class CompleteCall:
         ]
         if handoff is not None:
             plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}"}
+            if handoff.lease_lane is not None:
+                plan["lease_lane"] = str(handoff.lease_lane)
             script_keys += handoff.script_keys(keys)
         if run.health is not None:
             plan["health"] = run.health.plan()

@@ -18,6 +18,7 @@
 --         celery_app.checks.completion.ReadGuard): {count (the job's field count then),
 --         fields {name: value} (every field but the lease's), maintenance (version then, '' =
 --         unset)},
+--       lease_lane (absent = unknown): the lane whose lease index holds the lease,
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once; {-1} when the guard found the job or the maintenance windows changed
@@ -25,7 +26,8 @@
 -- transition this run made or ''}, and with a plan.handoff three more: the job handed the
 -- freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' = none), this
 -- server's TIME, and what a refill would find (celery_app.checks.dispatch.RefillNeeds: the
--- first due job {id, score} or {}, how many of ready fast, ready slow, held tenants exist).
+-- first due job {id, score} or {}, how many of ready fast, ready slow, held tenants exist;
+-- {} and 0 when a job was handed the slot: then there is no refill).
 --
 -- The hand-off: the slot this run frees goes at once to the region's next ready job, when the
 -- choice needs nothing a full claim (claim.lua) would weigh: this worker is registered with no
@@ -100,9 +102,16 @@ if not runs or runs ~= math.floor(runs) or runs < 0 or runs > 1e15 then
   return redis.error_reply('torn job field ' .. JOB.RUNS)
 end
 local id = plan.id
+-- the lease is in the index of the lane it was claimed in: the queue the run came from says
+-- which (plan.lease_lane), else both are tried
 local freed_lane = nil
-if redis.call('ZREM', KEYS[3], id) == 1 then freed_lane = 0 end
-if redis.call('ZREM', KEYS[4], id) == 1 then freed_lane = 1 end
+local hint = tonumber(plan.lease_lane)
+for _, l in ipairs(hint and {hint, 1 - hint} or {0, 1}) do
+  if redis.call('ZREM', KEYS[3 + l], id) == 1 then
+    freed_lane = l
+    break
+  end
+end
 local health = plan.health
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
   plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
@@ -132,8 +141,12 @@ if plan.handoff then
   local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
   reply[3] = handoff(plan.handoff, freed_lane, now)
   reply[4] = t
-  reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+  if reply[3] == '' then  -- what a refill would find; a slot handed off needs no refill
+    reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+  else
+    reply[5], reply[6] = {}, 0
+  end
 end
 if not health then return reply end
 local basis = health.quorum .. '|' .. table.concat(health.regions, ',')
