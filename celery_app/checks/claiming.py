@@ -731,6 +731,12 @@ def _check_claim(claim: Claim) -> None:
     """A claim the run contract can carry: finite times and cost (ValueError otherwise). The
     effective deadline may be saturated anywhere in [EARLIEST, LATEST] (date arithmetic
     saturates); the message carries it clamped to the contract's range."""
+    if (
+        0.0 <= claim.scheduled_at <= MAX_STORED
+        and MIN_EFFECTIVE <= claim.effective_scheduled_at <= MAX_STORED
+        and 0.0 <= claim.cost_ewma_ms <= MAX_STORED
+    ):
+        return  # every claim of a tick: one comparison each (NaN and infinities fail them)
     for name, value, low in (
         ("scheduled_at", claim.scheduled_at, 0.0),
         ("effective_scheduled_at", claim.effective_scheduled_at, MIN_EFFECTIVE),
