@@ -98,7 +98,7 @@ TRICKY_ARGUMENTS = [
     (("a", 1, 2.5, None, True), {}),
     ((), {"quote": "it's"}),
     ((), {"double": 'say "hi"'}),
-    ((), {"both": "it's \"x\""}),
+    ((), {"both": 'it\'s "x"'}),
     ((), {"backslash": "a\\b"}),
     ((), {"newline": "a\nb", "tab": "\t"}),
     ((), {"unicode": "caf\u00e9", "emoji": "\U0001f600"}),
