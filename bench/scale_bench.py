@@ -199,7 +199,7 @@ def _check_path(checks: int, out: Any) -> dict[str, Any]:
             f"{result['state_bytes_per_run']:,.0f} bytes in+out, "
             f"{result['state_cpu_us_per_run']:.0f} us of Redis CPU"
         )
-        top = ", ".join(f"{k} {v / runs:.2f}" for k, v in s_calls.most_common(8))
+        top = ", ".join(f"{k} {v / runs:.2f}" for k, v in s_calls.most_common())
         p(f"    commands per run: {top}")
         p(
             f"  broker per run: publish {result['publish_commands_per_run']:.2f} commands "
