@@ -170,6 +170,10 @@ def run(  # type: ignore[no-untyped-def]
                 for name, a, b in zip(("promote", "claim", "publish"), cpu, cpu[1:], strict=False)
             },
         }
+        cpu_s = sum(ms["python"] + ms["redis"] for ms in result["cpu_ms"].values()) / 1000
+        # jobs per second of CPU the tick spent on both sides: what load on the machine does
+        # not move (the wall-clock rate also counts the waits for a core)
+        result["jobs_per_cpu_s"] = dispatched / cpu_s if cpu_s else 0.0
         p = lambda *a: print(*a, file=out)  # noqa: E731
         p(f"checkbeat dispatch bench: {checks:,} checks x {len(REGIONS)} regions = {jobs:,} jobs")
         p(f"  create (batched Lua, 500/call): {create_s:.2f} s = {jobs / create_s:,.0f} jobs/s")
@@ -188,6 +192,7 @@ def run(  # type: ignore[no-untyped-def]
                 f"{name} {ms['python']:.0f} / {ms['redis']:.0f} ms"
                 for name, ms in result["cpu_ms"].items()
             )
+            + f"   = {result['jobs_per_cpu_s']:,.0f} jobs per CPU second"
         )
         p(f"\n  {'path':44} {'messages':>9} {'seconds':>8} {'msg/s':>9} {'vs apply_async':>15}")
         rows = [

@@ -36,6 +36,8 @@ def test_dispatch_bench_publishes_every_due_job_and_compares_each_path():
     assert set(result["cpu_ms"]) == {"promote", "claim", "publish"}
     assert all(ms["python"] >= 0 and ms["redis"] >= 0 for ms in result["cpu_ms"].values())
     assert result["cpu_ms"]["publish"]["python"] > 0
+    spent_s = sum(ms["python"] + ms["redis"] for ms in result["cpu_ms"].values()) / 1000
+    assert result["jobs_per_cpu_s"] == pytest.approx(600 / spent_s)
     assert (
         "function calls" in result["profile"] and "Ordered by: internal time" in (result["profile"])
     )
