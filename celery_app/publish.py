@@ -253,16 +253,18 @@ class UniqueIds:
     """UUID-shaped ids, unique per process: one random base plus a counter.
 
     ``uuid4()`` per message costs more than the rest of the envelope; task ids and delivery
-    tags only need to be unique, and these are (128 random bits of base, 48 bits of counter).
+    tags only need to be unique, and these are (the first 80 bits of a random UUID, then a
+    48-bit counter).
     """
 
     def __init__(self) -> None:
-        self._base = uuid.uuid4().int & ~((1 << 48) - 1)
+        base = f"{uuid.uuid4().int:032x}"
+        # the counter is the last group (48 bits, 12 hex digits): the rest is formatted once
+        self._prefix = f"{base[:8]}-{base[8:12]}-{base[12:16]}-{base[16:20]}-"
         self._counter = itertools.count()
 
     def __call__(self) -> str:
-        h = f"{self._base | (next(self._counter) & ((1 << 48) - 1)):032x}"
-        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return f"{self._prefix}{next(self._counter) & 0xFFFF_FFFF_FFFF:012x}"
 
 
 class _Expirations:

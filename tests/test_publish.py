@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,7 +23,7 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.cron_tasks.publish import CronHeader, CronPublisher, cron_message
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.store import FireRequest, window_deadline
-from celery_app.publish import BatchPublisher, TaskMessage, make_publisher
+from celery_app.publish import BatchPublisher, TaskMessage, UniqueIds, make_publisher
 from celery_app.redis.schema import CronOutcome, CronStateField, check_queue
 
 #: Fields that are fresh per message (ids); every other field must be equal.
@@ -89,6 +90,15 @@ def test_a_check_message_is_the_one_send_task_publishes(celery_app, broker, path
     )
     _assert_same(ours, _only(broker, queue))
     assert ours["headers"]["id"] == task_id
+
+
+def test_task_ids_and_delivery_tags_are_distinct_uuid_strings():
+    """What a publisher's UniqueIds gives: UUIDs as ``str(uuid4())`` writes them, none twice,
+    in this publisher or another's."""
+    first, second = UniqueIds(), UniqueIds()
+    ids = [first() for _ in range(5000)] + [second() for _ in range(5000)]
+    assert len(set(ids)) == len(ids)
+    assert all(str(uuid.UUID(i)) == i for i in ids)
 
 
 #: Arguments whose argsrepr/kwargsrepr the fast path must write as Celery's saferepr does:
