@@ -115,6 +115,8 @@ _REPR_MAXLEVELS = 3  # Celery's task_repr_maxlevels default (fast_path_supported
 _SCALARS = (bool, int, float, type(None))
 #: Strings whose repr is Celery's saferepr: printable ASCII without quotes or backslashes.
 _PLAIN_TEXT = frozenset(chr(c) for c in range(32, 127)) - frozenset("'\\\"")
+_STR = frozenset((str,))
+_FLAT = frozenset((str, *_SCALARS))  # the types a flat argument list or kwargs dict holds
 
 
 def _plain(value: Any) -> bool:
@@ -126,13 +128,28 @@ def _plain(value: Any) -> bool:
 def argrepr(value: Any) -> str:
     """Celery's ``argsrepr``/``kwargsrepr`` of ``value`` (``saferepr``, 1024 characters, three
     levels); ``repr`` where they are the same (flat, short, plain text), which is much faster."""
-    if (
-        type(value) is dict
-        and all(type(k) is str and _plain(k) and _plain(v) for k, v in value.items())
-    ) or (type(value) in (list, tuple) and all(_plain(v) for v in value)):
-        shown = repr(value)
-        if len(shown) <= _REPR_MAX:
+    kind = type(value)
+    if kind is dict:
+        flat = _STR.issuperset(map(type, value)) and _FLAT.issuperset(map(type, value.values()))
+    else:
+        flat = (kind is list or kind is tuple) and _FLAT.issuperset(map(type, value))
+    if not flat:
+        return saferepr(value, _REPR_MAX, maxlevels=_REPR_MAXLEVELS)
+    shown = repr(value)
+    if len(shown) < 256:
+        # Checked on the repr at once (a message's kwargs are short): it holds no string over
+        # 255 characters, and a string outside _PLAIN_TEXT shows in it as a backslash escape,
+        # a non-ASCII character or a double quote (repr quotes a string holding ' with ").
+        if shown.isascii() and "\\" not in shown and '"' not in shown:
             return shown
+        return saferepr(value, _REPR_MAX, maxlevels=_REPR_MAXLEVELS)
+    plain = (
+        all(_plain(k) and _plain(v) for k, v in value.items())
+        if kind is dict
+        else all(_plain(v) for v in value)
+    )
+    if plain and len(shown) <= _REPR_MAX:
+        return shown
     return saferepr(value, _REPR_MAX, maxlevels=_REPR_MAXLEVELS)
 
 
@@ -306,7 +323,8 @@ class UniqueIds:
     """UUID-shaped ids, unique per process: one random base plus a counter.
 
     ``uuid4()`` per message costs more than the rest of the envelope; task ids and delivery
-    tags only need to be unique, and these are (128 random bits of base, 48 bits of counter).
+    tags only need to be unique, and these are (the first 80 bits of a random UUID, then a
+    48-bit counter).
     """
 
     def __init__(self) -> None:

@@ -17,7 +17,7 @@ from support.checks import at, learned, register_fake_worker
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
 from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.ratelimit import set_rate_limit
+from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.redis.schema import JobField
 
 T0 = 1_780_000_000.0
@@ -200,3 +200,119 @@ def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
     assert claimed_total > 50  # the region was busy, not idle
     for c in clients:
         c.close()
+
+
+# --- the claimer's cache: what changes rarely is read again only when it changed --------------
+
+
+def finish(r, keys, store, job: str, now: float) -> None:
+    """The run of leased ``job`` finished: its slot is free."""
+    token = r.hget(keys.job(job), JobField.LEASE_TOKEN)
+    assert finish_run(
+        r,
+        keys,
+        store.params,
+        job,
+        token,
+        duration_ms=10.0,
+        timed_out=False,
+        exec_start=at(now - 0.5),
+        now=at(now),
+    )
+
+
+def calls(r) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
+
+
+def test_a_warm_claimer_reads_neither_the_tenant_sets_nor_the_worker_hashes_again(r, keys, store):
+    ids = make_jobs(store, r, keys, 10)
+    register_fake_worker(r, keys, "w1", region="eu", role="shared", concurrency=2)
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=2)
+    promote_due(r, keys, T0 + 1, 5000)
+    a = RegionClaimer(r, keys, "eu")
+    assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 4  # reads in full
+    for job in ids[:2]:
+        finish(r, keys, store, job, T0 + 2)
+    before = calls(r)
+    assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2
+    after = calls(r)
+    spent = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    # the cache's two checks (version, worker set size) and the leases in flight; the script
+    # still reads each worker's hash itself (2 HMGETs) besides the 2 candidates' job hashes
+    assert "smembers" not in spent, spent
+    assert (spent["get"], spent["scard"], spent["zcard"]) == (1, 1, 2 + 2), spent
+    assert spent["hmget"] == 2 + 2, spent
+
+
+def test_a_cached_claim_never_counts_a_worker_whose_heartbeat_expired(r, keys, store):
+    ids = make_jobs(store, r, keys, 20)
+    register_fake_worker(r, keys, "w1", region="eu", role="shared", concurrency=2)
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=3)
+    promote_due(r, keys, T0 + 1, 5000)
+    a = RegionClaimer(r, keys, "eu")
+    assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 5
+    for job in ids[:3]:
+        finish(r, keys, store, job, T0 + 2)
+    r.delete(keys.worker("w2"))  # its heartbeat expired: the cache still counts 5 slots
+    got = a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100)
+    assert got.claims == [] and got.slots.total == 2  # 2 in flight on w1's 2 slots: none free
+    assert len(leased(r, keys)) == 2
+    assert not r.sismember(keys.region_workers("eu"), "w2")
+
+
+def test_a_cached_claim_counts_a_new_worker_a_new_concurrency_and_stuck_slots(r, keys, store):
+    ids = make_jobs(store, r, keys, 30)
+    register_fake_worker(r, keys, "w1", region="eu", role="shared", concurrency=2)
+    promote_due(r, keys, T0 + 1, 5000)
+    a = RegionClaimer(r, keys, "eu")
+    assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 2
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=3)
+    assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 3  # w2's slots
+    for job in ids[:5]:
+        finish(r, keys, store, job, T0 + 2)
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=1)  # restarted
+    r.hset(keys.worker("w1"), "stuck", "1")  # one probe thread past its deadline
+    assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2  # 1 + 1, not 5
+    assert len(leased(r, keys)) == 2
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=4)
+    assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 3
+    assert len(leased(r, keys)) == 5
+    # every slot taken by the cache's count: a larger concurrency is read before giving up
+    register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=6)
+    assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2
+    assert len(leased(r, keys)) == 7
+
+
+def test_a_cached_claim_follows_a_rate_limit_set_or_cleared_since(r, keys, store):
+    ids = make_jobs(store, r, keys, 6)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10)
+    a = RegionClaimer(r, keys, "eu")
+    assert a.claim(T0 + 1, EXPIRY, batch=10, max_holds=100).claims == []  # nothing ready yet
+    version = r.get(keys.claim_tenants_version())
+    set_rate_limit(r, keys, "acme", per_minute=1, burst=2)
+    assert r.get(keys.claim_tenants_version()) != version
+    promote_due(r, keys, T0 + 1, 5000)
+    got = a.claim(T0 + 1, EXPIRY, batch=10, max_holds=100)
+    assert [c.job_id for c in got.claims] == ids[:2] and got.rate_limited == 4
+    clear_rate_limit(r, keys, "acme")  # the held jobs go back at the next claim, unlimited
+    assert sorted(c.job_id for c in a.claim(T0 + 2, EXPIRY, batch=10, max_holds=100).claims) == (
+        sorted(ids[2:])
+    )
+
+
+def test_held_jobs_another_claimer_held_are_released_by_a_warm_claimer(r, keys, store):
+    """Claimer B (a worker's refill) holds acme's jobs; claimer A (beat) read the held tenants
+    before that: the held set's change moves the version, so A offers their release."""
+    ids = make_jobs(store, r, keys, 3)
+    set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10)
+    a, b = RegionClaimer(r, keys, "eu"), RegionClaimer(r, keys, "eu")
+    assert a.claim(T0 - 50, EXPIRY, batch=10, max_holds=100).claims == []  # A's cache: none held
+    promote_due(r, keys, T0 + 1, 5000)
+    got = b.claim(T0 + 1, EXPIRY, batch=10, max_holds=100)
+    assert [c.job_id for c in got.claims] == ids[:1] and got.rate_limited == 2
+    assert r.smembers(keys.held_tenants("eu")) == {"acme"}
+    # a minute on, acme has one token again: A, with nothing ready, releases its oldest held job
+    later = a.claim(T0 + 61, T0 + 120, batch=10, max_holds=100)
+    assert [c.job_id for c in later.claims] == ids[1:2]

@@ -17,7 +17,9 @@ PATHS = (
 
 @pytest.mark.slow
 def test_dispatch_bench_publishes_every_due_job_and_compares_each_path():
-    result = run_bench("dispatch_bench", "--checks", "200", "--window", "60", timeout=120)
+    result = run_bench(
+        "dispatch_bench", "--checks", "200", "--window", "60", "--profile", timeout=120
+    )
     assert result["jobs"] == 600
     assert result["dispatched"] == 600  # every job of the period was due and published
     assert result["bytes_per_job"] > 0
@@ -30,3 +32,12 @@ def test_dispatch_bench_publishes_every_due_job_and_compares_each_path():
             path["msg per s"] / result["apply_async_rate"]
         )
     assert paths[PATHS[0]]["vs apply_async"] == 1.0
+    # where the tick's time went: each step's CPU here and in the redis-server, and a profile
+    assert set(result["cpu_ms"]) == {"promote", "claim", "publish"}
+    assert all(ms["python"] >= 0 and ms["redis"] >= 0 for ms in result["cpu_ms"].values())
+    assert result["cpu_ms"]["publish"]["python"] > 0
+    spent_s = sum(ms["python"] + ms["redis"] for ms in result["cpu_ms"].values()) / 1000
+    assert result["jobs_per_cpu_s"] == pytest.approx(600 / spent_s)
+    assert (
+        "function calls" in result["profile"] and "Ordered by: internal time" in (result["profile"])
+    )

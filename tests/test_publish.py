@@ -11,6 +11,7 @@ import base64
 import json
 import re
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -23,7 +24,7 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.cron_tasks.publish import CronHeader, CronPublisher, cron_message
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.store import FireRequest, window_deadline
-from celery_app.publish import BatchPublisher, TaskMessage, make_publisher
+from celery_app.publish import BatchPublisher, TaskMessage, UniqueIds, make_publisher
 from celery_app.redis.schema import CronOutcome, CronStateField, check_queue
 
 #: Fields that are fresh per message (ids); every other field must be equal.
@@ -90,6 +91,48 @@ def test_a_check_message_is_the_one_send_task_publishes(celery_app, broker, path
     )
     _assert_same(ours, _only(broker, queue))
     assert ours["headers"]["id"] == task_id
+
+
+def test_task_ids_and_delivery_tags_are_distinct_uuid_strings():
+    """What a publisher's UniqueIds gives: UUIDs as ``str(uuid4())`` writes them, none twice,
+    in this publisher or another's."""
+    first, second = UniqueIds(), UniqueIds()
+    ids = [first() for _ in range(5000)] + [second() for _ in range(5000)]
+    assert len(set(ids)) == len(ids)
+    assert all(str(uuid.UUID(i)) == i for i in ids)
+
+
+#: Arguments whose argsrepr/kwargsrepr the fast path must write as Celery's saferepr does:
+#: plain ones (its shortcut) and every kind of string or value the shortcut must refuse.
+TRICKY_ARGUMENTS = [
+    ((), {"job_id": "chk-1@eu", "lease_token": "17.3", "scheduled_at": 1.5, "timeout_s": 10}),
+    (("a", 1, 2.5, None, True), {}),
+    ((), {"quote": "it's"}),
+    ((), {"double": 'say "hi"'}),
+    ((), {"both": 'it\'s "x"'}),
+    ((), {"backslash": "a\\b"}),
+    ((), {"newline": "a\nb", "tab": "\t"}),
+    ((), {"unicode": "caf\u00e9", "emoji": "\U0001f600"}),
+    ((), {"it's": 1}),
+    ((), {"long": "x" * 300}),
+    ((), {"edge": "y" * 240, "n": 1}),
+    (("z" * 2000,), {}),
+    ((), {"nested": {"a": [1, 2, {"b": "c"}]}}),
+    ((), {"inf": float("inf"), "nan": float("nan"), "big": 10**30}),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), TRICKY_ARGUMENTS)
+def test_the_fast_path_shows_arguments_as_send_task_does(celery_app, broker, args, kwargs):
+    publisher = _publishers(celery_app)["redis-fast-path"]
+    queue = check_queue("eu", "fast")
+    message = TaskMessage(name="checkbeat.run_check", queue=queue, args=args, kwargs=kwargs)
+    publisher.publish([message])
+    ours = _only(broker, queue)
+    celery_app.send_task("checkbeat.run_check", args=args, kwargs=kwargs, queue=queue)
+    celerys = _only(broker, queue)
+    for field in ("argsrepr", "kwargsrepr"):
+        assert ours["headers"][field] == celerys["headers"][field], field
 
 
 @pytest.mark.parametrize("path", ["redis-fast-path", "celery-public-path"])

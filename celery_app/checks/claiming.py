@@ -9,8 +9,15 @@ meanwhile is skipped, a worker whose key expired is not counted. Concurrent clai
 never take a job twice nor exceed the free slots; at worst one of them comes back with fewer
 claims and reads again (``stop == 'more'``).
 
-Round trips per claim round: the region's state (workers, held tenants, the rate-limited
-tenants, leases in flight); the top of both ready indexes (and the held jobs tokens may
+What changes rarely (the region's workers and the slots they give, its held tenants, the
+rate-limited tenants) each claimer keeps between claims (:class:`_Cached`): a claim reads the
+tenant sets' version (``Keys.claim_tenants_version``, moved by every write to them), the size
+of the region's worker set and the leases in flight, and reads the rest again only when one of
+those moved, or the script saw other slots than the cache gave. ``claim.lua`` re-validates each
+worker's hash on every call, so a worker gone or stuck counts no slot at once, cache or not.
+
+Round trips per claim round: the region's state (the cache's checks and the leases in flight;
+the full read when they fail); the top of both ready indexes (and the held jobs tokens may
 release); the claim (``claim.lua``). Tenants with a bucket are few, so the claim declares all of
 their buckets; past :data:`MAX_DECLARED_TENANTS` it first reads the candidates' tenants
 (``tenants.lua``) and declares only theirs. Promote: the due ids, then ``promote.lua``. A claim
@@ -54,8 +61,11 @@ MAX_IDLE_ROUNDS = 8
 MAX_DECLARED_TENANTS = 128
 #: What the claim reads of each worker hash (as ``claim.lua`` does).
 WORKER_FIELDS = (WorkerField.ROLE, WorkerField.CONCURRENCY, WorkerField.STUCK)
-#: Replies of a region's state read before its known workers' hashes (``queue_state``).
-STATE_READS = 5
+#: Replies of a region's full state read before its known workers' hashes (``_queue_full``).
+FULL_READS = 6
+#: Replies of a region's state read with a cache (``queue_state``): its two checks and the
+#: leases in flight.
+CACHED_READS = 4
 #: Largest stored time (Unix s) or cost (ms) a claim carries: the run contract's latest time.
 MAX_STORED = 253_402_300_799.0
 #: The earliest effective deadline a saturated sum gives (scheduling_core's EARLIEST), Unix s.
@@ -241,9 +251,44 @@ def bucket_tokens(fields: Sequence[str | None], now_s: float) -> float | None:
 class _State:
     hosts: list[str]
     held: list[str]
-    limited: set[str]
+    limited: frozenset[str]
     slots: RegionSlots
     stale_workers: bool
+
+
+@dataclass(frozen=True)
+class _Cached:
+    """What a claimer read of its region and reuses from claim to claim: the workers (their
+    hostnames and the slots their hashes gave), the held and the rate-limited tenants.
+
+    Why it may be stale and the claim stays right: ``claim.lua`` re-validates all of it on every
+    call (each declared worker's hash: one gone or stuck counts no slot at once; a candidate's
+    tenant with an undeclared bucket is left in place), so the cache only sizes the read and
+    chooses what to declare. What it misses is read again: a worker added to or pruned from the
+    region's set changes its size (``members``, checked with SCARD); a write to either tenant set
+    moves ``Keys.claim_tenants_version`` (``version``, checked with GET); a claim script that saw
+    other slots than the cache gave, or a round that took nothing and asks to read again, drops
+    it (``RegionClaimer.forget``); and a cache that leaves no slot free is read again before a
+    claim gives up."""
+
+    version: str | None
+    members: int
+    hosts: list[str]
+    total: int
+    slow: int
+    stale: bool
+    held: list[str]
+    limited: frozenset[str]
+
+
+@dataclass(frozen=True)
+class _StateQuery:
+    """What :meth:`RegionClaimer.queue_state` queued: ``replies`` of them; with ``cache``, its
+    checks (else the full read, with the hashes of the ``known`` workers)."""
+
+    replies: int
+    cache: _Cached | None
+    known: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -265,6 +310,7 @@ class RegionClaimer:
         self.keys = keys
         self.region = region
         self._workers: dict[str, tuple[str | None, ...]] = {}
+        self._cache: _Cached | None = None
 
     def claim(
         self,
@@ -320,17 +366,33 @@ class RegionClaimer:
 
     # --- phase 1 ------------------------------------------------------------------------------
     def _state(self) -> _State:
-        """Workers (hashes of the ones seen last time in the same round trip), held tenants,
-        rate-limited tenants and the leases in flight."""
+        """The region's workers, held and rate-limited tenants (from the cache while it holds,
+        see :class:`_Cached`) and the leases in flight."""
         pipe = self.client.pipeline(transaction=False)
-        known = self.queue_state(pipe)
-        return self.state_from(known, pipe.execute())
+        query = self.queue_state(pipe)
+        return self.state_from(query, pipe.execute())
 
-    def queue_state(self, pipe: Any) -> list[str]:
-        """Queue :meth:`_state`'s reads on ``pipe`` (any pipeline, after other commands); the
-        workers whose hashes it reads, for :meth:`state_from` (``STATE_READS + len`` replies)."""
+    def queue_state(self, pipe: Any) -> _StateQuery:
+        """Queue :meth:`_state`'s reads on ``pipe`` (any pipeline, after other commands): with a
+        cache, its checks and the leases in flight (:data:`CACHED_READS` replies); else the full
+        read (:meth:`_queue_full`). For :meth:`state_from`."""
+        cache = self._cache
+        if cache is None:
+            return self._queue_full(pipe)
+        k, region = self.keys, self.region
+        pipe.get(k.claim_tenants_version())
+        pipe.scard(k.region_workers(region))
+        pipe.zcard(k.leases(region, LANE_FAST))
+        pipe.zcard(k.leases(region, LANE_SLOW))
+        return _StateQuery(CACHED_READS, cache)
+
+    def _queue_full(self, pipe: Any) -> _StateQuery:
+        """The version first (a set written after it only makes the next check read again),
+        the worker set, held and rate-limited tenants, the leases in flight and the hashes of
+        the workers seen last time (one more round trip reads those of new ones)."""
         k, region = self.keys, self.region
         known = list(self._workers)
+        pipe.get(k.claim_tenants_version())
         pipe.smembers(k.region_workers(region))
         pipe.smembers(k.held_tenants(region))
         pipe.smembers(k.rate_limited_tenants())
@@ -338,13 +400,32 @@ class RegionClaimer:
         pipe.zcard(k.leases(region, LANE_SLOW))
         for host in known:
             pipe.hmget(k.worker(host), *WORKER_FIELDS)
-        return known
+        return _StateQuery(FULL_READS + len(known), None, known)
 
-    def state_from(self, known: list[str], replies: Sequence[Any]) -> _State:
+    def state_from(self, query: _StateQuery, replies: Sequence[Any]) -> _State:
         """The state from the replies of :meth:`queue_state` (the first error among them is
-        raised); a worker new since the last call costs one more round trip."""
+        raised). The cache serves while the version and the worker set's size are what it was
+        read at and its workers leave a slot free; else the full read, one more round trip."""
         _raise_first(replies)
-        hosts, held, limited, in_fast, in_slow, *fields = replies
+        cache = query.cache
+        if cache is None:
+            return self._full_from(query.known, replies)
+        version, members, in_fast, in_slow = replies
+        if version == cache.version and members == cache.members:
+            slots = RegionSlots(cache.total, cache.slow, in_fast, in_slow)
+            # No slot free by the cache: a worker's concurrency or stuck slots may have changed
+            # since (nothing moves the version then), so read them before giving up the claim.
+            if slots.free > 0:
+                return _State(cache.hosts, cache.held, cache.limited, slots, cache.stale)
+        pipe = self.client.pipeline(transaction=False)
+        full = self._queue_full(pipe)
+        return self._full_from(full.known, pipe.execute())
+
+    def _full_from(self, known: list[str], replies: Sequence[Any]) -> _State:
+        """The state from :meth:`_queue_full`'s replies, kept as the cache; a worker new since
+        the last call costs one more round trip."""
+        _raise_first(replies)
+        version, hosts, held, limited, in_fast, in_slow, *fields = replies
         workers = dict(zip(known, map(tuple, fields), strict=True))
         missing = sorted(set(hosts) - set(known))
         if missing:
@@ -362,8 +443,21 @@ class RegionClaimer:
                 if role == WorkerRoleName.SHARED:
                     slow += slots
         stale = any(concurrency is None for _, concurrency, _ in current.values())
-        region_slots = RegionSlots(total, slow, in_fast, in_slow)
-        return _State(list(current), sorted(held), limited, region_slots, stale)
+        cache = _Cached(
+            version, len(hosts), list(current), total, slow, stale, sorted(held), frozenset(limited)
+        )
+        self._cache = cache
+        return _State(
+            cache.hosts,
+            cache.held,
+            cache.limited,
+            RegionSlots(total, slow, in_fast, in_slow),
+            stale,
+        )
+
+    def forget(self) -> None:
+        """Drop the cache: the next claim reads the region's state in full."""
+        self._cache = None
 
     def _read(self, state: _State, size: int, now_s: float) -> _Read:
         """The top ``size`` of both ready indexes, and the held jobs that the tenants' tokens
@@ -487,6 +581,7 @@ class RegionClaimer:
                 k.lease_seq(),
                 k.held_tenants(region),
                 k.rate_limited_tenants(),
+                k.claim_tenants_version(),
                 *map(k.worker, state.hosts),
                 *tenant_keys,
                 *map(k.job, jobs),
@@ -510,9 +605,18 @@ class RegionClaimer:
                 "1" if read.full[LANE_SLOW] else "0",
             ],
         )
-        total, slow, in_fast, in_slow, holds, stop, seq, lines = reply
+        total, slow, in_fast, in_slow, holds, stop, seq, lines, gone = reply
         slots = RegionSlots(total, slow, in_fast, in_slow)
         stop = ClaimStop(stop)
+        if (
+            gone
+            or (total, slow) != (state.slots.total, state.slots.slow_capacity)
+            or (stop == ClaimStop.MORE and not lines and not holds)
+        ):
+            # a worker gone (another may have taken its place in the set), the workers' slots
+            # changed (stuck slots, a new concurrency or role), or nothing was taken and the
+            # script asks to read again: the next round reads the state in full
+            self.forget()
         if not lines:
             return slots, stop, [], holds
         claims = []
@@ -605,15 +709,16 @@ class FirstRound:
         self.read: _Read | None = None
         self.size = 0  # of the candidates read; 0: none queued
         self.error: BaseException | None = None
-        self._known: list[str] = []
+        self._query: _StateQuery | None = None
 
     def queue_state(self, pipe: Any) -> int:
-        self._known = self.claimer.queue_state(pipe)
-        return STATE_READS + len(self._known)
+        self._query = self.claimer.queue_state(pipe)
+        return self._query.replies
 
     def state_replies(self, replies: Sequence[Any]) -> None:
         try:
-            self.state = self.claimer.state_from(self._known, replies)
+            assert self._query is not None  # queued by queue_state
+            self.state = self.claimer.state_from(self._query, replies)
         except Exception as exc:  # raised by the claim, as without the prefetch
             self.error = exc
 
@@ -731,6 +836,12 @@ def check_claim(claim: Claim) -> None:
     """A claim the run contract can carry: finite times and cost (ValueError otherwise). The
     effective deadline may be saturated anywhere in [EARLIEST, LATEST] (date arithmetic
     saturates); the message carries it clamped to the contract's range."""
+    if (
+        0.0 <= claim.scheduled_at <= MAX_STORED
+        and MIN_EFFECTIVE <= claim.effective_scheduled_at <= MAX_STORED
+        and 0.0 <= claim.cost_ewma_ms <= MAX_STORED
+    ):
+        return  # every claim of a tick: one comparison each (NaN and infinities fail them)
     for name, value, low in (
         ("scheduled_at", claim.scheduled_at, 0.0),
         ("effective_scheduled_at", claim.effective_scheduled_at, MIN_EFFECTIVE),

@@ -9,8 +9,9 @@ held job misses is counted as a skipped run (``sk``) and its scheduled_at moves 
 tick. Held jobs are out of the ready index, so they never hold back other tenants' claims.
 
 Every tenant with a bucket is in ``Keys.rate_limited_tenants`` (written in the bucket's own
-transaction): the claim declares those buckets in its KEYS, and treats any other tenant as
-unlimited. A bucket written around this module is found by the repair (:func:`index_rate_limits`).
+transaction, with ``Keys.claim_tenants_version`` moved so claimers read the set again): the
+claim declares those buckets in its KEYS, and treats any other tenant as unlimited. A bucket
+written around this module is found by the repair (:func:`index_rate_limits`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def set_rate_limit(
     )
     pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
     pipe.sadd(keys.rate_limited_tenants(), tenant)
+    pipe.incr(keys.claim_tenants_version())  # claimers read the set again
     pipe.execute()
     return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]  # just written
 
@@ -99,7 +101,8 @@ def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
     pipe = client.pipeline(transaction=True)  # (a cluster pipeline's default is none)
     pipe.delete(keys.rate_limit(tenant))
     pipe.srem(keys.rate_limited_tenants(), tenant)
-    deleted, _ = pipe.execute()
+    pipe.incr(keys.claim_tenants_version())  # claimers read the set again
+    deleted, _, _ = pipe.execute()
     return bool(deleted)
 
 
@@ -113,7 +116,10 @@ def index_rate_limits(client: redis.Redis, keys: Keys) -> list[str]:
     indexed = client.smembers(keys.rate_limited_tenants())
     missing = sorted(set(tenants) - indexed)
     if missing:
-        client.sadd(keys.rate_limited_tenants(), *missing)
+        pipe = client.pipeline(transaction=True)
+        pipe.sadd(keys.rate_limited_tenants(), *missing)
+        pipe.incr(keys.claim_tenants_version())  # claimers read the set again
+        pipe.execute()
     return missing
 
 

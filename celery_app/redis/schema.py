@@ -363,6 +363,13 @@ class Keys:
         tenant of each candidate first."""
         return f"{self._checks}:ratelimited"
 
+    def claim_tenants_version(self) -> str:
+        """Counter: moves whenever a tenant set a claim reads changes (any region's held
+        tenants, in ``claim.lua``; the rate-limited tenants, in ``checks/ratelimit.py``, in the
+        write's own transaction). A claimer keeps those sets between claims and reads them again
+        only when this moved (``checks/claiming.py``, ``RegionClaimer``)."""
+        return f"{self._checks}:claimtenantsversion"
+
     # --- workers ----------------------------------------------------------------------------
     def worker(self, hostname: str) -> str:
         """Hash with a TTL: region, role, queues, concurrency; refreshed by a heartbeat."""

@@ -11,11 +11,15 @@
 -- became rate-limited meanwhile) is left in place. Either of the last two makes the result
 -- 'more', and Python reads again.
 --
+-- Python keeps the workers and tenant sets it read between claims (the claimer's cache): the
+-- workers are re-validated here on every call as above, and a change this script makes to the
+-- held tenants set moves the claim tenants version (KEYS[9]) so every claimer reads it again.
+--
 -- KEYS: 1 ready fast, 2 ready slow, 3 leases fast, 4 leases slow, 5 region workers set,
 --       6 lease sequence counter, 7 held tenants set of the region, 8 rate-limited tenants set,
---       then W worker hashes (9 .. 8+W),
+--       9 claim tenants version counter, then W worker hashes (10 .. 9+W),
 --       then per declared tenant t (1..T) three keys: its token bucket at TK+3t-2, its held
---       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 8+W),
+--       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 9+W),
 --       then the job hashes (job j at JK+j, JK = TK+3T)
 -- ARGV: 1 now, 2 lease expiry (now + the lease; a job claimed ahead of its tick, within the
 --       dispatch lead, holds its lease from its tick: its worker waits until then), 3 max claims in this call, 4 max rate-limited jobs to hold,
@@ -29,7 +33,7 @@
 --       P+9 the slow list's.
 -- A tenant that is neither declared nor in the rate-limited set has no bucket: unlimited.
 -- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited (held now),
---          stop, lease sequence number (0 = no claim), claims}
+--          stop, lease sequence number (0 = no claim), claims, declared workers found gone}
 -- stop: 'full' (no free slot left), 'limit' (the hold limit was reached), 'more' (a candidate
 -- list ran out while its index may hold more, or a candidate was stale: read again), 'done'.
 -- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms lane"
@@ -41,22 +45,23 @@ local expiry = ARGV[2]
 local lease_s = tonumber(expiry) - now
 local max_claims, skip_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local W, T = tonumber(ARGV[5]), tonumber(ARGV[6])
-local TK = 8 + W
+local TK = 9 + W
 local JK = TK + 3 * T
 local P = 6 + W
 local CHUNK = 1000  -- values per batched command (Lua's unpack limit is 8000)
 
 -- Capacity: live workers (their heartbeat key exists) of this region; a slot whose probe thread
 -- still runs past its deadline (stuck) is busy, never free.
-local total, slowcap = 0, 0
+local total, slowcap, gone = 0, 0, 0
 for w = 1, W do
-  local v = redis.call('HMGET', KEYS[8 + w], WORKER.ROLE, WORKER.CONCURRENCY, WORKER.STUCK)
+  local v = redis.call('HMGET', KEYS[9 + w], WORKER.ROLE, WORKER.CONCURRENCY, WORKER.STUCK)
   if v[2] then
     local c = math.max(0, (tonumber(v[2]) or 0) - (tonumber(v[3]) or 0))
     total = total + c
     if v[1] == ROLE.SHARED then slowcap = slowcap + c end
   else
     redis.call('SREM', KEYS[5], ARGV[6 + w])  -- stale: its heartbeat expired
+    gone = gone + 1
   end
 end
 local in_fast = redis.call('ZCARD', KEYS[3])
@@ -65,7 +70,7 @@ local free = total - in_fast - in_slow
 local free_slow = math.min(slowcap - in_slow, free)
 if free > max_claims then free = max_claims end
 if free <= 0 then
-  return {total, slowcap, in_fast, in_slow, 0, 'full', 0, ''}
+  return {total, slowcap, in_fast, in_slow, 0, 'full', 0, '', gone}
 end
 
 local tenants, tenant_number, ids = {}, {}, {}
@@ -131,6 +136,8 @@ local function account_skipped(key)
   end
 end
 
+local tenants_changed = false  -- the held tenants set: claimers read it again (KEYS[9])
+
 -- Release held jobs of tenants whose bucket has tokens again (all of them if the bucket is
 -- gone), oldest effective deadline first, back into the ready index at that old deadline.
 local releases = {}
@@ -168,7 +175,7 @@ for t in string.gmatch(ARGV[P + 3], '%d+') do
       end
     end
     if redis.call('EXISTS', held_key(t, 0), held_key(t, 1)) == 0 then
-      redis.call('SREM', KEYS[7], tenants[t])
+      tenants_changed = redis.call('SREM', KEYS[7], tenants[t]) == 1 or tenants_changed
     end
   end
 end
@@ -246,7 +253,7 @@ while true do
         skipped = skipped + 1
         redis.call('ZREM', ready_key, id)
         redis.call('ZADD', held_key(t, lane), score, id)
-        redis.call('SADD', KEYS[7], v[1])
+        tenants_changed = redis.call('SADD', KEYS[7], v[1]) == 1 or tenants_changed
         if skipped >= skip_limit then
           stop = 'limit'
           break
@@ -281,10 +288,12 @@ for lane = 0, 1 do
     redis.call('ZADD', KEYS[3 + lane], unpack(l, a, math.min(a + 2 * CHUNK - 1, #l)))
   end
 end
+if tenants_changed then redis.call('INCR', KEYS[9]) end
 for t, b in pairs(buckets) do
   if b then
     redis.call('HSET', KEYS[TK + 3 * t - 2], BUCKET.TOKENS, string.format('%.6f', b.tokens),
       BUCKET.UPDATED, string.format('%.3f', b.ts))
   end
 end
-return {total, slowcap, in_fast, in_slow, skipped, stop, seq or 0, table.concat(claims, '\n')}
+return {total, slowcap, in_fast, in_slow, skipped, stop, seq or 0, table.concat(claims, '\n'),
+  gone}
