@@ -42,6 +42,7 @@ from celery_app.cron_tasks.runtime import (
 )
 from celery_app.cron_tasks.service import CronService, CronUsageError, applied_timeout, row_dict
 from celery_app.factory import settings_of
+from celery_app.findings import findings_json
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronOutcome, CronSource, Overlap
@@ -195,7 +196,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     findings = service.diagnose()
     notes = service.notes()
     if as_json:
-        click.echo(json.dumps([finding.as_json() for finding in findings], indent=2))
+        click.echo(findings_json(findings))
     elif findings:
         for finding in findings:
             click.echo(f"- {escape(finding.message)}")
