@@ -543,7 +543,7 @@ class CronEngine:
             last = _utc(float(raw))
             wait = self.custom_max_wait
             try:
-                due, next_s = task.schedule.is_due(last.astimezone(_zone_of(task.schedule)))
+                due, next_s = task.is_due(last.astimezone(_zone_of(task.schedule)))
                 wait = wait if next_s is None else min(wait, next_s)
             except Exception:
                 log.exception("cron: %s: its schedule's is_due raised; asked again later", task.id)
@@ -617,7 +617,7 @@ def _window_of(task: CronTask, at: datetime) -> datetime:
 
 def _anchor_of(task: CronTask) -> datetime | None:
     """An interval's anchor: tasks with one spec but different anchors fire apart."""
-    return getattr(task.schedule, "anchor", None)
+    return task.anchor
 
 
 def _zone_of(schedule: Any) -> tzinfo:

@@ -40,6 +40,7 @@ from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     WINDOW,
     CronTask,
+    Instant,
     window_id,
 )
 from celery_app.cron_tasks.runtime import runtime_store
@@ -141,17 +142,6 @@ _BACKEND_OUTCOME = {
     states.FAILURE: CronOutcome.FAILURE,
     states.REVOKED: CronOutcome.REVOKED,
 }
-
-
-@dataclass(frozen=True)
-class _Instant:
-    """The schedule of a forced run-now: one window at the instant it was asked for, a
-    microsecond long (so its id, to the microsecond, is no scheduled window's)."""
-
-    every: timedelta = timedelta(microseconds=1)
-
-    def next(self, at: datetime) -> datetime | None:
-        return None
 
 
 def applied_timeout(app: Celery, task: CronTask) -> float | None:
@@ -372,7 +362,7 @@ class CronService:
         if not at.microsecond:
             at = at.replace(microsecond=1)  # a whole second may be an interval's window
         grace = max(task.grace_or(self.settings.cron_grace), FORCED_MIN_GRACE)
-        one_off = replace(task, schedule=_Instant(), singleton=False, grace=grace)
+        one_off = replace(task, schedule=Instant(), singleton=False, grace=grace)
         return FireRequest(one_off, tenant, at)
 
     def result_backend(self) -> Any | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, cast
@@ -127,7 +127,7 @@ def anchored(task: CronTask, ref: str | None) -> CronTask:
     (``Keys.cron_ref``, as stored), when it has one; any other task as it is."""
     if ref is None or not task.is_interval:
         return task
-    return replace(task, schedule=task.schedule.anchored(datetime.fromtimestamp(float(ref), UTC)))
+    return task.with_anchor(datetime.fromtimestamp(float(ref), UTC))
 
 
 def _text(value: str | bytes) -> str:
