@@ -305,32 +305,24 @@ class CronService:
         req = FireRequest(task, tenant_name, task.window_of(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
         sender = CronPublisher(self.app, self.settings.cron_grace)
+        taken: FireRequest | None = None  # the window a forced run stepped around
         try:
             firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
             refused = not firing.fired and firing.error is None
             if force and refused:
-                forced, req = req, self._forced_request(task, tenant_name, now)
+                taken, req = req, self._forced_request(task, tenant_name, now)
                 firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
-                if firing.fired:
-                    return RunNowResult(
-                        True,
-                        task.id,
-                        tenant_name,
-                        req.window_id,
-                        f"sent {task.id!r} (tenant {tenant_name}) as a forced run "
-                        f"{req.window_id} (window {forced.window_id} was already taken)",
-                        firing.celery_ids[0],
-                    )
         finally:
             sender.close()
         if firing.fired:
+            how = f"for window {req.window_id}"
+            if taken is not None:
+                how = (
+                    f"as a forced run {req.window_id} (window {taken.window_id} was already taken)"
+                )
+            message = f"sent {task.id!r} (tenant {tenant_name}) {how}"
             return RunNowResult(
-                True,
-                task.id,
-                tenant_name,
-                req.window_id,
-                f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
-                firing.celery_ids[0],
+                True, task.id, tenant_name, req.window_id, message, firing.celery_ids[0]
             )
         ((_, reason),) = firing.skipped
         if reason == CronSkipReason.IN_FLIGHT and not self.recording_workers():
