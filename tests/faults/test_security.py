@@ -342,9 +342,9 @@ def test_a_canary_secret_in_every_field_leaves_through_no_channel(
             return 302, {"Location": "/same"}, b""
 
         origin.routes["/start"] = start
-        origin.routes["/same"] = lambda h, n: (307, {"Location": elsewhere.url("/away")}, b"")
-        origin.routes["/cli"] = lambda h, n: (200, {}, b"ok")
-        elsewhere.routes["/away"] = lambda h, n: (500, {}, b"down")
+        origin.answer("/same", 307, {"Location": elsewhere.url("/away")})
+        origin.answer("/cli", 200, {}, b"ok")
+        elsewhere.answer("/away", 500, {}, b"down")
 
         ports = {"worker": free_port(), "beat": free_port()}
         env = process_env(
