@@ -98,13 +98,6 @@ def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
     )
 
 
-def recorded_runs(r: redis.Redis, key: str) -> list[tuple[str, ...]]:
-    """The runs the fault tests' cron task bodies pushed to the list ``key``, in order: each
-    member's ``|``-separated fields (task id, then what that test records: tenant, window,
-    start time)."""
-    return [tuple(member.split("|")) for member in r.lrange(key, 0, -1)]
-
-
 def recording_worker(r: redis.Redis, name: str = "celery@recording") -> None:
     """Stand in for a live worker that records runs (its marker, as the recording's
     ``worker_init`` writes it), for tests that write the run records themselves."""
