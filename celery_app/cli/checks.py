@@ -31,7 +31,14 @@ from celery_app.checks.redaction import (
 )
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import EXIT_PROBLEM, MAX_LISTED, BadInput, CheckbeatGroup, load_app
+from celery_app.cli.common import (
+    EXIT_PROBLEM,
+    MAX_LISTED,
+    BadInput,
+    CheckbeatGroup,
+    findings_json_option,
+    load_app,
+)
 from celery_app.cli.maintenance import (
     echo_state,
     maintenance,
@@ -449,12 +456,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 
 
 @checks.command("diagnose")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Findings as a JSON list of kind, subject, message, since.",
-)
+@findings_json_option
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Capacity per region and what keeps due checks from being claimed. Exit 1 if any."""

@@ -25,7 +25,14 @@ import time
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import EXIT_PROBLEM, BadInput, CannotRun, CheckbeatGroup, load_app
+from celery_app.cli.common import (
+    EXIT_PROBLEM,
+    BadInput,
+    CannotRun,
+    CheckbeatGroup,
+    findings_json_option,
+    load_app,
+)
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
@@ -183,12 +190,7 @@ def run(
 
 
 @schedule.command(name="diagnose")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Findings as a JSON list of kind, subject, message, since.",
-)
+@findings_json_option
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
