@@ -33,7 +33,6 @@ from beat.cron_engine import CronEngine
 from beat.dispatch_wake import WakeListener
 from beat.metrics import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
 from celery_app.cron_tasks.lead import fire_lead
 from celery_app.cron_tasks.publish import CronPublisher
@@ -47,6 +46,7 @@ from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.scripts import load_all
+from celery_app.wall_clock import clock_from_env
 
 log = logging.getLogger(__name__)
 

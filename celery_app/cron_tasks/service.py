@@ -32,7 +32,6 @@ from typing import Any, cast
 from celery import Celery, states
 from celery.backends.base import DisabledBackend
 
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
@@ -67,6 +66,7 @@ from celery_app.redis.schema import (
     CronStateField,
     CronStatsField,
 )
+from celery_app.wall_clock import clock_from_env
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0

@@ -23,9 +23,9 @@ from fault_procs import Processes, process_env
 from support.polling import wait_for
 from support.run_witness import run_counts
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.redis.schema import CronStatsField, Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 

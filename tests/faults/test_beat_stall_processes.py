@@ -24,7 +24,6 @@ from fault_procs import Processes, process_env
 from support.polling import wait_for
 from support.run_witness import recorded_runs
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.cron_tasks.store import parse_window_id
@@ -32,6 +31,7 @@ from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 

@@ -22,7 +22,6 @@ from support.polling import wait_for
 from support.run_witness import recorded_runs, run_counts
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
@@ -30,6 +29,7 @@ from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = pytest.mark.faults
 

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import redis
 
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.registration import GLOBAL_TENANT
+from celery_app.wall_clock import clock_from_env
 
 #: The Redis list the runs are appended to (the test's own db: emptied before each test).
 RUNS = "faulttest:runs"
