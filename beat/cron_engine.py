@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, cast
 
+from celery_app.cron_tasks.cron_state import CronStore, FireRequest, Gap, anchored
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
@@ -61,7 +62,6 @@ from celery_app.cron_tasks.registration import (
     interval_window_id,
     window_start,
 )
-from celery_app.cron_tasks.store import CronStore, FireRequest, Gap, anchored
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware

@@ -204,8 +204,8 @@ def test_registered_provider_is_used(cron_app, broker_url):
 
 
 def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app, broker_url, r):
+    from celery_app.cron_tasks.cron_state import FireRequest
     from celery_app.cron_tasks.service import CronService
-    from celery_app.cron_tasks.store import FireRequest
 
     _declare(cron_app, "half-done")
     task = cron_tasks(cron_app)["half-done"]

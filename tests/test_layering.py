@@ -152,7 +152,7 @@ def test_imports_point_only_downwards(package):
         ("scheduling_core.cron", "celery_app.settings", False),
         ("celery_app.redis.schema", "celery_app.checks.jobs", False),
         ("celery_app.redis.tls", "celery_app.settings", True),
-        ("celery_app.checks.store", "celery_app.cron_tasks.store", False),
+        ("celery_app.checks.store", "celery_app.cron_tasks.cron_state", False),
         ("celery_app.cron_tasks.service", "celery_app.checks.kinds", False),
         ("celery_app.checks.dispatch", "celery_app.publish", True),
         ("celery_app.publish", "celery_app.cron_tasks.registration", False),

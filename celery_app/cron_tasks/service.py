@@ -33,6 +33,13 @@ from celery import Celery, states
 from celery.backends.base import DisabledBackend
 
 from celery_app.cron_tasks import recorders
+from celery_app.cron_tasks.cron_state import (
+    CronStore,
+    FireRequest,
+    parse_window_id,
+    split_member,
+    task_deadline,
+)
 from celery_app.cron_tasks.firing import fire
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
@@ -44,13 +51,6 @@ from celery_app.cron_tasks.registration import (
 )
 from celery_app.cron_tasks.runtime import runtime_store
 from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
-from celery_app.cron_tasks.store import (
-    CronStore,
-    FireRequest,
-    parse_window_id,
-    split_member,
-    task_deadline,
-)
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of

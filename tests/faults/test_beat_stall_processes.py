@@ -24,9 +24,9 @@ from fault_procs import Processes, process_env
 from support.polling import wait_for
 from support.run_witness import recorded_runs
 
+from celery_app.cron_tasks.cron_state import parse_window_id
 from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.store import parse_window_id
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys

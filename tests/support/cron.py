@@ -12,9 +12,9 @@ import redis
 from celery import Celery
 
 from beat.cron_engine import CronEngine
+from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.store import CronStore
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.findings import Finding
