@@ -36,9 +36,9 @@ from celery_app.checks.dispatch import Dispatcher
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
 from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.lead import fire_lead
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import WINDOW, CronSpecError
 from celery_app.cron_tasks.runtime import RuntimeStore
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
 from celery_app.cron_tasks.tenants import resolve_tenants
 from celery_app.factory import settings_of

@@ -48,8 +48,8 @@ from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.cron_state import CronStore, FireRequest
 from celery_app.cron_tasks.firing import fire
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.pipelined_scripts import ScriptClient

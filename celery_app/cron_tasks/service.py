@@ -41,7 +41,6 @@ from celery_app.cron_tasks.cron_state import (
     task_deadline,
 )
 from celery_app.cron_tasks.firing import fire
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     WINDOW,
@@ -50,6 +49,7 @@ from celery_app.cron_tasks.registration import (
     window_id,
 )
 from celery_app.cron_tasks.runtime import runtime_store
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
 from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
 from celery_app.errors import CheckbeatError

@@ -25,7 +25,6 @@ from support.run_witness import run_counts
 
 from celery_app.cron_tasks.cron_state import FireRequest, parse_window_id
 from celery_app.cron_tasks.firing import TEST_PAUSE_AFTER_CLAIM_ENV
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     cron,
@@ -33,6 +32,7 @@ from celery_app.cron_tasks.registration import (
     window_id,
     window_start,
 )
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import settings_of
 from celery_app.redis.schema import CronGapField, CronStateField, CronStatsField, Keys
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
