@@ -62,7 +62,7 @@ from celery_app.cron_tasks.registration import (
     interval_window_id,
     window_start,
 )
-from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
+from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead

@@ -40,7 +40,7 @@ from celery_app.cron_tasks.registration import WINDOW, CronSpecError
 from celery_app.cron_tasks.runtime import RuntimeStore
 from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis

@@ -68,7 +68,7 @@ def _engine(app, settings, declared: list, owner: str):
     from beat.cron_engine import CronEngine
     from celery_app.cron_tasks.cron_state import CronStore
     from celery_app.cron_tasks.sender import CronPublisher
-    from celery_app.cron_tasks.tenants import resolve_tenants
+    from celery_app.cron_tasks.tenants_provider import resolve_tenants
     from celery_app.redis.client import get_redis
     from celery_app.redis.schema import Keys
 

@@ -192,7 +192,7 @@ def test_no_provider_means_per_tenant_tasks_do_not_fire(cron_app, broker_url, r,
 
 
 def test_registered_provider_is_used(cron_app, broker_url):
-    from celery_app.cron_tasks.tenants import tenants_provider
+    from celery_app.cron_tasks.tenants_provider import tenants_provider
 
     @tenants_provider(app=cron_app)
     def active():

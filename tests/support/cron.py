@@ -15,7 +15,7 @@ from beat.cron_engine import CronEngine
 from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.findings import Finding
 from celery_app.redis.client import get_redis
