@@ -31,6 +31,13 @@ from celery_app.checks.redaction import (
 )
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
+from celery_app.cli.checks_state import (
+    echo_state,
+    maintenance,
+    maintenance_summary,
+    read_check_health,
+    transitions,
+)
 from celery_app.cli.common import (
     EXIT_PROBLEM,
     MAX_LISTED,
@@ -38,13 +45,6 @@ from celery_app.cli.common import (
     CheckbeatGroup,
     findings_json_option,
     load_app,
-)
-from celery_app.cli.maintenance import (
-    echo_state,
-    maintenance,
-    maintenance_summary,
-    read_check_health,
-    transitions,
 )
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
