@@ -31,7 +31,7 @@ from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine
 from beat.dispatch_wake import WakeListener
-from beat.metrics import BeatObserver
+from beat.metrics_endpoint import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
 from celery_app.cron_tasks.cron_state import CronStore
