@@ -3,7 +3,7 @@
 Why a heap of next-fire instants: with 10,000 tasks, a tick with nothing due must cost almost
 nothing, so each task's next window is computed once (``CronTask.next_fire``) and a tick only
 looks at the heap's top. What is due goes through one claim round trip (the per-window
-``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
+``SET NX`` keys, see :mod:`celery_app.cron_tasks.cron_state`) and one publish batch.
 
 Windows a running engine slept through (a stall, or a forward clock step) are fired late while
 their grace lasts; older ones are recorded for ``schedule diagnose`` as one range per task (per
