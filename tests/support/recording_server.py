@@ -20,7 +20,7 @@ from pathlib import Path
 import trustme
 
 #: A route: (the request's headers, names in lower case; how many requests of this path came
-#: before) -> status, response headers, body.
+#: before, since the server started) -> status, response headers, body.
 Route = Callable[[dict[str, str], int], tuple[int, dict[str, str], bytes]]
 #: One request as it came: method, path (with its query), headers (names in lower case, each
 #: with every value it was sent with).
@@ -42,6 +42,7 @@ class RecordingServer:
     def __init__(self, ca_dir: Path | None = None, *, not_after: datetime | None = None) -> None:
         self.routes: dict[str, Route] = {}
         self.seen: list[Seen] = []
+        self._count: dict[str, int] = {}  # requests per path, without its query
         self._lock = threading.Lock()
         outer = self
 
@@ -54,7 +55,8 @@ class RecordingServer:
                     sent.setdefault(name.lower(), []).append(value)
                 path = self.path.split("?")[0]
                 with outer._lock:
-                    before = sum(1 for _, p, _ in outer.seen if p.split("?")[0] == path)
+                    before = outer._count.get(path, 0)
+                    outer._count[path] = before + 1
                     outer.seen.append((self.command, self.path, sent))
                 route = outer.routes.get(path)
                 last = {name: values[-1] for name, values in sent.items()}
