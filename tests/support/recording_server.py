@@ -48,6 +48,9 @@ class RecordingServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The headers and the body are two writes: with Nagle's algorithm on a kept-alive
+            # connection the body would wait for the client's delayed ACK of the headers.
+            disable_nagle_algorithm = True
 
             def _any(self) -> None:
                 sent: dict[str, list[str]] = {}
