@@ -3,7 +3,7 @@
 Why a heap of next-fire instants: with 10,000 tasks, a tick with nothing due must cost almost
 nothing, so each task's next window is computed once (``CronTask.next_fire``) and a tick only
 looks at the heap's top. What is due goes through one claim round trip (the per-window
-``SET NX`` keys, see :mod:`celery_app.cron_tasks.store`) and one publish batch.
+``SET NX`` keys, see :mod:`celery_app.cron_tasks.cron_state`) and one publish batch.
 
 Windows a running engine slept through (a stall, or a forward clock step) are fired late while
 their grace lasts; older ones are recorded for ``schedule diagnose`` as one range per task (per
@@ -55,6 +55,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, cast
 
 from celery_app.checks.manifest import gc_paused
+from celery_app.cron_tasks.cron_state import CronStore, FireRequest, Gap, anchored
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
@@ -63,8 +64,7 @@ from celery_app.cron_tasks.registration import (
     interval_window_id,
     window_start,
 )
-from celery_app.cron_tasks.store import CronStore, FireRequest, Gap, anchored
-from celery_app.cron_tasks.tenants import TenantsSource, read_tenants
+from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
@@ -557,7 +557,7 @@ class CronEngine:
             last = _utc(float(raw))
             wait = self.custom_max_wait
             try:
-                due, next_s = task.schedule.is_due(last.astimezone(_zone_of(task.schedule)))
+                due, next_s = task.is_due(last.astimezone(_zone_of(task.schedule)))
                 wait = wait if next_s is None else min(wait, next_s)
             except Exception:
                 log.exception("cron: %s: its schedule's is_due raised; asked again later", task.id)
@@ -644,7 +644,7 @@ def _window_of(task: CronTask, at: datetime) -> datetime:
 
 def _anchor_of(task: CronTask) -> datetime | None:
     """An interval's anchor: tasks with one spec but different anchors fire apart."""
-    return getattr(task.schedule, "anchor", None)
+    return task.anchor
 
 
 def _zone_of(schedule: Any) -> tzinfo:

@@ -31,22 +31,22 @@ from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine, settle_long_lived
 from beat.dispatch_wake import WakeListener
-from beat.metrics import BeatObserver
+from beat.metrics_endpoint import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
+from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.lead import fire_lead
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import WINDOW, CronSpecError
 from celery_app.cron_tasks.runtime import RuntimeStore
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.store import CronStore
-from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.scripts import load_all
+from celery_app.wall_clock import clock_from_env
 
 log = logging.getLogger(__name__)
 

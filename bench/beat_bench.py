@@ -68,9 +68,9 @@ def _bench_app(server: RedisServer):
 def _engine(app, settings, declared: list, owner: str):
     """A cron engine over ``declared`` whose clock stands still at ``T0`` (ticks pass ``at``)."""
     from beat.cron_engine import CronEngine, settle_long_lived
-    from celery_app.cron_tasks.publish import CronPublisher
-    from celery_app.cron_tasks.store import CronStore
-    from celery_app.cron_tasks.tenants import resolve_tenants
+    from celery_app.cron_tasks.cron_state import CronStore
+    from celery_app.cron_tasks.sender import CronPublisher
+    from celery_app.cron_tasks.tenants_provider import resolve_tenants
     from celery_app.redis.client import get_redis
     from celery_app.redis.schema import Keys
 

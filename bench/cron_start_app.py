@@ -78,8 +78,8 @@ def _on_prerun(task_id: str | None = None, task: Any = None, **_: Any) -> None:
 def _profile_beat() -> None:
     """Wrap beat's tick, claim and publish to stamp each window they handle."""
     from beat.scheduler import CronScheduler
-    from celery_app.cron_tasks.publish import CronPublisher
-    from celery_app.cron_tasks.store import CronStore
+    from celery_app.cron_tasks.cron_state import CronStore
+    from celery_app.cron_tasks.sender import CronPublisher
 
     woke: list[float] = [0.0]
     claimed: list[float] = [0.0]

@@ -29,7 +29,7 @@ import redis
 from bench.cron_start_app import BEAT_STAMPS_KEY, STARTS_KEY, WORKER_STAMPS_KEY
 from bench.figures import command_line
 from bench.overload_bench import REPO, Worker, base_env, percentile
-from celery_app.cron_tasks.store import parse_window_id
+from celery_app.cron_tasks.cron_state import parse_window_id
 from celery_app.local.embedded_redis import RedisServer
 
 #: Stage name -> (from stamp, to stamp); "window" is the window's start.

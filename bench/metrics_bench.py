@@ -53,7 +53,7 @@ def _get(url: str) -> tuple[float, int]:
 def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
     import redis
 
-    from beat.metrics import checks_page
+    from beat.metrics_endpoint import checks_page
 
     check_kind(BENCH_KIND)(_probe)
     server = RedisServer(Path(tempfile.mkdtemp(prefix="checkbeat-bench-"))).start()

@@ -57,10 +57,10 @@ from celery_app.checks.kinds import check_kind
 from celery_app.checks.run_contract import RunRequest, max_timeout_s
 from celery_app.checks.start_read import read_start
 from celery_app.checks.store import CheckStore
+from celery_app.cron_tasks.cron_state import CronStore, FireRequest
 from celery_app.cron_tasks.firing import fire
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
-from celery_app.cron_tasks.store import CronStore, FireRequest
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.pipelined_scripts import ScriptClient

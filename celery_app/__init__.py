@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_app.checks.hooks import on_transition
 from celery_app.cron_tasks.registration import cron
-from celery_app.cron_tasks.tenants import tenants_provider
+from celery_app.cron_tasks.tenants_provider import tenants_provider
 from celery_app.factory import create_app, exit_under_celery_cli, install, settings_of
 from celery_app.settings import Settings, SettingsError, get_settings, load_settings
 

@@ -1,13 +1,16 @@
 """What ``schedule diagnose`` and ``checks diagnose`` report: one :class:`Finding` per problem.
 
 A finding is data (what kind of problem, about what, since when) with the line an operator
-reads; the CLI prints ``message`` as text or every field as JSON, and code and tests decide on
+reads; the CLI prints ``message`` as text or, with ``--json``, every field of each finding as one
+JSON list (:func:`findings_json`, the same for both commands), and code and tests decide on
 ``kind`` and ``subject``, never on the wording. Here, below ``cron_tasks`` and ``checks``,
 because both report them and neither imports the other.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -53,3 +56,9 @@ class Finding:
             "message": self.message,
             "since": since,
         }
+
+
+def findings_json(findings: Iterable[Finding]) -> str:
+    """What both ``diagnose --json`` print: a JSON list of :meth:`Finding.as_json`, ``[]`` when
+    nothing is wrong."""
+    return json.dumps([finding.as_json() for finding in findings], indent=2)

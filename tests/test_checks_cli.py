@@ -49,37 +49,10 @@ def test_add_list_show_update_rm(cli, r, keys, store):
 
 
 def test_bad_input_names_the_field_and_writes_nothing(cli, r):
-    out = cli(
-        "add",
-        "x",
-        "--tenant",
-        "acme",
-        "--kind",
-        "testprobe",
-        "--target",
-        "t",
-        "--period",
-        "10",
-        "--region-spread",
-        "10",
-        ok=False,
-    )
+    add = ("add", "x", "--tenant", "acme", "--kind", "testprobe", "--target", "t", "--period", "10")
+    out = cli(*add, "--region-spread", "10", ok=False)
     assert "region_spread:" in out and "< period (10)" in out
-    out = cli(
-        "add",
-        "x",
-        "--tenant",
-        "acme",
-        "--kind",
-        "testprobe",
-        "--target",
-        "t",
-        "--period",
-        "10",
-        "--config",
-        '{"timeout": 0}',
-        ok=False,
-    )
+    out = cli(*add, "--config", '{"timeout": 0}', ok=False)
     assert "config.timeout:" in out
     assert r.dbsize() == 0
     assert "no check with uid 'nope'" in cli("rm", "nope", ok=False)

@@ -60,7 +60,7 @@ def test_the_cli_reads_and_writes_the_state_on_a_redis_cluster(redis_cluster, te
     assert "c0" in run(checks, "show", "c0")
     assert quarantine(client, keys, "c1@us", QuarantineStep.CLAIM, "torn field", 1.0)
     found = json.loads(run(checks, "diagnose", "--json", code=1))  # 1: it found a problem
-    assert [q["job_id"] for q in found["quarantined"]] == ["c1@us"]
+    assert [f["subject"] for f in found if f["kind"] == "quarantined"] == ["c1@us"]
     report = json.loads(run(checks, "reconcile", "--json"))
     assert report, report
     assert client.sismember(keys.quarantine(), "c1@us") == 0  # rebuilt from its definition

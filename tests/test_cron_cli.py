@@ -107,9 +107,12 @@ def test_run_now_and_diagnose_exit_codes(user_modules, broker_url, r):
     r.hset(KEYS.beat_heartbeat(), "beat-x", time.time())
     healthy = run_cli(user_modules, "schedule", "diagnose")
     assert healthy.returncode == 0, healthy.stdout
+    healthy_json = run_cli(user_modules, "schedule", "diagnose", "--json")
+    assert healthy_json.returncode == 0 and json.loads(healthy_json.stdout) == []
     no_provider = run_cli(
         user_modules, "schedule", "diagnose", "--json", CHECKBEAT_TENANTS_PROVIDER="none"
     )
     assert no_provider.returncode == 1
     (finding,) = [f for f in json.loads(no_provider.stdout) if f["kind"] == "no_tenants_provider"]
+    assert set(finding) == {"kind", "subject", "message", "since"}  # as `checks diagnose --json`
     assert finding["subject"] == "per-t" and "no tenants provider" in finding["message"]

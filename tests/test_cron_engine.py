@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from support.cron import T0, end_runs, found, make_engine, sends, store_of
 
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     cron,
@@ -17,6 +16,7 @@ from celery_app.cron_tasks.registration import (
     unregister_cron,
     window_id,
 )
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import Keys
 
@@ -194,7 +194,7 @@ def test_no_provider_means_per_tenant_tasks_do_not_fire(cron_app, broker_url, r,
 
 
 def test_registered_provider_is_used(cron_app, broker_url):
-    from celery_app.cron_tasks.tenants import tenants_provider
+    from celery_app.cron_tasks.tenants_provider import tenants_provider
 
     @tenants_provider(app=cron_app)
     def active():
@@ -206,8 +206,8 @@ def test_registered_provider_is_used(cron_app, broker_url):
 
 
 def test_beat_dying_between_claim_and_publish_is_diagnosed_not_refired(cron_app, broker_url, r):
+    from celery_app.cron_tasks.cron_state import FireRequest
     from celery_app.cron_tasks.service import CronService
-    from celery_app.cron_tasks.store import FireRequest
 
     _declare(cron_app, "half-done")
     task = cron_tasks(cron_app)["half-done"]

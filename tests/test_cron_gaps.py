@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from support.cron import T0, end_runs, make_engine, store_of
 
+from celery_app.cron_tasks.cron_state import Gap
 from celery_app.cron_tasks.registration import cron, cron_tasks, window_id
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.store import Gap
-from celery_app.cron_tasks.tenants import tenants_provider
+from celery_app.cron_tasks.tenants_provider import tenants_provider
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys
 

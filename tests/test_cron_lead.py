@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from celery import Celery
 from support.cron import T0, end_runs, make_engine
 
-from celery_app.clock import Clock
+from celery_app.cron_tasks.cron_state import CronStore, Early
 from celery_app.cron_tasks.lead import (
     fire_lead,
     real_instant,
@@ -24,9 +24,9 @@ from celery_app.cron_tasks.lead import (
 )
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.store import CronStore, Early
 from celery_app.factory import install
 from celery_app.redis.schema import CronSkipReason, CronStateField, Keys
+from celery_app.wall_clock import Clock
 from scheduling_core.on_tick import MAX_LEAD_S
 
 KEYS = Keys("cbtest")

@@ -18,11 +18,11 @@ from celery.contrib.testing.worker import start_worker
 from support.cron import T0, sends
 from support.polling import wait_for
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from celery.schedules import BaseSchedule, schedstate
 
-from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
+from celery_app.cron_tasks.celery_schedules import CustomSchedule, Interval
+from celery_app.cron_tasks.registration import CronSpecError, Instant, cron, cron_tasks
 
 
 def test_defaults_and_registry_per_app(cron_app):
@@ -83,3 +86,42 @@ def test_duplicate_ids_are_refused(cron_app):
     cron("* * * * *", app=cron_app, id="same", name="mod.b")(_noop)
     with pytest.raises(CronSpecError, match="declared twice"):
         cron_tasks(cron_app)
+
+
+class _DueIn30(BaseSchedule):
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        return schedstate(True, 30)
+
+
+def test_a_tasks_schedule_kind_decides_its_windows_anchor_and_is_due(cron_app):
+    """CronTask tells its schedule's kinds apart by type: a crontab has minute windows, no
+    anchor and is never asked is_due; an interval's windows are its own length, from its anchor;
+    a custom schedule is asked is_due; a forced run-now's instant is one microsecond."""
+    cron("*/5 * * * *", id="five", name="t.five", app=cron_app)(_noop)
+    five = cron_tasks(cron_app)["five"]
+    anchor = datetime(2026, 1, 1, 0, 0, 7, tzinfo=UTC)
+    assert (five.window_length, five.is_interval, five.is_custom) == (
+        timedelta(minutes=1),
+        False,
+        False,
+    )
+    assert five.with_anchor(anchor) is five and five.anchor is None
+    with pytest.raises(TypeError, match="'five'"):
+        five.is_due(anchor)
+
+    every = replace(five, schedule=Interval(timedelta(seconds=20))).with_anchor(anchor)
+    assert (every.window_length, every.is_interval, every.anchor) == (
+        timedelta(seconds=20),
+        True,
+        anchor,
+    )
+    at = anchor + timedelta(seconds=45)
+    assert every.window_of(at) == anchor + timedelta(seconds=40)  # counted from the anchor
+
+    custom = replace(five, schedule=CustomSchedule(_DueIn30()))
+    assert custom.is_custom and not custom.is_interval
+    assert custom.is_due(at) == (True, 30.0)  # the schedule's own answer
+
+    instant = replace(five, schedule=Instant())
+    assert (instant.window_length, instant.is_interval) == (timedelta(microseconds=1), True)
+    assert instant.window_of(at) == at and instant.next_fire(at) is None

@@ -8,10 +8,10 @@ from celery.contrib.testing.worker import start_worker
 from support.cron import T0, make_engine, sends, store_of
 from support.polling import wait_for
 
-from celery_app.cron_tasks.publish import CronHeader, CronPublisher
+from celery_app.cron_tasks.cron_state import FireRequest
 from celery_app.cron_tasks.recording import claim_run
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
-from celery_app.cron_tasks.store import FireRequest
+from celery_app.cron_tasks.sender import CronHeader, CronPublisher
 from celery_app.factory import settings_of
 from celery_app.redis.schema import (
     CRON_CLAIM_LEASE_S,

@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 import pytest
 from support.cron import T0, end_runs, found, make_engine, recording_worker, store_of
 
-from celery_app.clock import Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
 from celery_app.findings import Finding, FindingKind
 from celery_app.redis.schema import CronGapField, CronOutcome
+from celery_app.wall_clock import Clock
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead
 
 MIN = timedelta(minutes=1)

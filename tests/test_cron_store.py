@@ -9,8 +9,8 @@ from importlib import resources
 import pytest
 from support.cron import T0, store_of
 
+from celery_app.cron_tasks.cron_state import CHUNK, FireRequest
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
-from celery_app.cron_tasks.store import CHUNK, FireRequest
 from celery_app.redis.schema import (
     CronClaimCode,
     CronGapField,

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from support.cron import T0, make_engine, sends, store_of
 
+from celery_app.cron_tasks.cron_state import FireRequest
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks, window_id
-from celery_app.cron_tasks.store import FireRequest
 from celery_app.redis.schema import CRON_CLAIM_LEASE_S, CronGapField, CronStatsField, Keys
 
 KEYS = Keys("cbtest")

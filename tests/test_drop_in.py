@@ -24,7 +24,7 @@ from support.cron import T0
 from support.polling import wait_for
 from support.projects import UserProject, stop
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_DB = 6  # a db of the session's server no other test uses

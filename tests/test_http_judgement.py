@@ -9,8 +9,8 @@ from pathlib import Path
 
 import jmespath
 import pytest
-from support.content_server import ContentServer
 from support.http_target import DelayServer
+from support.recording_server import RecordingServer
 
 from celery_app.checks.run_contract import RunRequest
 from celery_app.errors import CheckFieldError
@@ -24,7 +24,7 @@ from workers.target_guard import AddressPolicy
 OPEN = AddressPolicy(allow_private=True)
 
 
-def ctx(server: ContentServer | None = None, timeout_s: float = 5.0) -> ProbeContext:
+def ctx(server: RecordingServer | None = None, timeout_s: float = 5.0) -> ProbeContext:
     ca = server.ca_file if server is not None else None
     return ProbeContext(timeout_s=timeout_s, policy=OPEN, tls_ca_file=ca)
 
@@ -38,7 +38,7 @@ def config(target: str, **fields) -> dict:
 def short_cert(tmp_path: Path):
     """An https server whose certificate ends in 5 days."""
     not_after = (datetime.now(UTC) + timedelta(days=5)).replace(microsecond=0)
-    with ContentServer(tmp_path, not_after=not_after) as server:
+    with RecordingServer(tmp_path, not_after=not_after) as server:
         server.not_after = not_after
         yield server
 

@@ -28,10 +28,10 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.ratelimit import set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.store import CheckStore
-from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.cron_state import FireRequest
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.store import FireRequest
 from celery_app.factory import create_app, settings_of
 from celery_app.redis import keyspace, scripts
 from celery_app.redis.pipelined_scripts import ScriptPipeline

@@ -4,7 +4,7 @@
         <- beat | workers | cli | local
 
 - scheduling_core is pure: no checkbeat module, no celery, kombu, redis or httpx.
-- foundation (``celery_app.settings``, ``clock``, ``errors``, ``findings``, ``names``) knows no
+- foundation (``celery_app.settings``, ``wall_clock``, ``errors``, ``findings``, ``names``) knows no
   Redis or Celery state; ``celery_app.redis`` (client, TLS, schema, scripts) knows no cron
   task or check.
 - app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``, ``shadowing``)
@@ -28,7 +28,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("scheduling_core", "celery_app", "beat", "workers")
-FOUNDATION = {"settings", "clock", "errors", "findings", "names", "cluster_url", "input_limits"}
+FOUNDATION = {
+    "settings",
+    "wall_clock",
+    "errors",
+    "findings",
+    "names",
+    "cluster_url",
+    "input_limits",
+}
 APP = {"factory", "publish", "registry", "worker_options", "shadowing"}
 RANK = {
     "core": 0,
@@ -144,7 +152,7 @@ def test_imports_point_only_downwards(package):
         ("scheduling_core.cron", "celery_app.settings", False),
         ("celery_app.redis.schema", "celery_app.checks.jobs", False),
         ("celery_app.redis.tls", "celery_app.settings", True),
-        ("celery_app.checks.store", "celery_app.cron_tasks.store", False),
+        ("celery_app.checks.store", "celery_app.cron_tasks.cron_state", False),
         ("celery_app.cron_tasks.service", "celery_app.checks.kinds", False),
         ("celery_app.checks.dispatch", "celery_app.publish", True),
         ("celery_app.publish", "celery_app.cron_tasks.registration", False),

@@ -18,7 +18,7 @@ from support.checks import learned, register_fake_worker
 from support.polling import wait_for
 
 from beat.cron_engine import Fired, Skipped, TickReport
-from beat.metrics import BeatHealth, checks_page
+from beat.metrics_endpoint import BeatHealth, checks_page
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.metrics_exporter import CheckExporter
 from celery_app.checks.metrics_state import CheckStateCollector

@@ -22,9 +22,9 @@ from support.processes import Processes, http_status
 from support.prometheus import PROMETHEUS, PROMTOOL, Prometheus, ScrapeJob, metric_names
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.local.embedded_redis import free_port
 from celery_app.redis.schema import Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,7 +15,7 @@ from celery_app.cli.schedule import schedule
 from celery_app.cli.tenants import tenants
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks.registration import CronSpecError, cron
-from celery_app.cron_tasks.tenants import TenantError, validate_tenant
+from celery_app.cron_tasks.tenants_provider import TenantError, validate_tenant
 from celery_app.errors import CheckFieldError
 from celery_app.factory import settings_of
 from celery_app.names import is_id, is_tenant

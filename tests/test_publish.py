@@ -21,9 +21,9 @@ from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import from_unix, read_job
-from celery_app.cron_tasks.publish import CronHeader, CronPublisher, cron_message
+from celery_app.cron_tasks.cron_state import FireRequest, window_deadline
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
-from celery_app.cron_tasks.store import FireRequest, window_deadline
+from celery_app.cron_tasks.sender import CronHeader, CronPublisher, cron_message
 from celery_app.publish import BatchPublisher, TaskMessage, UniqueIds, make_publisher
 from celery_app.redis.schema import CronOutcome, CronStateField, check_queue
 

@@ -28,12 +28,12 @@ from redis.retry import Retry
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import window_start
 from celery_app.redis.client import get_redis, reset_clients
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronStatsField, JobField
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.timeout(180)]
 

@@ -22,7 +22,7 @@ from celery import Celery
 from celery_app.checks.kinds import check_kind, get_kind, registered_kinds, unregister_kind
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.registration import cron, cron_tasks, unregister_cron
-from celery_app.cron_tasks.tenants import (
+from celery_app.cron_tasks.tenants_provider import (
     read_tenants,
     resolve_tenants,
     tenants_provider,
@@ -64,7 +64,7 @@ def test_a_provider_registered_at_import_survives_fresh_app(tmp_path: Path):
         import celery_app
         from celery_app.checks.kinds import get_kind
         from celery_app.cron_tasks.registration import cron_tasks
-        from celery_app.cron_tasks.tenants import read_tenants, resolve_tenants
+        from celery_app.cron_tasks.tenants_provider import read_tenants, resolve_tenants
         from celery_app.local.bootstrap import fresh_app
         from celery_app.registry import registry_of
 

@@ -14,6 +14,7 @@ from celery_app.checks.repair import check_uids
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys
 from celery_app.settings import BOUNDS, Settings, SettingsError, load_settings
+from celery_app.settings.declare import declared, described
 
 BAD_FOR_EVERY_NUMBER = ["nan", "NaN", "inf", "-inf", "1e20", "-1e20", "1e400", "1" * 500]
 
@@ -50,7 +51,20 @@ def test_every_number_refuses_just_outside_its_range(monkeypatch, name):
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))
 def test_every_range_is_in_the_variables_description(name):
-    assert f"Allowed: {BOUNDS[name].text()}." in (Settings.model_fields[name].description or "")
+    assert described(Settings.model_fields[name]).endswith(f" Allowed: {BOUNDS[name].text()}.")
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(n for n, info in Settings.model_fields.items() if info.annotation is timedelta),
+)
+def test_a_timedelta_setting_is_a_duration_in_seconds_by_its_type(monkeypatch, name):
+    # No `duration=True` on these declarations: the type says it, and the range is in seconds.
+    assert declared(Settings.model_fields[name]).duration
+    assert BOUNDS[name].unit == " s"
+    high = timedelta(seconds=BOUNDS[name].high)
+    monkeypatch.setenv(f"CHECKBEAT_{name.upper()}", "PT" + f"{high.total_seconds():g}S")
+    assert getattr(load_settings(), name) == high  # ISO 8601 read as a duration, at its edge
 
 
 def test_every_number_is_declared_with_its_range():

@@ -198,8 +198,8 @@ def test_beat_entries_are_sent_as_celerys_beat_sends_them_plus_the_cron_headers(
     also carry the cron headers the worker records the run with."""
     from celery.beat import Scheduler
 
-    from celery_app.cron_tasks.publish import CronPublisher
-    from celery_app.cron_tasks.store import FireRequest
+    from celery_app.cron_tasks.cron_state import FireRequest
+    from celery_app.cron_tasks.sender import CronPublisher
 
     app = cron_app
     app.conf.result_expires = None

@@ -20,9 +20,9 @@ import pytest
 from support.polling import wait_for
 from support.projects import UserProject, stop
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT
 from celery_app.redis.schema import Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 PROJECTS = Path(__file__).resolve().parent / "user_project"
 #: A db of the session's server that no other test uses: the projects' broker and state.

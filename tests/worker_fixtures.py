@@ -1,5 +1,5 @@
 """Fixtures of the worker tests (a plugin listed in tests/conftest.py): celery worker
-subprocesses, in-process workers on a per-test app, the probe target server, the dispatcher.
+subprocesses, in-process workers on a per-test app, the probe target servers, the dispatcher.
 
 Their helpers (``WorkerProcess``, ``worker_env``, ``claim_by_hand``, ``Ticker``) are in
 :mod:`support.workers`.
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.content_server import ContentServer
 from support.http_target import DelayServer
+from support.recording_server import RecordingServer
 from support.workers import Ticker, WorkerProcess, claim_by_hand
 
 
@@ -42,9 +42,18 @@ def target() -> Iterator[DelayServer]:
 
 
 @pytest.fixture
-def content_server(tmp_path: Path) -> Iterator[ContentServer]:
-    """An HTTP server on 127.0.0.1 serving the pages a test writes (:class:`ContentServer`)."""
-    with ContentServer(tmp_path) as server:
+def content_server() -> Iterator[RecordingServer]:
+    """An HTTP server on 127.0.0.1 serving the routes and pages a test sets, recording every
+    request (:class:`RecordingServer`)."""
+    with RecordingServer() as server:
+        yield server
+
+
+@pytest.fixture
+def other_server() -> Iterator[RecordingServer]:
+    """A second :class:`RecordingServer`: on another port, so another origin than
+    ``content_server``'s."""
+    with RecordingServer() as server:
         yield server
 
 

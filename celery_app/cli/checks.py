@@ -31,17 +31,25 @@ from celery_app.checks.redaction import (
 )
 from celery_app.checks.reports import read_all_jobs, summarize
 from celery_app.checks.store import CheckStore
-from celery_app.cli.common import EXIT_PROBLEM, MAX_LISTED, BadInput, CheckbeatGroup, load_app
-from celery_app.cli.maintenance import (
+from celery_app.cli.checks_state import (
     echo_state,
     maintenance,
     maintenance_summary,
     read_check_health,
     transitions,
 )
+from celery_app.cli.common import (
+    EXIT_PROBLEM,
+    MAX_LISTED,
+    BadInput,
+    CheckbeatGroup,
+    findings_json_option,
+    load_app,
+)
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
 from celery_app.factory import settings_of
+from celery_app.findings import findings_json
 from celery_app.input_limits import InputLimitError, loads_json
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import LANE_NAMES, ResultField, split_job_id
@@ -449,7 +457,7 @@ def reconcile(ctx: click.Context, as_json: bool) -> None:
 
 
 @checks.command("diagnose")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@findings_json_option
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Capacity per region and what keeps due checks from being claimed. Exit 1 if any."""
@@ -457,16 +465,14 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     from celery_app.redis.client import get_redis
 
     client, keys = get_redis(settings.redis_url, settings), state_keys(settings)
-    caps = [read_capacity(client, keys, region) for region in settings.regions]
     problems = diagnose_regions(client, keys, list(settings.regions))
-    quarantined = read_quarantine(client, keys)
-    problems += [q.finding() for q in quarantined]
+    problems += [q.finding() for q in read_quarantine(client, keys)]
     if as_json:
-        out = {"regions": [asdict(c) for c in caps], "problems": [p.as_json() for p in problems]}
-        out["quarantined"] = [asdict(q) for q in quarantined]
-        click.echo(json.dumps(out))
+        # The same list as `schedule diagnose --json`: what is wrong, not the capacity (the
+        # text form's lines; the region gauges in docs/metrics.md serve it to a program).
+        click.echo(findings_json(problems))
         ctx.exit(EXIT_PROBLEM if problems else 0)
-    for cap in caps:
+    for cap in (read_capacity(client, keys, region) for region in settings.regions):
         click.echo(
             f"{cap.region}: {len(cap.workers)} worker(s), {cap.total} slot(s) "
             f"({cap.slow_capacity} shared), in flight {cap.in_flight_fast} fast / "

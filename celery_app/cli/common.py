@@ -37,6 +37,14 @@ EXIT_PROBLEM = 1
 #: Exit code of a command given bad input (as click's usage errors): nothing was written.
 EXIT_BAD_INPUT = 2
 
+#: ``--json`` of both ``diagnose`` commands: their findings as one JSON list (``findings_json``).
+findings_json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Findings as a JSON list of kind, subject, message, since.",
+)
+
 
 class CannotRun(click.ClickException):
     """The command could not do its job at all; click prints ``Error: <message>``."""

@@ -25,7 +25,14 @@ import time
 import click
 from celery.bin.base import handle_preload_options
 
-from celery_app.cli.common import EXIT_PROBLEM, BadInput, CannotRun, CheckbeatGroup, load_app
+from celery_app.cli.common import (
+    EXIT_PROBLEM,
+    BadInput,
+    CannotRun,
+    CheckbeatGroup,
+    findings_json_option,
+    load_app,
+)
 from celery_app.cli.terminal import escape
 from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
@@ -42,6 +49,7 @@ from celery_app.cron_tasks.runtime import (
 )
 from celery_app.cron_tasks.service import CronService, CronUsageError, applied_timeout, row_dict
 from celery_app.factory import settings_of
+from celery_app.findings import findings_json
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronOutcome, CronSource, Overlap
@@ -182,12 +190,7 @@ def run(
 
 
 @schedule.command(name="diagnose")
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Findings as a JSON list of kind, subject, message, since.",
-)
+@findings_json_option
 @click.pass_context
 def diagnose(ctx: click.Context, as_json: bool) -> None:
     """Overdue and failing tasks, missing tenants provider, no live beat. Exit 1 if any."""
@@ -195,7 +198,7 @@ def diagnose(ctx: click.Context, as_json: bool) -> None:
     findings = service.diagnose()
     notes = service.notes()
     if as_json:
-        click.echo(json.dumps([finding.as_json() for finding in findings], indent=2))
+        click.echo(findings_json(findings))
     elif findings:
         for finding in findings:
             click.echo(f"- {escape(finding.message)}")

@@ -14,7 +14,7 @@ from celery.bin.base import handle_preload_options
 
 from celery_app.cli.common import BadInput, CheckbeatGroup
 from celery_app.cli.terminal import escape
-from celery_app.cron_tasks.tenants import TenantError, validate_tenant
+from celery_app.cron_tasks.tenants_provider import TenantError, validate_tenant
 from celery_app.factory import settings_of
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from celery_app.cron_tasks.registration import CronTask
-from celery_app.cron_tasks.store import (
+from celery_app.cron_tasks.cron_state import (
     CronStore,
     FireRequest,
     parse_window_id,
     split_member,
     window_deadline,
 )
+from celery_app.cron_tasks.registration import CronTask
 from celery_app.redis.schema import CronClaimCode, CronSkipReason
 
 log = logging.getLogger(__name__)

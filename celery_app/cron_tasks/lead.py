@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery_app.clock import Clock, clock_from_env
+from celery_app.cron_tasks.cron_state import CronStore, Early, parse_window_id
 from celery_app.cron_tasks.registration import CronTask
-from celery_app.cron_tasks.store import CronStore, Early, parse_window_id
 from celery_app.factory import installed, settings_of
 from celery_app.redis.schema import CronSource
+from celery_app.wall_clock import Clock, clock_from_env
 from scheduling_core.on_tick import MAX_LEAD_S
 
 log = logging.getLogger(__name__)

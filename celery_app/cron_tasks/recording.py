@@ -45,10 +45,10 @@ from celery.signals import (
 )
 
 from celery_app.cron_tasks import recorders
+from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.lead import start_on_time, wait_locally
-from celery_app.cron_tasks.publish import TENANT_KWARG, CronHeader
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
-from celery_app.cron_tasks.store import CronStore
+from celery_app.cron_tasks.sender import TENANT_KWARG, CronHeader
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis

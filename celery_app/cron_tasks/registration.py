@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import Celery, shared_task
 
+from celery_app.cron_tasks.celery_schedules import BeatEntry, CustomSchedule, Interval
 from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
 from celery_app.names import ID_RULE, is_id
 from celery_app.redis.schema import CronSource, Overlap
 from celery_app.registry import CRON, declaring_registry, origin_of, registry_of
-from scheduling_core.cron import CronError, parse
+from scheduling_core.celery_crontab import CeleryCrontab
+from scheduling_core.cron import CronError, Schedule, parse
 
 DEFAULT_TIMEOUT = timedelta(minutes=5)
 #: Tenant placeholder in keys of tasks that are not per-tenant.
@@ -42,13 +44,33 @@ class CronSpecError(CheckbeatError, ValueError):
 
 
 @dataclass(frozen=True)
+class Instant:
+    """The schedule of a forced run-now: one window at the instant it was asked for, a
+    microsecond long (so its id, to the microsecond, is no scheduled window's); it never fires
+    again."""
+
+    every: timedelta = timedelta(microseconds=1)
+
+    def next(self, t: datetime) -> None:
+        return None
+
+    def next_after(self, t: datetime) -> None:
+        return None
+
+
+#: Everything a :class:`CronTask` fires by, one class per source: an ``@cron`` or runtime spec
+#: (:class:`Schedule`), a Celery ``crontab`` (:class:`CeleryCrontab`), an interval, a Celery
+#: schedule with no fixed grid asked ``is_due`` (:class:`CustomSchedule`), a forced run-now.
+CronSchedule: TypeAlias = Schedule | CeleryCrontab | Interval | CustomSchedule | Instant
+
+
+@dataclass(frozen=True)
 class CronTask:
     """One scheduled task, from any source (``@cron``, ``beat_schedule``, runtime).
 
-    ``schedule`` is anything with ``next(t)`` (our cron :class:`Schedule`, Celery's crontab as
-    ``CeleryCrontab``, or an ``Interval``); the window a firing belongs to is a minute for
-    crontabs and the interval's own window for intervals, anchored where a beat first saw the task
-    (:attr:`window_length`,
+    ``schedule`` is one of :data:`CronSchedule`; the window a firing belongs to is a minute for
+    crontabs and the interval's own window for intervals (and a forced run's :class:`Instant`),
+    anchored where a beat first saw the task (:attr:`window_length`,
     :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``. ``args``,
     ``kwargs`` and ``options`` are what the message carries (a beat_schedule entry's, as beat
     sends them; ``entry`` evaluates its ``BeatLazyFunc`` arguments at each send).
@@ -57,7 +79,7 @@ class CronTask:
     id: str
     name: str  # the Celery task name
     spec: str
-    schedule: Any = field(compare=False, repr=False)
+    schedule: CronSchedule = field(compare=False, repr=False)
     singleton: bool = True
     per_tenant: bool = False
     timeout: timedelta = DEFAULT_TIMEOUT
@@ -71,7 +93,7 @@ class CronTask:
     args: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    entry: Any = field(default=None, compare=False, repr=False)
+    entry: BeatEntry | None = field(default=None, compare=False, repr=False)
 
     @property
     def scope(self) -> str:
@@ -91,19 +113,28 @@ class CronTask:
 
     @cached_property
     def window_length(self) -> timedelta:
-        """How long one window lasts: the interval, or a minute for a crontab."""
-        every = getattr(self.schedule, "every", None)
-        return every if isinstance(every, timedelta) else WINDOW
+        """How long one window lasts: the interval (or instant), or a minute for a crontab."""
+        if isinstance(self.schedule, Interval | Instant):
+            return self.schedule.every
+        return WINDOW
 
     @cached_property
     def is_interval(self) -> bool:
-        return isinstance(getattr(self.schedule, "every", None), timedelta)
+        """Whether windows are the schedule's own length (named to the second or finer), not
+        minutes: an interval, or a forced run's instant."""
+        return isinstance(self.schedule, Interval | Instant)
 
     @cached_property
     def is_custom(self) -> bool:
         """Whether the schedule has no fixed grid of windows (a ``BaseSchedule`` asked
         ``is_due`` with the last run all beats share, :class:`CustomSchedule`)."""
-        return bool(getattr(self.schedule, "custom", False))
+        return isinstance(self.schedule, CustomSchedule)
+
+    @property
+    def anchor(self) -> datetime | None:
+        """An interval's anchor (tasks with one spec but different anchors fire apart); None
+        for any other schedule."""
+        return self.schedule.anchor if isinstance(self.schedule, Interval) else None
 
     @cached_property
     def fingerprint(self) -> str:
@@ -128,10 +159,25 @@ class CronTask:
 
     def window_of(self, at: datetime) -> datetime:
         """Start (UTC) of this task's window that ``at`` falls in."""
-        if not self.is_interval:
-            return window_start(at)
-        start: datetime = self.schedule.window(at).start
-        return start
+        if isinstance(self.schedule, Interval):
+            return self.schedule.window(at).start
+        if isinstance(self.schedule, Instant):
+            return at.astimezone(UTC)  # its one window is the instant itself
+        return window_start(at)
+
+    def with_anchor(self, anchor: datetime) -> CronTask:
+        """The task with its interval's windows counted from ``anchor`` (its reference instant,
+        ``Keys.cron_ref``); any other schedule has no grid to anchor: the task as it is."""
+        if isinstance(self.schedule, Interval):
+            return replace(self, schedule=self.schedule.anchored(anchor))
+        return self
+
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float | None]:
+        """A schedule without a fixed grid's own answer (:meth:`CustomSchedule.is_due`); a
+        schedule with one is never asked (beat computes its windows)."""
+        if not isinstance(self.schedule, CustomSchedule):
+            raise TypeError(f"cron task {self.id!r}: its schedule has windows, not is_due")
+        return self.schedule.is_due(last_run_at)
 
     def grace_or(self, default: timedelta) -> timedelta:
         return default if self.grace is None else self.grace
@@ -139,8 +185,7 @@ class CronTask:
     def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments of one send (a beat entry's lazy values called)."""
         if self.entry is not None:
-            arguments: tuple[list[Any], dict[str, Any]] = self.entry.call_arguments()
-            return arguments
+            return self.entry.call_arguments()
         return list(self.args), dict(self.kwargs)
 
     def next_fire(self, at: datetime) -> datetime | None:

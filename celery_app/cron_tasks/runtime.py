@@ -31,7 +31,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import redis
 from celery import Celery
 
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks.celery_schedules import MIN_INTERVAL, Interval
 from celery_app.cron_tasks.registration import DEFAULT_TIMEOUT, CronTask
 from celery_app.errors import CheckbeatError
@@ -41,6 +40,7 @@ from celery_app.names import ID_RULE, MAX_ID, is_id, refused_characters
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronSource, CronStatsField, Keys, Overlap, RuntimeField
+from celery_app.wall_clock import clock_from_env
 from scheduling_core.cron import CronError, parse
 
 __all__ = [

@@ -32,26 +32,26 @@ from typing import Any, cast
 from celery import Celery, states
 from celery.backends.base import DisabledBackend
 
-from celery_app.clock import clock_from_env
 from celery_app.cron_tasks import recorders
-from celery_app.cron_tasks.firing import fire
-from celery_app.cron_tasks.publish import CronPublisher
-from celery_app.cron_tasks.registration import (
-    GLOBAL_TENANT,
-    WINDOW,
-    CronTask,
-    window_id,
-)
-from celery_app.cron_tasks.runtime import runtime_store
-from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
-from celery_app.cron_tasks.store import (
+from celery_app.cron_tasks.cron_state import (
     CronStore,
     FireRequest,
     parse_window_id,
     split_member,
     task_deadline,
 )
-from celery_app.cron_tasks.tenants import TenantsSource, read_tenants, resolve_tenants
+from celery_app.cron_tasks.firing import fire
+from celery_app.cron_tasks.registration import (
+    GLOBAL_TENANT,
+    WINDOW,
+    CronTask,
+    Instant,
+    window_id,
+)
+from celery_app.cron_tasks.runtime import runtime_store
+from celery_app.cron_tasks.sender import CronPublisher
+from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
+from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants, resolve_tenants
 from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of
 from celery_app.findings import Finding, FindingKind
@@ -66,6 +66,7 @@ from celery_app.redis.schema import (
     CronStateField,
     CronStatsField,
 )
+from celery_app.wall_clock import clock_from_env
 
 #: Recorded gaps older than this are history, not a finding.
 GAP_REPORT_WINDOW_S = 3600.0
@@ -141,17 +142,6 @@ _BACKEND_OUTCOME = {
     states.FAILURE: CronOutcome.FAILURE,
     states.REVOKED: CronOutcome.REVOKED,
 }
-
-
-@dataclass(frozen=True)
-class _Instant:
-    """The schedule of a forced run-now: one window at the instant it was asked for, a
-    microsecond long (so its id, to the microsecond, is no scheduled window's)."""
-
-    every: timedelta = timedelta(microseconds=1)
-
-    def next(self, at: datetime) -> datetime | None:
-        return None
 
 
 def applied_timeout(app: Celery, task: CronTask) -> float | None:
@@ -315,32 +305,24 @@ class CronService:
         req = FireRequest(task, tenant_name, task.window_of(now))
         owner = f"manual:{socket.gethostname()}:{os.getpid()}"
         sender = CronPublisher(self.app, self.settings.cron_grace)
+        taken: FireRequest | None = None  # the window a forced run stepped around
         try:
             firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
             refused = not firing.fired and firing.error is None
             if force and refused:
-                forced, req = req, self._forced_request(task, tenant_name, now)
+                taken, req = req, self._forced_request(task, tenant_name, now)
                 firing = fire(self.store, sender, [req], now=now, owner=owner, manual=True)
-                if firing.fired:
-                    return RunNowResult(
-                        True,
-                        task.id,
-                        tenant_name,
-                        req.window_id,
-                        f"sent {task.id!r} (tenant {tenant_name}) as a forced run "
-                        f"{req.window_id} (window {forced.window_id} was already taken)",
-                        firing.celery_ids[0],
-                    )
         finally:
             sender.close()
         if firing.fired:
+            how = f"for window {req.window_id}"
+            if taken is not None:
+                how = (
+                    f"as a forced run {req.window_id} (window {taken.window_id} was already taken)"
+                )
+            message = f"sent {task.id!r} (tenant {tenant_name}) {how}"
             return RunNowResult(
-                True,
-                task.id,
-                tenant_name,
-                req.window_id,
-                f"sent {task.id!r} (tenant {tenant_name}) for window {req.window_id}",
-                firing.celery_ids[0],
+                True, task.id, tenant_name, req.window_id, message, firing.celery_ids[0]
             )
         ((_, reason),) = firing.skipped
         if reason == CronSkipReason.IN_FLIGHT and not self.recording_workers():
@@ -372,7 +354,7 @@ class CronService:
         if not at.microsecond:
             at = at.replace(microsecond=1)  # a whole second may be an interval's window
         grace = max(task.grace_or(self.settings.cron_grace), FORCED_MIN_GRACE)
-        one_off = replace(task, schedule=_Instant(), singleton=False, grace=grace)
+        one_off = replace(task, schedule=Instant(), singleton=False, grace=grace)
         return FireRequest(one_off, tenant, at)
 
     def result_backend(self) -> Any | None:

@@ -1,6 +1,7 @@
 """How a setting is declared: :func:`setting` gives one field its default, description, allowed
 range, unit and whether it is a duration, and the model, the error messages and the docs table
-all read them from that one declaration (:func:`declared`).
+all read them from that one declaration with the field's type (:func:`declared`,
+:func:`described`): a ``timedelta`` field is a duration by its type, in seconds.
 
 Also the value forms every source shares: durations (seconds or ISO 8601), lists (commas or
 JSON), listen addresses, and URLs with their password masked.
@@ -62,9 +63,20 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class _Declaration:
+    """What :func:`setting` keeps in a field's metadata (which pydantic carries and otherwise
+    ignores), before the field's type is known."""
+
+    bound: Bound | None
+    unit: str
+    duration: bool
+
+
+@dataclass(frozen=True)
 class Declared:
-    """What :func:`setting` adds to a field: its range and whether it is a duration (read as
-    seconds or ISO 8601, kept as the field's type: ``timedelta`` or float seconds)."""
+    """A field's declaration read with its type: its range (in its unit) and whether it is a
+    duration (read as seconds or ISO 8601, kept as the field's type: ``timedelta`` or float
+    seconds)."""
 
     bound: Bound | None = None
     duration: bool = False
@@ -79,26 +91,36 @@ def setting(
     duration: bool = False,
 ) -> Any:
     """One setting's field: ``bound`` (a duration's in seconds, else in ``unit``) is checked on
-    every source and stated at the end of the description, so the docs table states it too."""
-    if duration:
-        unit = "s"
-    if bound is not None and unit:
-        bound = replace(bound, unit=f" {unit}")
-    if bound is not None:
-        description = f"{description} Allowed: {bound.text()}."
+    every source and stated at the end of the description (:func:`described`), so the docs
+    table states it too. A ``timedelta`` field is a duration by its type; ``duration=True``
+    says it of a number of seconds kept as a float."""
     info = Field(default, description=description)
     if bound is not None or duration:
-        # kept in the field's metadata, which pydantic carries and otherwise ignores
-        info.metadata.append(Declared(bound, duration))
+        info.metadata.append(_Declaration(bound, unit, duration))
     return info
 
 
 def declared(info: FieldInfo) -> Declared:
-    """What a field's :func:`setting` declared (nothing for a plain field)."""
+    """What a field's :func:`setting` declared, with what its type says (nothing more for a
+    plain field)."""
+    by_type = info.annotation is timedelta
     for item in info.metadata:
-        if isinstance(item, Declared):
-            return item
-    return Declared()
+        if isinstance(item, _Declaration):
+            duration = item.duration or by_type
+            unit = "s" if duration else item.unit
+            bound = item.bound
+            if bound is not None and unit:
+                bound = replace(bound, unit=f" {unit}")
+            return Declared(bound, duration)
+    return Declared(None, by_type)
+
+
+def described(info: FieldInfo) -> str:
+    """A field's description as the docs table and ``checkbeat settings`` show it: with its
+    range at the end, when it has one."""
+    bound = declared(info).bound
+    text = info.description or ""
+    return text if bound is None else f"{text} Allowed: {bound.text()}."
 
 
 def split_list(value: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from celery_app.settings.declare import ENV_PREFIX
+from celery_app.settings.declare import ENV_PREFIX, described
 from celery_app.settings.model import Settings
 
 
@@ -28,6 +28,6 @@ def settings_markdown() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, info in Settings.model_fields.items():
         default = info.default_factory() if info.default_factory else info.default  # type: ignore[call-arg]  # takes no data
-        meaning = (info.description or "").replace("|", "\\|")
+        meaning = described(info).replace("|", "\\|")
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | `{_default_text(default)}` | {meaning} |")
     return "\n".join(rows)

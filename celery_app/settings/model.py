@@ -1,5 +1,6 @@
 """The model of checkbeat's settings: every field, declared once with :func:`setting` (default,
-description, range, unit, duration), and the rules between them.
+description, range, unit; a duration by its ``timedelta`` type, or ``duration=True`` for float
+seconds), and the rules between them.
 
 The field validators read what each :func:`setting` declared (:func:`declared`): a duration is
 read as seconds or ISO 8601 and range-checked before it is built, any other bounded number is
@@ -202,7 +203,6 @@ class Settings(BaseSettings):
             "that was briefly stalled fires a missed window within it, a message expires at it."
         ),
         bound=Bound(0, DAY_S, low_open=True, note="1 day"),
-        duration=True,
     )
     cron_lead: float = setting(
         0.05,
@@ -229,7 +229,6 @@ class Settings(BaseSettings):
         timedelta(seconds=120),
         description="A beat whose last heartbeat is older than this counts as not running.",
         bound=Bound(0, DAY_S, low_open=True, note="1 day"),
-        duration=True,
     )
 
     # --- topology ----------------------------------------------------------------------
@@ -262,19 +261,16 @@ class Settings(BaseSettings):
         timedelta(0),
         description="Deadline credit per unit of plan weight.",
         bound=Bound(0, 3_600, note="1 hour"),
-        duration=True,
     )
     tier_credit_max: timedelta = setting(
         timedelta(0),
         description="Cap on the total tier credit; 0 = no cap.",
         bound=Bound(0, DAY_S, note="1 day"),
-        duration=True,
     )
     check_timeout: timedelta = setting(
         timedelta(0),
         description="Execution ceiling per check; 0 means 15 s.",
         bound=Bound(0, DAY_S, note="1 day"),
-        duration=True,
     )
     cost_timeout_factor: float = setting(
         0.0,
@@ -285,7 +281,6 @@ class Settings(BaseSettings):
         timedelta(0),
         description="Lowest cost-aware timeout.",
         bound=Bound(0, DAY_S, note="1 day"),
-        duration=True,
     )
     lane_slow_threshold_ms: float = setting(
         1000.0,

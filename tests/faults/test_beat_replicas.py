@@ -5,7 +5,7 @@ taken over by a surviving beat).
 The beats run on the test clock (``CHECKBEAT_TEST_CLOCK``, docs/cron-tasks.md) at RATE times
 real speed, so ten one-minute windows take ten times 60/RATE real seconds. A real worker runs
 the tasks (a singleton whose previous run is still in flight is skipped, so runs must finish);
-each run appends ``task|tenant|window`` to a Redis list, which is what is counted.
+each run is recorded (``support.run_witness``), which is what is counted.
 """
 
 from __future__ import annotations
@@ -15,23 +15,21 @@ import random
 import textwrap
 import threading
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 from fault_procs import Processes, process_env
-from support.cron import recorded_runs
 from support.polling import wait_for
+from support.run_witness import run_counts
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.redis.schema import CronStatsField, Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
 KEYS = Keys("cbtest")
-RUNS = "faulttest:runs"
 SINGLETONS = 12
 TENANTS = [f"t{i}" for i in range(4)]
 RATE = 30.0  # one window = 2 real seconds
@@ -39,22 +37,13 @@ WINDOWS = 10
 GRACE_S = 120  # simulated seconds (4 real): slack for a loaded CI machine
 
 TASKS = f"""
-import os
-import redis
 from celery_app import cron
-
-_client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])
-
-
-def _make(task_id):
-    def run(self, tenant="{GLOBAL_TENANT}"):
-        _client.rpush("{RUNS}", f"{{task_id}}|{{tenant}}|{{self.request.cron_window}}")
-    return run
+from support.run_witness import witnessed
 
 
 for i in range({SINGLETONS}):
-    cron("* * * * *", id=f"s{{i}}", name=f"faults.s{{i}}", bind=True)(_make(f"s{{i}}"))
-cron("* * * * *", id="fan", name="faults.fan", per_tenant=True, bind=True)(_make("fan"))
+    cron("* * * * *", id=f"s{{i}}", name=f"faults.s{{i}}", bind=True)(witnessed(f"s{{i}}"))
+cron("* * * * *", id="fan", name="faults.fan", per_tenant=True, bind=True)(witnessed("fan"))
 """
 
 
@@ -163,7 +152,7 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     finally:
         procs.stop_all()
 
-    counts = Counter(recorded_runs(r, RUNS))
+    counts = run_counts(r)
     duplicates = {key: n for key, n in counts.items() if n > 1}
     judged = [key for k in range(WINDOWS) for key in _expected(first + timedelta(minutes=k))]
     missed = [key for key in judged if counts[key] == 0]

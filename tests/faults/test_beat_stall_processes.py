@@ -21,22 +21,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from fault_procs import Processes, process_env
-from support.cron import recorded_runs
 from support.polling import wait_for
+from support.run_witness import recorded_runs
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
+from celery_app.cron_tasks.cron_state import parse_window_id
 from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.store import parse_window_id
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField, Keys
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
 KEYS = Keys("cbtest")
-RUNS = "faulttest:stall-runs"
 MIN = timedelta(minutes=1)
 RATE = 60.0  # a one-minute window is one real second
 GRACE_S = 20  # simulated seconds: a third of a real second
@@ -46,24 +45,12 @@ TASK_IDS = ["st0", "st1"]
 STEP_HOLD_LOG = "firing by the steady clock"
 
 TASKS = f"""
-import os
-import redis
 from celery_app import cron
-from celery_app.clock import clock_from_env
-
-_client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])
-_clock = clock_from_env()
-
-
-def _make(task_id):
-    def run(self):
-        now = _clock.now().timestamp()
-        _client.rpush("{RUNS}", f"{{task_id}}|{{self.request.cron_window}}|{{now}}")
-    return run
+from support.run_witness import witnessed
 
 
 for task_id in {TASK_IDS!r}:
-    cron("* * * * *", id=task_id, name=f"stall.{{task_id}}", bind=True)(_make(task_id))
+    cron("* * * * *", id=task_id, name=f"stall.{{task_id}}", bind=True)(witnessed(task_id))
 """
 
 
@@ -103,7 +90,7 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
         beat = procs.beat()
 
         def windows_run(task: str) -> set[str]:
-            return {w for t, w, _ in recorded_runs(r, RUNS) if t == task}
+            return {run.window for run in recorded_runs(r) if run.task == task}
 
         wait_for(lambda: len(windows_run("st0")) >= 2, 60, what="two windows before the stall")
         stalled_from = clock.now()
@@ -125,7 +112,7 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
     finally:
         procs.stop_all()
 
-    runs = [(task, window, float(at)) for task, window, at in recorded_runs(r, RUNS)]
+    runs = [(run.task, run.window, run.at) for run in recorded_runs(r)]
     per_window = Counter((task, window) for task, window, _ in runs)
     early = [(t, w, at) for t, w, at in runs if at < parse_window_id(w).timestamp()]
     # Late: started past the window's deadline by more than another window (slack for a loaded

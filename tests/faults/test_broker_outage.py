@@ -18,24 +18,23 @@ from pathlib import Path
 import pytest
 import redis
 from fault_procs import Processes, process_env
-from support.cron import recorded_runs
 from support.polling import wait_for
+from support.run_witness import recorded_runs, run_counts
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
-from celery_app.cron_tasks.registration import window_id, window_start
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = pytest.mark.faults
 
 KEYS = Keys("cbtest")
 HERE = Path(__file__).resolve().parent
-RUNS = "faulttest:runs"
 RATE = 10.0  # one window = 6 real seconds
 TASKS = 3
 QUEUES = "celery,checks.local.fast,checks.local.slow"
@@ -43,26 +42,17 @@ QUEUES = "celery,checks.local.fast,checks.local.slow"
 MAX_CPU_SHARE = 0.15
 
 CRON_TASKS = f"""
-import os
-import redis
 from celery_app import cron
-
-_client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])
-
-
-def _make(task_id):
-    def run(self):
-        _client.rpush("{RUNS}", f"{{task_id}}|{{self.request.cron_window}}")
-    return run
+from support.run_witness import witnessed
 
 
 for i in range({TASKS}):
-    cron("* * * * *", id=f"o{{i}}", name=f"outage.o{{i}}", bind=True)(_make(f"o{{i}}"))
+    cron("* * * * *", id=f"o{{i}}", name=f"outage.o{{i}}", bind=True)(witnessed(f"o{{i}}"))
 """
 
 
 def _windows_run_after(r: redis.Redis, since: datetime) -> list[str]:
-    by_window = Counter(window for _task, window in recorded_runs(r, RUNS))
+    by_window = Counter(run.window for run in recorded_runs(r))
     first = window_id(window_start(since) + timedelta(minutes=1))
     return [w for w, n in by_window.items() if n == TASKS and w >= first]
 
@@ -93,7 +83,7 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
             procs.worker("-P", "threads", "-c", "4", "-Q", QUEUES, "-n", "outage@w")
             beat = procs.beat()
             wait_for(
-                lambda: len(recorded_runs(r, RUNS)) >= 2 * TASKS,
+                lambda: len(recorded_runs(r)) >= 2 * TASKS,
                 60,
                 what="two windows before the outage",
             )
@@ -135,7 +125,7 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
     finally:
         broker_server.stop()
 
-    counts = Counter(recorded_runs(r, RUNS))
+    counts = run_counts(r)
     duplicates = {k: n for k, n in counts.items() if n > 1}
     # Windows that started while the broker was down: each either ran once (a tick that blocked
     # in kombu's reconnect published it when the broker returned) or diagnose names it.
@@ -153,7 +143,7 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
             for f in findings
         )
     ]
-    ran = [(task, wid) for task, wid in pairs if counts[(task, wid)]]
+    ran = [(task, wid) for task, wid in pairs if counts[(task, GLOBAL_TENANT, wid)]]
     unaccounted = [p for p in pairs if p not in reported and p not in ran]
     fault_report.add(
         label,

@@ -23,12 +23,12 @@ from redis.crc import key_slot
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CheckStateField, JobField
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(240)]
 

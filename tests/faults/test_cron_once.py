@@ -13,19 +13,18 @@ import os
 import signal
 import textwrap
 import time
-from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
 from fault_procs import Processes, process_env
 from support.clock_steps import run_stepped
-from support.cron import T0, recorded_runs, sends
+from support.cron import T0, sends
 from support.polling import wait_for
+from support.run_witness import run_counts
 
-from celery_app.clock import TEST_CLOCK_ENV, Clock
+from celery_app.cron_tasks.cron_state import FireRequest, parse_window_id
 from celery_app.cron_tasks.firing import TEST_PAUSE_AFTER_CLAIM_ENV
-from celery_app.cron_tasks.publish import CronPublisher
 from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     cron,
@@ -33,39 +32,33 @@ from celery_app.cron_tasks.registration import (
     window_id,
     window_start,
 )
-from celery_app.cron_tasks.store import FireRequest, parse_window_id
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import settings_of
 from celery_app.redis.schema import CronGapField, CronStateField, CronStatsField, Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
 KEYS = Keys("cbtest")
-RUNS = "faulttest:runs"
 MIN = timedelta(minutes=1)
 TENANTS = ["t0", "t1"]
 
-TASKS = f"""
+TASKS = """
 import os
-import redis
 from celery_app import cron
-
-_client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"])
-
-
-def _make(task_id):
-    def run(self, tenant="{GLOBAL_TENANT}"):
-        _client.rpush("{RUNS}", f"{{task_id}}|{{tenant}}|{{self.request.cron_window}}")
-    return run
+from support.run_witness import witnessed
 
 
 SINGLETON = os.environ.get("FAULT_SINGLETON", "1") == "1"
 for i in range(3):
-    cron("* * * * *", id=f"s{{i}}", name=f"faults.s{{i}}", bind=True, singleton=SINGLETON)(
-        _make(f"s{{i}}")
+    cron("* * * * *", id=f"s{i}", name=f"faults.s{i}", bind=True, singleton=SINGLETON)(
+        witnessed(f"s{i}")
     )
-cron("*/5 * * * *", id="five", name="faults.five", bind=True, singleton=SINGLETON)(_make("five"))
+cron("*/5 * * * *", id="five", name="faults.five", bind=True, singleton=SINGLETON)(
+    witnessed("five")
+)
 cron("* * * * *", id="fan", name="faults.fan", per_tenant=True, bind=True, singleton=SINGLETON)(
-    _make("fan")
+    witnessed("fan")
 )
 """
 
@@ -109,7 +102,7 @@ def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker
         assert sends(broker_url) == {}
         procs.beat()
         wait_for(
-            lambda: all(Counter(recorded_runs(r, RUNS))[key] for key in claimed),
+            lambda: all(run_counts(r)[key] for key in claimed),
             45,
             what="the survivor to take over and the worker to run the claimed windows",
         )
@@ -123,7 +116,7 @@ def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker
             + [("fan", t) for t in TENANTS]
         ]
         wait_for(
-            lambda: all(Counter(recorded_runs(r, RUNS))[key] for key in later),
+            lambda: all(run_counts(r)[key] for key in later),
             45,
             what="two later windows",
         )
@@ -132,7 +125,7 @@ def test_beat_killed_between_claim_and_publish_loses_nothing(tmp_path, r, broker
         )
     finally:
         procs.stop_all()
-    counts = Counter(recorded_runs(r, RUNS))
+    counts = run_counts(r)
     judged = claimed + later
     duplicates = {key: n for key, n in counts.items() if n > 1}
     missed = [key for key in judged if counts[key] == 0]
@@ -304,7 +297,7 @@ def test_redelivered_cron_message_is_suppressed_and_recorded(
     finally:
         publisher.close()
         procs.stop_all()
-    counts = Counter(recorded_runs(r, RUNS))
+    counts = run_counts(r)
     key = ("s0", GLOBAL_TENANT, window_id(window))
     suppressed = int(r.hget(KEYS.cron_stats("s0"), CronStatsField.SUPPRESSED) or 0)
     fault_report.add(

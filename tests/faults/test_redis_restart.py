@@ -21,7 +21,6 @@ from support.polling import wait_for
 
 from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
@@ -29,6 +28,7 @@ from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import Keys, job_id
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 

@@ -34,7 +34,6 @@ from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.errors import CheckFieldError
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer, free_port
@@ -42,6 +41,7 @@ from celery_app.publish import make_publisher
 from celery_app.redis.schema import Keys, job_id
 from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import SettingsError, load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 from workers import probes  # noqa: F401 - registers the http kind for the store
 
 pytestmark = pytest.mark.faults
@@ -342,9 +342,9 @@ def test_a_canary_secret_in_every_field_leaves_through_no_channel(
             return 302, {"Location": "/same"}, b""
 
         origin.routes["/start"] = start
-        origin.routes["/same"] = lambda h, n: (307, {"Location": elsewhere.url("/away")}, b"")
-        origin.routes["/cli"] = lambda h, n: (200, {}, b"ok")
-        elsewhere.routes["/away"] = lambda h, n: (500, {}, b"down")
+        origin.answer("/same", 307, {"Location": elsewhere.url("/away")})
+        origin.answer("/cli", 200, {}, b"ok")
+        elsewhere.answer("/away", 500, {}, b"down")
 
         ports = {"worker": free_port(), "beat": free_port()}
         env = process_env(

@@ -28,7 +28,6 @@ from ha_kinds import WITNESS_ENV, check_runs, cron_runs
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
-from celery_app.clock import TEST_CLOCK_ENV, Clock
 from celery_app.cron_tasks.registration import cron, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
@@ -36,6 +35,7 @@ from celery_app.findings import FindingKind
 from celery_app.redis.client import get_redis
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -42,9 +42,9 @@ from hostile_servers import (
     many_headers,
     redirecting,
 )
-from support.content_server import ContentServer
 from support.polling import wait_for
 from support.processes import http_status
+from support.recording_server import RecordingServer
 
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
@@ -153,7 +153,7 @@ def test_a_hostile_tenant_does_not_make_another_tenants_checks_late(
     rng = random.Random(28)
 
     with (
-        ContentServer(tmp_path) as pages,
+        RecordingServer() as pages,
         HostileServer(drip_headers) as dripped_headers,
         HostileServer(drip_body) as dripped_body,
         HostileServer(huge_body) as huge,

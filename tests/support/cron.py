@@ -12,10 +12,10 @@ import redis
 from celery import Celery
 
 from beat.cron_engine import CronEngine
-from celery_app.cron_tasks.publish import CronPublisher
+from celery_app.cron_tasks.cron_state import CronStore
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.sources import all_tasks
-from celery_app.cron_tasks.store import CronStore
-from celery_app.cron_tasks.tenants import resolve_tenants
+from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.findings import Finding
 from celery_app.redis.client import get_redis
@@ -96,13 +96,6 @@ def sends(broker_url: str, queues: Iterable[str] = ("celery",)) -> Counter:
         (h["cron_task"], h["cron_tenant"], h["cron_window"])
         for h in broker_headers(broker_url, queues)
     )
-
-
-def recorded_runs(r: redis.Redis, key: str) -> list[tuple[str, ...]]:
-    """The runs the fault tests' cron task bodies pushed to the list ``key``, in order: each
-    member's ``|``-separated fields (task id, then what that test records: tenant, window,
-    start time)."""
-    return [tuple(member.split("|")) for member in r.lrange(key, 0, -1)]
 
 
 def recording_worker(r: redis.Redis, name: str = "celery@recording") -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from uuid import uuid4
@@ -130,7 +130,7 @@ def anchored(task: CronTask, ref: str | None) -> CronTask:
     (``Keys.cron_ref``, as stored), when it has one; any other task as it is."""
     if ref is None or not task.is_interval:
         return task
-    return replace(task, schedule=task.schedule.anchored(datetime.fromtimestamp(float(ref), UTC)))
+    return task.with_anchor(datetime.fromtimestamp(float(ref), UTC))
 
 
 def _text(value: str | bytes) -> str:

@@ -25,8 +25,8 @@ from typing import Any
 
 from celery import Celery
 
+from celery_app.cron_tasks.cron_state import FireRequest, task_deadline
 from celery_app.cron_tasks.registration import CronTask
-from celery_app.cron_tasks.store import FireRequest, task_deadline
 from celery_app.publish import BatchPublisher, TaskMessage, make_publisher
 from celery_app.redis.schema import CronSource
 
