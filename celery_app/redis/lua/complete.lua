@@ -49,9 +49,6 @@ local plan = cjson.decode(ARGV[1])
 -- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
 local function handoff(h, freed, now)
   if freed == nil then return '' end
-  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
-  if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
-  if redis.call('EXISTS', KEYS[11]) == 1 then return '' end
   local best, score, lane = nil, nil, nil
   for l = 0, freed do
     local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
@@ -60,6 +57,9 @@ local function handoff(h, freed, now)
     end
   end
   if best == nil then return '' end
+  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
+  if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
+  if redis.call('EXISTS', KEYS[11]) == 1 then return '' end
   -- its hash: this job's key with the id swapped (the same prefix and hash tag: the same slot)
   local key = KEYS[1]:sub(1, #KEYS[1] - #plan.id) .. best
   local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
