@@ -141,6 +141,7 @@ class Dispatcher:
         self.lease_s = lease_seconds(self.params, settings.lease_margin)
         self._publisher = publisher
         self._claimers: dict[str, RegionClaimer] = {}
+        self._upkeep_at: float | None = None  # Redis time of the last reap and sweep
 
     @property
     def publisher(self) -> Publisher:
@@ -155,10 +156,12 @@ class Dispatcher:
     # --- one tick ---------------------------------------------------------------------------
     def tick(self, now: float | datetime | None = None) -> TickReport:
         now_s = self._now(now)
-        reaped = self.reap(now_s)
+        upkeep = self._upkeep_due(now_s)
+        reaped = self.reap(now_s) if upkeep else 0
         promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN)
         published = self.publish(claimed.claims)
-        self.sweep_transitions(now_s)
+        if upkeep:
+            self.sweep_transitions(now_s)
         return TickReport(
             next_due=self.next_due(),
             now=now_s,
@@ -169,6 +172,17 @@ class Dispatcher:
             slots=claimed.slots,
             published=published,
         )
+
+    def _upkeep_due(self, now_s: float) -> bool:
+        """Whether this tick also reaps lapsed leases and sweeps transitions: once an interval
+        (Redis time), not on every tick. Why: near a job's tick beat ticks every half lead to
+        claim on time, and what the upkeep finds (a lost run, a transition nobody published)
+        is not that urgent; every tick paid its reads before, a few per run at low rates."""
+        last = self._upkeep_at
+        if last is not None and last <= now_s < last + self.interval:
+            return False
+        self._upkeep_at = now_s
+        return True
 
     def next_wait(self, report: object) -> float:
         """Seconds until beat should tick again: when the next due job enters the lead."""

@@ -181,7 +181,7 @@ def release_held(client: Any, keys: Keys, settings: Settings, now: float) -> lis
 
 
 def sweep(app: Celery, client: Any, keys: Keys, settings: Settings, now: float) -> list[str]:
-    """Beat's share, every dispatcher tick: release what maintenance held, then publish every
+    """Beat's share, once a dispatch interval: release what maintenance held, then publish every
     transition whose claim lapsed or that nobody published yet."""
     release_held(client, keys, settings, now)
     return claim_and_publish(app, client, keys, settings, now)
