@@ -1,10 +1,11 @@
 """WAIT for replicas before acting on a write a failover must not lose.
 
 Why: Redis replicates asynchronously. A cron window key (``cron_claim.lua``), a cron run key
-(``cron_start.lua``) or a check completion (``complete.lua``) acknowledged by a master that
-dies before its replica has it is gone once Sentinel promotes that replica: the window is
-claimed and fired again, the run key no longer stops a second delivery, the completed tick is
-run again. ``WAIT n timeout`` blocks until ``n`` replicas have every earlier write *of the same
+(``cron_start.lua``), a check run's start (``run_start.lua``) or its completion
+(``complete.lua``) acknowledged by a master that dies before its replica has it is gone once
+Sentinel promotes that replica: the window is claimed and fired again, the run key no longer
+stops a second delivery, the started or completed tick is claimed and run again.
+``WAIT n timeout`` blocks until ``n`` replicas have every earlier write *of the same
 connection*, so it is queued in the same pipeline as the script it protects.
 
 On a shortfall (no replica acknowledged in ``CHECKBEAT_REDIS_WAIT_TIMEOUT``) checkbeat logs
@@ -104,8 +105,9 @@ def run_replicated(
     """``run_script(client, name, keys, args)``, then WAIT on the same connection; its answer.
 
     On a Redis Cluster (no WAIT: settings refuse replicas there) the script runs alone, so a
-    NOSCRIPT after a failover or reshard is answered by redis-py loading it again."""
-    if isinstance(client, RedisCluster):
+    NOSCRIPT after a failover or reshard is answered by redis-py loading it again; so it does
+    on a client that waits for no replica (a plain Redis by default): no pipeline to pay for."""
+    if isinstance(client, RedisCluster) or wait_policy(client)[0] <= 0:
         return run_script(client, name, keys, args)
     pipe = client.pipeline(transaction=False)
     run_script(pipe, name, keys, args)
