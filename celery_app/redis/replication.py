@@ -105,9 +105,8 @@ def run_replicated(
     """``run_script(client, name, keys, args)``, then WAIT on the same connection; its answer.
 
     On a Redis Cluster (no WAIT: settings refuse replicas there) the script runs alone, so a
-    NOSCRIPT after a failover or reshard is answered by redis-py loading it again; so it does
-    on a client that waits for no replica (a plain Redis by default): no pipeline to pay for."""
-    if isinstance(client, RedisCluster) or wait_policy(client)[0] <= 0:
+    NOSCRIPT after a failover or reshard is answered by redis-py loading it again."""
+    if isinstance(client, RedisCluster):
         return run_script(client, name, keys, args)
     pipe = client.pipeline(transaction=False)
     run_script(pipe, name, keys, args)
