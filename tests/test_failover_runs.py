@@ -12,6 +12,7 @@ docs/high-availability.md ("A check run across a failover") explains each case.
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -32,6 +33,9 @@ CHECKS = [f"fo{i}" for i in range(8)]
 PERIOD_S = 2
 PROBE_MS = 300  # so that some probe is in flight whenever the master dies
 QUEUES = "checks.local.fast,checks.local.slow"
+#: More than loopback's socket buffers hold: what follows it on the replication link stays in
+#: the master's memory while the replica is stopped, and dies with the master.
+LINK_FILLER_BYTES = 64 * 1024 * 1024
 
 
 def _counters(client: redis.Redis, keys, uid: str) -> int:
@@ -48,11 +52,28 @@ def _writes(client: redis.Redis) -> bool:
         return False
 
 
+def _leases(master: redis.Redis, keys) -> dict[str, str]:
+    """The lease token of each leased check's job, read on the master itself."""
+    tokens = {
+        uid: master.hget(keys.job(job_id(uid, "local")), JobField.LEASE_TOKEN) for uid in CHECKS
+    }
+    return {uid: token for uid, token in tokens.items() if token}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("lagging", [False, True], ids=["replica-in-step", "replica-lagging"])
 def test_a_failover_mid_runs_runs_no_tick_twice_and_reports_every_tick_not_run(
-    sentinel_deployment, broker, broker_url, target, start_worker_process, tmp_path
+    sentinel_deployment, broker, broker_url, target, start_worker_process, tmp_path, lagging
 ):
+    """``replica-lagging``: the replica is stopped (SIGSTOP) and its link filled (a large value
+    written to another database: the socket buffers hold only part of it, the rest waits in the
+    master's memory) until the master has made a claim the replica cannot have, and its run
+    has probed or 1 s has passed; then the master is killed and the replica resumed and
+    promoted, and the writes in between (claims, starts, completions) are lost. A run of a
+    lost claim must not have probed: its start WAIT (a 2 s timeout here, longer than the stop)
+    is still waiting when the master dies. (Without the start WAIT such a run probes within
+    the second, and its tick is claimed and probed again on the promoted replica.)"""
     state_url = sentinel_deployment.url(1)
     settings = load_settings(redis_url=state_url, broker_url=broker_url, allow_private_targets=True)
     keys = state_keys(settings)
@@ -65,6 +86,8 @@ def test_a_failover_mid_runs_runs_no_tick_twice_and_reports_every_tick_not_run(
         "CHECKBEAT_LEASE_MARGIN": "1",
         "CHECKBEAT_DISPATCH_INTERVAL": "0.2",
     }
+    if lagging:
+        env["CHECKBEAT_REDIS_WAIT_TIMEOUT"] = "2"
     worker = start_worker_process("-P", "threads", "-c", "8", "-Q", QUEUES, "-n", "fo@w", **env)
     procs = Processes(tmp_path)
     try:
@@ -98,8 +121,32 @@ def test_a_failover_mid_runs_runs_no_tick_twice_and_reports_every_tick_not_run(
             )
 
         wait_for(probing, 10, interval=0.005, what="a probe in flight")
+        replica = sentinel_deployment.replica.process
+        if lagging:
+            master = redis.Redis(port=sentinel_deployment.master.port, decode_responses=True, db=1)
+            replica.send_signal(signal.SIGSTOP)
+            with redis.Redis(port=sentinel_deployment.master.port, db=15) as other:
+                other.set("filler", b"x" * LINK_FILLER_BYTES)
+            stopped, replicated = time.monotonic(), set(_leases(master, keys).values())
+            unreplicated: dict[str, float] = {}  # check -> when its lost claim was seen
+
+            def lost_claim_probed_or_a_second() -> bool:
+                for uid, token in _leases(master, keys).items():
+                    if token not in replicated:
+                        unreplicated.setdefault(uid, time.time())
+                return bool(unreplicated) and (
+                    time.monotonic() - stopped > 1.0
+                    or any(
+                        max(target.hit_times(f"/named/{uid}")) > seen
+                        for uid, seen in unreplicated.items()
+                    )
+                )
+
+            wait_for(lost_claim_probed_or_a_second, 5, interval=0.005, what="a lost claim")
         killed_at = time.time()
         sentinel_deployment.kill_master()
+        if lagging:
+            replica.send_signal(signal.SIGCONT)
         wait_for(
             lambda: sentinel_deployment.master_port_seen() == sentinel_deployment.replica.port,
             30,

@@ -2,12 +2,12 @@
 
 Why from the target: the results history is written by the same Redis a failover may cut
 short, so it cannot be the witness of what ran; the target's hits are. Each hit is given the
-tick it served: the run record whose probe spans it names its ``scheduled_at`` (a late run
-serves an earlier tick than the window it lands in); a hit no record spans (its completion
-was lost) serves the tick of the window it arrived in. A tick due and not served is accounted
-for when a record names it (a lost run the reaper recorded) or a job counter counts it
-(abandoned, skipped by a rate limit, passed over by a run that ended late); anything else is
-an unreported loss.
+tick it served: the run record whose probe spans it (the latest to start, when two do) names
+its ``scheduled_at`` (a late run serves an earlier tick than the window it lands in); a hit no
+record spans (its completion was lost) serves the tick of the window it arrived in. A tick due
+and not served is accounted for when a record names it (a lost run the reaper recorded) or a
+job counter counts it (abandoned, skipped by a rate limit, passed over by a run that ended
+late); anything else is an unreported loss.
 """
 
 from __future__ import annotations
@@ -72,7 +72,9 @@ class TickLedger:
                 )
             )
         for hit in hits:
-            tick = next((t for lo, hi, t in spans if lo <= hit <= hi), self.index(hit))
+            # back-to-back runs overlap within the slack: the one that started last is the hit's
+            spanning = [(lo, t) for lo, hi, t in spans if lo <= hit <= hi]
+            tick = max(spanning)[1] if spanning else self.index(hit)
             self.served[tick] += 1
         return self
 
