@@ -1,5 +1,6 @@
 """A Sentinel failover in the middle of check runs, with real processes: a ``celery beat`` (the
-dispatcher) and a worker on the Sentinel state store, checks of a 2 s period probing a real
+dispatcher) and a worker on the Sentinel state store (the broker on the suite's plain Redis,
+or, ``broker-too``, on the same Sentinel deployment), checks of a 2 s period probing a real
 HTTP server on 127.0.0.1, the master killed (SIGKILL) while probes are in flight and the
 replica promoted.
 
@@ -62,9 +63,20 @@ def _leases(master: redis.Redis, keys) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("lagging", [False, True], ids=["replica-in-step", "replica-lagging"])
+@pytest.mark.parametrize(
+    ("lagging", "sentinel_broker"),
+    [(False, False), (True, False), (False, True)],
+    ids=["replica-in-step", "replica-lagging", "broker-too"],
+)
 def test_a_failover_mid_runs_runs_no_tick_twice_and_reports_every_tick_not_run(
-    sentinel_deployment, broker, broker_url, target, start_worker_process, tmp_path, lagging
+    sentinel_deployment,
+    broker,
+    broker_url,
+    target,
+    start_worker_process,
+    tmp_path,
+    lagging,
+    sentinel_broker,
 ):
     """``replica-lagging``: the replica is stopped (SIGSTOP) and its link filled (a large value
     written to another database: the socket buffers hold only part of it, the rest waits in the
@@ -75,6 +87,8 @@ def test_a_failover_mid_runs_runs_no_tick_twice_and_reports_every_tick_not_run(
     is still waiting when the master dies. (Without the start WAIT such a run probes within
     the second, and its tick is claimed and probed again on the promoted replica.)"""
     state_url = sentinel_deployment.url(1)
+    if sentinel_broker:  # the broker fails over with the state (its database 0)
+        broker_url = sentinel_deployment.url(0)
     settings = load_settings(redis_url=state_url, broker_url=broker_url, allow_private_targets=True)
     keys = state_keys(settings)
     client = get_redis(state_url, settings)
