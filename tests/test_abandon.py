@@ -87,6 +87,18 @@ def test_a_clock_behind_the_claimed_tick_still_places_the_job_after_it(r, keys, 
     assert read_job(r, keys, JOB).scheduled_at == pytest.approx(tick + PERIOD)
 
 
+def test_ticks_passed_before_a_late_abandonment_are_counted_too(r, keys, store, claimed, cli):
+    """A run that raises before its probe long after its tick (its start read retried through
+    a failover): the claimed tick is abandoned, the ticks after it that passed are counted as
+    passed over, so runs + abandoned + passed still account for the ticks due."""
+    _d, token, tick = claimed
+    assert abandon(r, store, token, tick, now=tick + 2.5 * PERIOD).result == Abandoned.RELEASED
+    job = read_job(r, keys, JOB)
+    assert job.scheduled_at == pytest.approx(tick + 3 * PERIOD)
+    assert (job.abandoned, job.passed) == (1, 2)
+    assert "abandoned=1 passed=2" in cli("show", "c1")
+
+
 def test_a_reaper_or_a_completion_that_got_there_first_wins(r, keys, store, claimed):
     d, token, tick = claimed
     assert d.reap(server_time(r) + 3600) == 1  # the lease expired: recorded as a lost run

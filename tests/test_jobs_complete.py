@@ -134,6 +134,28 @@ def test_finish_run_folds_post_exec_and_next_tick(r, keys, leased):
     assert job.effective_scheduled_at == pytest.approx(job.scheduled_at + 4.0, abs=1e-3)
 
 
+@pytest.mark.parametrize(("ended_s", "passed"), [(2.5, 0), (59.9, 0), (61.0, 1), (150.0, 2)])
+def test_ticks_a_late_run_passed_over_are_counted_in_the_job(r, keys, leased, ended_s, passed):
+    """A run that ends after its next tick's second (late, long, or completed after a
+    failover) places the job strictly after now: the ticks between are not run, and counted."""
+    assert finish_run(
+        r,
+        keys,
+        Params(),
+        "c1@eu",
+        "7.1",
+        duration_ms=100.0,
+        timed_out=False,
+        exec_start=at(leased.scheduled_at),
+        now=at(leased.scheduled_at + ended_s),
+        record=record(),
+    )
+    job = read_job(r, keys, "c1@eu")
+    assert int(job.scheduled_at) == int(leased.scheduled_at) + 60 * (passed + 1)
+    assert (job.runs, job.passed) == (1, passed)
+    assert (r.hget(keys.job("c1@eu"), "ps") is None) == (passed == 0)  # written only when some
+
+
 def test_results_stream_is_capped(r, keys, leased):
     state = PostExecState(1.0, 1.0, at(leased.scheduled_at), 0)
     for i in range(300):

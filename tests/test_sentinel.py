@@ -209,3 +209,62 @@ def test_a_lagging_replica_is_a_shortfall_that_is_counted_and_passed(sentinel_de
     assert replication.shortfalls() == before + 1
     pipe = client.pipeline(transaction=False)
     assert replication.queue_wait(pipe, client) is False  # skipped while degraded
+
+
+def test_a_runs_start_is_on_the_replica_when_it_answers_and_dated_after_its_wait(
+    sentinel_deployment,
+):
+    """The start read (run_start.lua) is followed by WAIT on the same round trip: the run's
+    started marker, and the claim written before it, are on the replica when the read answers
+    (no polling). Its time is a TIME after the WAIT: a lagging replica that holds the WAIT does
+    not make the run plan from a time older than the answer."""
+    import threading
+
+    from celery_app.checks.start_read import read_start
+    from celery_app.redis.clock import server_time
+    from celery_app.redis.keyspace import state_keys
+    from celery_app.redis.schema import CheckField, JobField
+
+    url = sentinel_deployment.url(1)
+    settings = load_settings(redis_url=url, redis_wait_timeout=3)
+    client, keys = get_redis(url, settings), state_keys(settings)
+    client.hset(keys.check("c"), mapping={CheckField.KIND: "http", CheckField.TARGET: "http://x/"})
+    replica = redis.Redis(port=sentinel_deployment.replica.port, db=1, decode_responses=True)
+    before = replication.shortfalls()
+    for job, token in (("c@eu", "t1"), ("c@us", "t2")):
+        client.hset(keys.job(job), JobField.LEASE_TOKEN, token)  # the claim
+    read = read_start(client, keys, "c@eu", "c", "t1", "celery-1", 60_000)
+    assert read.first_delivery
+    assert replica.get(keys.run_started("c@eu", "t1")) == "celery-1"
+    assert replica.hget(keys.job("c@us"), JobField.LEASE_TOKEN) == "t2"  # written before it
+    assert replication.shortfalls() == before
+
+    stall = threading.Thread(
+        target=lambda: redis.Redis(
+            port=sentinel_deployment.replica.port, socket_timeout=5
+        ).execute_command("DEBUG", "SLEEP", "1.5")
+    )
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    probe = redis.Redis(
+        port=sentinel_deployment.replica.port, socket_timeout=0.05, retry=Retry(NoBackoff(), 0)
+    )
+
+    def replica_stalled() -> bool:
+        try:
+            probe.ping()
+            return False
+        except redis.TimeoutError:
+            return True
+
+    stall.start()
+    try:
+        wait_for(replica_stalled, 2, what="the replica to stall")
+        asked_at = server_time(client)
+        read = read_start(client, keys, "c@us", "c", "t2", "celery-2", 60_000)
+    finally:
+        stall.join()
+    assert read.first_delivery and replication.shortfalls() == before  # acknowledged, late
+    assert read.server_now - asked_at > 0.5  # the time after the WAIT, not the script's
+    assert replica.get(keys.run_started("c@us", "t2")) == "celery-2"

@@ -86,6 +86,7 @@ def abandon_run(
         task_id=task_id,
         next_scheduled_at=next_ts,
         next_effective_at=format_ts(to_unix(effective_at)),
+        passed=job.ticks_passed(next_at, scheduled_at),
     )
     if reply == 1:
         return Abandonment(Abandoned.RELEASED, float(next_ts), job.lane)
@@ -101,6 +102,7 @@ def _abandon_script(
     task_id: str,
     next_scheduled_at: str,
     next_effective_at: str,
+    passed: int,
 ) -> int:
     """``abandon.lua``, its KEYS and ARGV as its header lists them: 1 released, 0 the lease is
     not this run's, -1 another delivery of it started."""
@@ -115,6 +117,6 @@ def _abandon_script(
             keys.leases(region, LANE_SLOW),
             keys.run_started(job_id, lease_token),
         ],
-        [lease_token, job_id, task_id, next_scheduled_at, next_effective_at],
+        [lease_token, job_id, task_id, next_scheduled_at, next_effective_at, passed],
     )
     return int(reply)

@@ -126,6 +126,8 @@ class CompleteCall:
             "region": region,
             "maxlen": str(results_maxlen),
         }
+        if run.passed:
+            plan["passed"] = str(run.passed)
         if run.record is not None:
             plan["record"] = run.record.to_json()
         if guard is not None:

@@ -424,7 +424,10 @@ class Dispatcher:
                 continue
             if health.maintenance_until is not None:
                 record = record.in_maintenance()
-            runs.append(CompletedRun(job_id, job.lease_token, state, next_at, record, health))
+            passed = job.ticks_passed(next_at)
+            runs.append(
+                CompletedRun(job_id, job.lease_token, state, next_at, record, health, passed)
+            )
         if orphans:
             # Leases of jobs that no longer exist (a delete raced the claim): just drop them.
             pipe = self.redis.pipeline(transaction=False)

@@ -21,6 +21,7 @@ l     lane, 0 fast / 1 slow (absent = 0)                           complete
 n     runs completed (or reaped)                                   complete
 sk    runs skipped by the tenant rate limit                        claim (on release)
 ab    ticks lost to runs that raised before their probe            abandon
+ps    ticks passed over: due while a run was late or still running complete
 lt    lease token, only while claimed                              claim; complete removes it
 lx    lease expiry, Unix s, only while claimed                     claim; complete removes it
 off   "1" while the check is disabled (the job is in no index)     store
@@ -58,6 +59,7 @@ Contract for whoever finishes a run (the worker; the dispatcher's reaper for exp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -132,6 +134,7 @@ class JobState:
     quorum: int | None = None
     health: RegionHealth = field(default_factory=RegionHealth)
     abandoned: int = 0  # ticks lost to runs that raised before their probe (checks.abandon)
+    passed: int = 0  # ticks passed over by runs that ended late (:meth:`ticks_passed`)
 
     @classmethod
     def from_hash(cls, job_id: str, h: dict[str, str]) -> JobState:
@@ -155,6 +158,7 @@ class JobState:
             runs=int(h.get(JobField.RUNS) or 0),
             skipped=int(h.get(JobField.SKIPPED) or 0),
             abandoned=int(h.get(JobField.ABANDONED) or 0),
+            passed=int(h.get(JobField.PASSED) or 0),
             lease_token=h.get(JobField.LEASE_TOKEN),
             lease_expiry=float(expiry) if expiry else None,
             enabled=h.get(JobField.DISABLED) != "1",
@@ -190,6 +194,19 @@ class JobState:
         return next_aligned(
             after, self.period, self.period, self.uid, self.region, self.regions, self.spread()
         )
+
+    def ticks_passed(self, next_at: datetime, run_scheduled_at: float | None = None) -> int:
+        """The ticks strictly between the run's tick and ``next_at``: due while the run was
+        late or still running, and not run (the next tick is planned after the run's end).
+
+        Ticks sit in the Unix seconds of the job's phase (``next_aligned``), so the whole
+        seconds between two of them count the periods apart; 0 for a run that ended before
+        its next tick, or a job without a period."""
+        run_tick = max(self.scheduled_at, run_scheduled_at or 0.0)
+        if self.period_s <= 0 or not run_tick:
+            return 0
+        apart = (math.floor(to_unix(next_at)) - math.floor(run_tick)) / self.period_s
+        return max(0, round(apart) - 1)
 
     def post_exec_input(
         self,
@@ -298,6 +315,7 @@ class CompletedRun:
     next_scheduled_at: datetime
     record: RunRecord | None = None
     health: HealthUpdate | None = None  # None: the check's state is not moved by this run
+    passed: int = 0  # ticks between the run's and next_scheduled_at (JobField.PASSED)
 
 
 #: Job fields a guarded completion does not compare: the lease, which it checks by token.
@@ -345,6 +363,7 @@ def plan_completion(
     the next tick, the folded EWMAs and lane, the check's state step, the record in the lane
     the job was claimed in (and marked when a maintenance window holds transitions back)."""
     next_at = job.next_scheduled_at(now, scheduled_at)
+    passed = job.ticks_passed(next_at, scheduled_at)
     state = params.post_exec(
         job.post_exec_input(
             duration_ms=duration_ms,
@@ -359,4 +378,4 @@ def plan_completion(
         record = record.in_lane(job.lane)
         if health is not None and health.maintenance_until is not None:
             record = record.in_maintenance()
-    return CompletedRun(job.job_id, lease_token, state, next_at, record, health)
+    return CompletedRun(job.job_id, lease_token, state, next_at, record, health, passed)

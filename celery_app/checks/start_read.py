@@ -6,6 +6,16 @@ Redis's time (to start on its tick, on the server's clock) and the maintenance v
 post-exec write plans from this read), and must mark its lease started so a second delivery of
 the same message is dropped. As five pipelined commands this cost the worker five commands to
 pack and five replies to parse on every run; as one script, one of each (issue #14).
+
+Why replicated before the probe: when the deployment waits for replicas
+(``CHECKBEAT_REDIS_WAIT_REPLICAS``), the script is followed by ``WAIT`` on the same round trip.
+Replication is ordered, so once a replica has the started marker it also has the claim that
+made the lease: a master that dies after the probe began cannot take the claim with it, and
+the promoted replica does not claim and run the same tick again. A shortfall is logged and
+counted, and the run goes on (docs/high-availability.md, "A check run across a failover").
+A ``TIME`` after the ``WAIT`` is then the read's time: the script's own is older by however
+long the WAIT blocked (up to ``CHECKBEAT_REDIS_WAIT_TIMEOUT``), and a run that planned its next
+tick from it would place the tick in the past and run again at once.
 """
 
 from __future__ import annotations
@@ -14,10 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from celery_app.checks.definition import decode_config
 from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import from_time_reply
+from celery_app.redis.replication import queue_wait, took_wait, wait_policy
 from celery_app.redis.schema import Keys
 from celery_app.redis.scripts import run_script
 
@@ -73,13 +85,23 @@ def read_start(
     marker_ttl_ms: int,
 ) -> StartRead:  # fmt: skip
     """Read the run of ``job_id`` under ``lease_token`` before its probe, and mark it started
-    (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before."""
-    job, check, now, first, version = run_script(
-        client,
-        "run_start",
-        [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token),
-         keys.maintenance_version()],
-        [lease_token, task_id, marker_ttl_ms],
-    )  # fmt: skip
+    (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before;
+    replicated (WAIT) before it answers when ``client`` asks for replicas."""
+    script_keys = [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token),
+                   keys.maintenance_version()]  # fmt: skip
+    args = [lease_token, task_id, marker_ttl_ms]
+    if isinstance(client, RedisCluster) or wait_policy(client)[0] <= 0:  # no replica to wait for
+        job, check, now, first, version = run_script(client, "run_start", script_keys, args)
+    else:
+        pipe = client.pipeline(transaction=False)
+        run_script(pipe, "run_start", script_keys, args)
+        queued = queue_wait(pipe, client)
+        if queued:
+            pipe.time()
+        replies = pipe.execute()
+        after_wait = replies.pop() if queued else None
+        (reply,) = took_wait(replies, queued, client, "a check run's start")
+        job, check, now, first, version = reply
+        now = after_wait if after_wait is not None else now
     kind, target, config = check
     return StartRead(_pairs(job), (kind, target, config), from_time_reply(now), first == 1, version)

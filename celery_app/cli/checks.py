@@ -268,6 +268,7 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
                 "runs": job.runs,
                 "skipped_by_rate_limit": job.skipped,
                 "abandoned_before_probe": job.abandoned,
+                "passed_over_late": job.passed,
                 "leased_until": _iso(job.lease_expiry),
                 "enabled": job.enabled,
                 "last_result": json.loads(last) if last else None,
@@ -334,7 +335,8 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
             continue
         click.echo(
             f"\n[{escape(job['region'])}] lane={job['lane']} runs={job['runs']} "
-            f"skipped={job['skipped_by_rate_limit']} abandoned={job['abandoned_before_probe']}"
+            f"skipped={job['skipped_by_rate_limit']} abandoned={job['abandoned_before_probe']} "
+            f"passed={job['passed_over_late']}"
         )
         click.echo(f"  scheduled_at           {job['scheduled_at']}")
         click.echo(f"  effective_scheduled_at {job['effective_scheduled_at']}")

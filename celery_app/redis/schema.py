@@ -61,6 +61,7 @@ class JobField(StrEnum):
     RUNS = "n"  # runs completed (or reaped); complete
     SKIPPED = "sk"  # runs skipped by the tenant rate limit; claim (when a held job is released)
     ABANDONED = "ab"  # ticks lost to a run that raised before its probe; abandon
+    PASSED = "ps"  # ticks passed over: due while a run was late or still running; complete
     LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete, release, abandon remove it
     LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store

@@ -84,6 +84,7 @@ class DelayServer:
         )
         self._delays: dict[str, float] = {}
         self._counts: dict[str, int] = {}
+        self._times: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -104,10 +105,16 @@ class DelayServer:
     def count(self, path: str) -> None:
         with self._lock:
             self._counts[path] = self._counts.get(path, 0) + 1
+            self._times.setdefault(path, []).append(time.time())
 
     def hits(self, path: str) -> int:
         with self._lock:
             return self._counts.get(path, 0)
+
+    def hit_times(self, path: str) -> list[float]:
+        """When each request of ``path`` arrived (Unix s, this host's clock), in order."""
+        with self._lock:
+            return list(self._times.get(path, ()))
 
     def start(self) -> DelayServer:
         self._thread.start()

@@ -10,6 +10,8 @@
 --       S+4 transition payloads, S+5 maintenance held zset,
 --       S+5+i the job hash of the check's i-th region (plan.health.regions)
 -- ARGV: 1 the plan, JSON: {id, token, cost, delay, ea, lane, sa (next tick), region, maxlen,
+--       passed (absent = 0: the ticks between the run's and the next one, passed over because
+--         the run ended late; added to JOB.PASSED),
 --       record (the result's JSON, absent = none),
 --       health (absent = the check's state is not moved): {state, streak_state, streak, quorum,
 --         hold_until (a maintenance window's end, absent = none), now, check_maxlen, tenant_maxlen,
@@ -101,6 +103,14 @@ local runs = tonumber(job[JOB.RUNS] or '0')
 if not runs or runs ~= math.floor(runs) or runs < 0 or runs > 1e15 then
   return redis.error_reply('torn job field ' .. JOB.RUNS)
 end
+local passed = nil
+if plan.passed then
+  passed = tonumber(job[JOB.PASSED] or '0')
+  if not passed or passed ~= math.floor(passed) or passed < 0 or passed > 1e15 then
+    return redis.error_reply('torn job field ' .. JOB.PASSED)
+  end
+  passed = passed + tonumber(plan.passed)
+end
 local id = plan.id
 -- the lease is in the index of the lane it was claimed in: the queue the run came from says
 -- which (plan.lease_lane), else both are tried
@@ -115,6 +125,10 @@ end
 local health = plan.health
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
   plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
+if passed then
+  fields[#fields + 1] = JOB.PASSED
+  fields[#fields + 1] = string.format('%d', passed)
+end
 if health then
   fields[#fields + 1] = JOB.HEALTH
   fields[#fields + 1] = health.state
