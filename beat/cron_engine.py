@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, cast
 
-from celery_app.checks.manifest import gc_paused
 from celery_app.cron_tasks.cron_state import CronStore, FireRequest, Gap, anchored
 from celery_app.cron_tasks.firing import Sender, Takeover, fire, take_over_expired
 from celery_app.cron_tasks.registration import (
@@ -65,6 +64,7 @@ from celery_app.cron_tasks.registration import (
     window_start,
 )
 from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants
+from celery_app.gc_pause import gc_paused
 from celery_app.redis.schema import CronSkipReason, CronStatsField
 from scheduling_core._time import require_aware
 from scheduling_core.clock_step import Reading, StepVerdict, judge, pairs, wall_lead

@@ -4,9 +4,9 @@
         <- beat | workers | cli | local
 
 - scheduling_core is pure: no checkbeat module, no celery, kombu, redis or httpx.
-- foundation (``celery_app.settings``, ``wall_clock``, ``errors``, ``findings``, ``names``) knows no
-  Redis or Celery state; ``celery_app.redis`` (client, TLS, schema, scripts) knows no cron
-  task or check.
+- foundation (``celery_app.settings``, ``wall_clock``, ``errors``, ``findings``, ``names``,
+  ``gc_pause``, ...) knows no Redis or Celery state; ``celery_app.redis`` (client, TLS, schema,
+  scripts) knows no cron task or check.
 - app (``celery_app.factory``, ``publish``, ``registry``, ``worker_options``, ``shadowing``)
   builds and serves the Celery app; ``cron_tasks`` and ``checks`` are siblings that never
   import each other.
@@ -36,6 +36,7 @@ FOUNDATION = {
     "names",
     "cluster_url",
     "input_limits",
+    "gc_pause",
 }
 APP = {"factory", "publish", "registry", "worker_options", "shadowing"}
 RANK = {

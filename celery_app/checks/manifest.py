@@ -17,15 +17,13 @@ proportion to the file.
 Speed: PyYAML's C loader builds plain values; line numbers are needed only when something is
 wrong, so the node tree with its marks is composed only then. A bulk read allocates millions of
 objects that all stay alive, so the cyclic garbage collector is paused meanwhile
-(:func:`gc_paused`): it would scan the growing heap again and again (3x slower at 50,000 checks).
+(:func:`celery_app.gc_pause.gc_paused`): it would scan the growing heap again and again.
 """
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +33,7 @@ from celery_app.checks.definition import CheckDefinition, validate_definition
 from celery_app.checks.maintenance import Window, validate_window
 from celery_app.checks.ratelimit import default_burst, validate_rate_limit
 from celery_app.errors import CheckbeatError, CheckFieldError
+from celery_app.gc_pause import gc_paused
 from celery_app.input_limits import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
@@ -187,19 +186,6 @@ class Manifest:
 
 
 # --- reading ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a bulk step (reference counting still frees
-    everything that is dropped); nests, and restores the previous state."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def load_manifest(

@@ -32,7 +32,7 @@ from celery_app.checks.definition import CheckDefinition, StoredCheck, decode_ch
 from celery_app.checks.jobs import from_unix, read_jobs
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.maintenance import MaintenanceStore, Window
-from celery_app.checks.manifest import FORMAT_VERSION, Manifest, ManifestError, Problem, gc_paused
+from celery_app.checks.manifest import FORMAT_VERSION, Manifest, ManifestError, Problem
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.redaction import (
     MASK,
@@ -45,6 +45,7 @@ from celery_app.checks.redaction import (
 )
 from celery_app.checks.store import CheckStore, plan_change
 from celery_app.errors import CheckFieldError
+from celery_app.gc_pause import gc_paused
 from celery_app.redis.schema import maintenance_scope
 from celery_app.redis.scripts import run_script
 
