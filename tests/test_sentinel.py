@@ -185,20 +185,7 @@ def test_a_lagging_replica_is_a_shortfall_that_is_counted_and_passed(sentinel_de
     stall = threading.Thread(target=lambda: replica.execute_command("DEBUG", "SLEEP", "1.0"))
     client.zadd("ha:due", {"j": 1.0})
     before = replication.shortfalls()
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    probe = redis.Redis(
-        port=sentinel_deployment.replica.port, socket_timeout=0.05, retry=Retry(NoBackoff(), 0)
-    )
-
-    def replica_stalled() -> bool:
-        try:
-            probe.ping()
-            return False
-        except redis.TimeoutError:
-            return True
-
+    replica_stalled = stall_seen(sentinel_deployment.replica.port)
     stall.start()
     try:
         wait_for(replica_stalled, 2, what="the replica to stall")
@@ -244,20 +231,7 @@ def test_a_runs_start_is_on_the_replica_when_it_answers_and_dated_after_its_wait
             port=sentinel_deployment.replica.port, socket_timeout=5
         ).execute_command("DEBUG", "SLEEP", "1.5")
     )
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    probe = redis.Redis(
-        port=sentinel_deployment.replica.port, socket_timeout=0.05, retry=Retry(NoBackoff(), 0)
-    )
-
-    def replica_stalled() -> bool:
-        try:
-            probe.ping()
-            return False
-        except redis.TimeoutError:
-            return True
-
+    replica_stalled = stall_seen(sentinel_deployment.replica.port)
     stall.start()
     try:
         wait_for(replica_stalled, 2, what="the replica to stall")
@@ -268,3 +242,21 @@ def test_a_runs_start_is_on_the_replica_when_it_answers_and_dated_after_its_wait
     assert read.first_delivery and replication.shortfalls() == before  # acknowledged, late
     assert read.server_now - asked_at > 0.5  # the time after the WAIT, not the script's
     assert replica.get(keys.run_started("c@us", "t2")) == "celery-2"
+
+
+def stall_seen(port: int):
+    """Whether the server on ``port`` is stalled now (a ping gets no answer within 50 ms): a
+    condition to poll while a ``DEBUG SLEEP`` holds it."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    probe = redis.Redis(port=port, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
+
+    def stalled() -> bool:
+        try:
+            probe.ping()
+            return False
+        except redis.TimeoutError:
+            return True
+
+    return stalled
