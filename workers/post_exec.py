@@ -208,12 +208,13 @@ def publish_transition(app: Celery, transition_id: str) -> None:
 
 
 def publish_handed(app: Celery, claim: Claim) -> None:
-    """Publish the run of the job this run handed its slot (on failure its lease is reaped
-    and the job runs at its next claim, as any claim's whose message was lost)."""
+    """Publish the run of the job this run handed its slot. On failure its claim is released
+    back to the ready index (:meth:`Dispatcher.publish`), as any claim whose message could not
+    be sent; if the release fails too, the reaper takes the lease back."""
     try:
         publish_claims(app, [claim])
     except Exception:
-        log.exception("checkbeat: publishing the run of %s failed; it is reaped", claim.job_id)
+        log.exception("checkbeat: publishing the run of %s failed; released", claim.job_id)
 
 
 def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:

@@ -87,7 +87,7 @@ class Handoff:
 @dataclass(frozen=True)
 class Completed:
     """What a completion with a hand-off did: whether it wrote (and the transition it made),
-    the job handed the freed slot (None: none), and what a refill would find (the replies
+    the hand-off's line ('' when no job was handed the slot), and what a refill would find (the replies
     :class:`~celery_app.checks.dispatch.RefillNeeds` reads)."""
 
     written: bool
