@@ -87,8 +87,8 @@ class Handoff:
 @dataclass(frozen=True)
 class Completed:
     """What a completion with a hand-off did: whether it wrote (and the transition it made),
-    the hand-off's line ('' when no job was handed the slot), and what a refill would find (the replies
-    :class:`~celery_app.checks.dispatch.RefillNeeds` reads)."""
+    the hand-off's line ('' when no job was handed the slot), and what a refill would find
+    (the replies :class:`~celery_app.checks.dispatch.RefillNeeds` reads)."""
 
     written: bool
     transition: str | None
