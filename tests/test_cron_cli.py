@@ -17,6 +17,7 @@ from support.cron import broker_headers
 from support.projects import run_module
 
 from celery_app.redis.schema import Keys
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = Keys("cbtest")
@@ -94,23 +95,27 @@ def test_run_now_and_diagnose_exit_codes(user_modules, broker_url, r):
     missing = run_cli(user_modules, "schedule", "run", "per-t")
     assert missing.returncode != 0 and "pass --tenant" in missing.stderr
 
-    sent = run_cli(user_modules, "schedule", "run", "report")
+    # Both run-now calls must land in one */5 window: a clock that starts a minute into a window
+    # and runs at a thousandth of real speed keeps them there however slow the machine is.
+    window_clock = Clock(datetime(2026, 1, 1, 12, 1, tzinfo=UTC), time.time(), 0.001)
+    pinned = {TEST_CLOCK_ENV: window_clock.encode()}
+    sent = run_cli(user_modules, "schedule", "run", "report", **pinned)
     assert sent.returncode == 0, sent.stderr
     assert [h["cron_task"] for h in broker_headers(broker_url)] == ["report"]
     assert broker_headers(broker_url)[0]["cron_manual"] is True
-    twice = run_cli(user_modules, "schedule", "run", "report")
+    twice = run_cli(user_modules, "schedule", "run", "report", **pinned)
     assert twice.returncode == 1 and "already fired by manual:" in twice.stdout
 
-    no_beat = run_cli(user_modules, "schedule", "diagnose")
+    no_beat = run_cli(user_modules, "schedule", "diagnose", **pinned)
     assert no_beat.returncode == 1
     assert "no live beat" in no_beat.stdout
-    r.hset(KEYS.beat_heartbeat(), "beat-x", time.time())
-    healthy = run_cli(user_modules, "schedule", "diagnose")
+    r.hset(KEYS.beat_heartbeat(), "beat-x", window_clock.now().timestamp())
+    healthy = run_cli(user_modules, "schedule", "diagnose", **pinned)
     assert healthy.returncode == 0, healthy.stdout
-    healthy_json = run_cli(user_modules, "schedule", "diagnose", "--json")
+    healthy_json = run_cli(user_modules, "schedule", "diagnose", "--json", **pinned)
     assert healthy_json.returncode == 0 and json.loads(healthy_json.stdout) == []
     no_provider = run_cli(
-        user_modules, "schedule", "diagnose", "--json", CHECKBEAT_TENANTS_PROVIDER="none"
+        user_modules, "schedule", "diagnose", "--json", CHECKBEAT_TENANTS_PROVIDER="none", **pinned
     )
     assert no_provider.returncode == 1
     (finding,) = [f for f in json.loads(no_provider.stdout) if f["kind"] == "no_tenants_provider"]
