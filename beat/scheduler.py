@@ -76,8 +76,14 @@ class Driver(Protocol):
 
 
 def build_drivers(app: Any) -> list[Driver]:
-    """Every driver beat runs for ``app``: the check dispatcher."""
-    return [Dispatcher(app)]
+    """Every driver beat runs for ``app``: the check dispatcher of each partition of the check
+    half (every beat dispatches every partition; their claims are atomic)."""
+    first = Dispatcher(app)
+    rest = [
+        Dispatcher(app, partition=p, publisher=first.publisher)
+        for p in range(1, first.keys.partitions)
+    ]
+    return [first, *rest]
 
 
 @dataclass

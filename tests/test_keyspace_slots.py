@@ -37,6 +37,7 @@ from celery_app.redis import keyspace, scripts
 from celery_app.redis.pipelined_scripts import ScriptPipeline
 from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CronStateField, Keys, check_queue
 from celery_app.redis.scripts import lua_source
+from celery_app.settings import load_settings
 from scheduling_core import Params
 
 CHECK_SLOT = key_slot(CHECKS_TAG.encode())
@@ -67,11 +68,22 @@ ARGS = {
 }
 
 
+#: Keys methods that give another ``Keys`` (a partition's), not a key name.
+NAVIGATION = {"at", "of_check", "of_job", "of_transition", "every_partition"}
+#: Keys methods named by one check (a uid, a job, a transition id): in that check's partition.
+OF_ONE_CHECK = {
+    "check", "check_jobs", "job", "run_started", "results", "last_result", "check_state",
+    "check_transitions", "transition_delivery",
+}  # fmt: skip
+#: Keys methods whose keys live in the first partition whatever the Keys' partition.
+FIRST_PARTITION = {"maintenance", "maintenance_scopes"}
+
+
 def _key_methods() -> list[str]:
     return [
         name
         for name, member in inspect.getmembers(Keys, inspect.isfunction)
-        if not name.startswith("_")
+        if not name.startswith("_") and name not in NAVIGATION
     ]
 
 
@@ -96,6 +108,39 @@ def test_every_key_is_in_the_slot_of_its_half_and_plain_names_are_unchanged():
             assert key_slot(name.encode()) == slot, (method, name)
             assert name.replace(f"cb:{tag}:", "cb:", 1) == old, (method, name)
     assert Keys("cb").job("u@eu") == "cb:job:u@eu"  # today's names, byte for byte
+
+
+def test_with_partitions_each_key_is_in_the_slot_of_its_partition_and_partitions_spread():
+    keys = Keys("cb", cluster=True, partitions=12)
+    slots = [key_slot(part.due().encode()) for part in keys.every_partition()]
+    assert len(set(slots)) == 12
+    # the tags spread evenly over the slot ranges three masters would own: four each
+    assert sorted(slot * 3 // 16384 for slot in slots) == [0] * 4 + [1] * 4 + [2] * 4
+    for method in _key_methods():
+        if method in CRON_HALF:
+            continue
+        for p, part in enumerate(keys.every_partition()):
+            params = [x for x in inspect.signature(getattr(Keys, method)).parameters if x != "self"]
+            combos: list[dict] = [{}]
+            for param in params:
+                combos = [{**c, param: v} for c in combos for v in ARGS[param]]
+            for combo in combos:
+                name = getattr(part, method)(**combo)
+                if method in OF_ONE_CHECK:
+                    subject = str(next(iter(combo.values())))
+                    uid = subject.rpartition("@")[0] or subject.rpartition("#")[0] or subject
+                    home = keys.of_check(uid).partition
+                else:
+                    home = 0 if method in FIRST_PARTITION else p
+                assert key_slot(name.encode()) == slots[home], (method, p, name)
+    # a check's jobs in every region, its state and its transitions share its partition
+    uid = "web-1"
+    names = [keys.check(uid), keys.job(f"{uid}@eu"), keys.job(f"{uid}@us"),
+             keys.check_state(uid), keys.transition_delivery(f"{uid}#4"),
+             keys.of_check(uid).due(), keys.of_job(f"{uid}@us").leases("us", 0)]  # fmt: skip
+    assert len({key_slot(n.encode()) for n in names}) == 1
+    # one partition: today's names
+    assert Keys("cb", partitions=1).job("u@eu") == "cb:job:u@eu"
 
 
 def _script_names() -> dict[str, str]:
@@ -143,8 +188,9 @@ def _assert_one_slot(calls: dict[str, list[list[str]]]) -> None:
             assert slots == {slot}, (name, sorted(keys)[:5], slots)
 
 
-@pytest.mark.timeout(90)
-def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, test_kind, broker):
+def _exercise_check_half(r, settings, test_kind: str) -> Keys:
+    """Every step of the check half once: create, rate limit, dispatch and run on a real
+    worker, update, disable, enable, delete, repair, a late tick (reap, promote)."""
     app = create_app(settings)
     keys = keyspace.state_keys(settings)
     assert keys.cluster
@@ -161,13 +207,17 @@ def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, tes
             now=from_unix(now - 70),
         )
     set_rate_limit(r, keys, "t1", per_minute=600, burst=10)
-    dispatcher = Dispatcher(app, client=r)
+    dispatchers = [Dispatcher(app, client=r, partition=p) for p in range(keys.partitions)]
     queues = [check_queue("eu", "fast"), check_queue("eu", "slow")]
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, queues=queues):
+    slots = max(2, keys.partitions)  # a slot for every partition (workers.roles shares them out)
+    with start_worker(
+        app, pool="threads", concurrency=slots, perform_ping_check=False, queues=queues
+    ):
         wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
 
         def all_ran() -> bool:
-            dispatcher.tick(now)
+            for dispatcher in dispatchers:
+                dispatcher.tick(now)
             return all(read_job(r, keys, f"s{i}@eu").runs >= 1 for i in range(6))
 
         wait_for(all_ran, 40, interval=0.05, what="every eu job run by the worker")
@@ -176,12 +226,45 @@ def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, tes
     store.set_enabled("s1", True)
     store.delete("s2")
     repair(r, keys, Params.from_settings(settings), from_unix(now))
-    dispatcher.tick(now + 3600)  # reaps nothing live, promotes the next ticks
+    for dispatcher in dispatchers:
+        dispatcher.tick(now + 3600)  # reaps nothing live, promotes the next ticks
+    return keys
+
+
+@pytest.mark.timeout(90)
+def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, test_kind, broker):
+    keys = _exercise_check_half(r, settings, test_kind)
+    if keys.partitions > 1:
+        pytest.skip("the suite runs partitioned: the test below covers it")
     seen = set(tagged_calls)
     assert {"store", "due", "promote", "top", "claim", "complete"} <= seen, seen
     stray = {key for key in r.scan_iter("cbtest:*") if not key.startswith(f"cbtest:{CHECKS_TAG}:")}
     assert stray <= {keys.cron_recorders()}  # the worker's recording marker, of the cron half
     _assert_one_slot(tagged_calls)
+
+
+@pytest.mark.timeout(120)
+def test_partitioned_every_script_call_touches_one_slot_of_one_partition(
+    tagged_calls, r, redis_url, broker_url, test_kind, broker
+):
+    settings = load_settings(
+        redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=["eu", "us"],
+        check_partitions=4,
+    )  # fmt: skip
+    keys = _exercise_check_half(r, settings, test_kind)
+    partition_slots = {key_slot(part.due().encode()) for part in keys.every_partition()}
+    seen = set(tagged_calls)
+    assert {"store", "due", "promote", "top", "claim", "complete"} <= seen, seen
+    used = set()
+    for name, each in tagged_calls.items():
+        assert name not in CRON_SCRIPTS
+        for call in each:
+            slots = {key_slot(k.encode()) for k in call}
+            assert len(slots) == 1 and slots <= partition_slots, (name, sorted(call)[:5], slots)
+            used |= slots
+    # the six checks spread over more than one partition, and each ran in its own
+    assert len({keys.of_check(f"s{i}").partition for i in range(6)}) > 1
+    assert len(used) > 1
 
 
 @pytest.mark.timeout(60)

@@ -79,7 +79,7 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
     """
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
-    keys = state_keys(settings)
+    keys = state_keys(settings).of_job(outcome.job_id)  # the job's partition: every key below
     region = split_job_id(outcome.job_id)[1]
     needs = RefillNeeds(keys, region)  # read with the job: no round trip of the refill's own
     planner = HealthPlanner(
@@ -125,7 +125,7 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
         if lease_is_current(client, keys, outcome.job_id, outcome.lease_token):
             step = QuarantineStep.POST_EXEC
             quarantine(client, keys, outcome.job_id, step, exc, server_time(client))
-        refill(app, region)
+        refill(app, region, partition=keys.partition)
         return False
     metrics.check_run(outcome, written)
     if transition is not None:
@@ -133,7 +133,7 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
     if handed is not None:
         publish_handed(app, handed)
     elif written:
-        refill(app, region, needs if needs.replies is not None else None)
+        refill(app, region, needs if needs.replies is not None else None, keys.partition)
     else:
         log.info(
             "checkbeat: run of %s not recorded: its lease is gone (reaped, deleted or done)",
@@ -200,9 +200,8 @@ def publish_transition(app: Celery, transition_id: str) -> None:
     settings = settings_of(app)
     client = get_redis(settings.redis_url, settings)
     try:
-        claim_and_publish(
-            app, client, state_keys(settings), settings, server_time(client), [transition_id]
-        )
+        keys = state_keys(settings).of_transition(transition_id)
+        claim_and_publish(app, client, keys, settings, server_time(client), [transition_id])
     except Exception:
         log.exception("checkbeat: publishing transition %s failed; beat retries", transition_id)
 
@@ -217,10 +216,11 @@ def publish_handed(app: Celery, claim: Claim) -> None:
         log.exception("checkbeat: publishing the run of %s failed; released", claim.job_id)
 
 
-def refill(app: Celery, region: str, needs: RefillNeeds | None = None) -> None:
-    """Claim and publish work for the slot just freed (the dispatcher's own atomic claim)."""
+def refill(app: Celery, region: str, needs: RefillNeeds | None = None, partition: int = 0) -> None:
+    """Claim and publish work for the slot just freed in ``partition`` (the dispatcher's own
+    atomic claim)."""
     try:
-        refill_after_run(app, region, needs=needs)
+        refill_after_run(app, region, needs=needs, partition=partition)
     except Exception:  # beat's next tick claims anyway
         log.exception("checkbeat: refilling the freed slot of region %s failed", region)
 
@@ -283,7 +283,7 @@ def abandon(
         client = get_redis(settings.redis_url, settings)
         done = abandon_run(
             client,
-            state_keys(settings),
+            state_keys(settings).of_job(request.job_id),
             params_of(settings),
             request.job_id,
             request.lease_token,
@@ -310,7 +310,8 @@ def abandon(
         request.job_id, raised, reason, _iso(request.scheduled_at), next_at,
     )  # fmt: skip
     metrics.run_abandoned(request.job_id, done.lane, str(reason))
-    refill(app, split_job_id(request.job_id)[1])
+    partition = state_keys(settings_of(app)).of_job(request.job_id).partition
+    refill(app, split_job_id(request.job_id)[1], partition=partition)
 
 
 def _iso(unix_s: float) -> str:

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ import redis
 from celery_app.errors import CheckbeatError
 from celery_app.redis.schema import LANE_NAMES, Keys, WorkerField, WorkerRoleName, check_queue
 from celery_app.settings import Settings
+from scheduling_core.partitions import slot_shares, take_from_shares
 
 log = logging.getLogger(__name__)
 
@@ -143,16 +145,24 @@ class CapacityRegistration:
         self._thread: threading.Thread | None = None
 
     def beat(self) -> None:
-        """Write the hash, its TTL and the region membership in one round trip."""
-        key = self.keys.worker(self.hostname)
-        pipe = self.client.pipeline(transaction=True)
+        """Write the hash, its TTL and the region membership, in each partition of the check
+        half with that partition's share of the slots (``scheduling_core.partitions``), in one
+        round trip per partition."""
+        parts = self.keys.every_partition()
+        offset = zlib.crc32(self.hostname.encode()) % len(parts)
+        shares = slot_shares(self.role.concurrency, len(parts), offset)
+        stuck = take_from_shares(shares, self.stuck())
         fields = self.role.fields(self.hostname)
         fields[WorkerField.HEARTBEAT] = f"{time.time()}"
-        fields[WorkerField.STUCK] = str(self.stuck())
-        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # str keys (Mapping is invariant)
-        pipe.expire(key, self.ttl_s)
-        pipe.sadd(self.keys.region_workers(self.role.region), self.hostname)
-        pipe.execute()
+        for part, share, busy in zip(parts, shares, stuck, strict=True):
+            key = part.worker(self.hostname)
+            fields[WorkerField.CONCURRENCY] = str(share)
+            fields[WorkerField.STUCK] = str(busy)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # str keys (Mapping is invariant)
+            pipe.expire(key, self.ttl_s)
+            pipe.sadd(part.region_workers(self.role.region), self.hostname)
+            pipe.execute()
 
     def report_stuck(self, _count: int = 0) -> None:
         """Beat now: the stuck-slot count changed (not after a stop: never re-register)."""
@@ -160,10 +170,11 @@ class CapacityRegistration:
             self.beat()
 
     def unregister(self) -> None:
-        pipe = self.client.pipeline(transaction=True)
-        pipe.delete(self.keys.worker(self.hostname))
-        pipe.srem(self.keys.region_workers(self.role.region), self.hostname)
-        pipe.execute()
+        for part in self.keys.every_partition():
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(part.worker(self.hostname))
+            pipe.srem(part.region_workers(self.role.region), self.hostname)
+            pipe.execute()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -173,6 +184,14 @@ class CapacityRegistration:
                 log.warning("checkbeat: capacity heartbeat of %s failed: %s", self.hostname, exc)
 
     def start(self) -> None:
+        partitions = self.keys.partitions
+        if self.role.concurrency < partitions:
+            log.warning(
+                "checkbeat: %s has %d slot(s) for %d partitions of the check half "
+                "(CHECKBEAT_CHECK_PARTITIONS): it serves only %d of them; give it at least %d",
+                self.hostname, self.role.concurrency, partitions, self.role.concurrency,
+                partitions,
+            )  # fmt: skip
         self.beat()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="checkbeat-capacity", daemon=True)

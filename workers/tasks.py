@@ -87,7 +87,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"bad run_check message: {exc}", requeue=False) from None
 
     client = get_redis(settings.redis_url, settings)
-    keys = state_keys(settings)
+    keys = state_keys(settings).of_job(request.job_id)
     read = read_start(
         client,
         keys,

@@ -69,7 +69,7 @@ def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise Reject(f"bad deliver_transition message: {problem}", requeue=False)
     settings = settings_of(self.app)
     client = get_redis(settings.redis_url, settings)
-    keys = state_keys(settings)
+    keys = state_keys(settings).of_transition(transition_id)
     owner = self.request.id or transition_id
     verdict, payload = start_delivery(client, keys, settings, transition_id, owner, time.time())
     if verdict != TransitionStart.RUN or payload is None:

@@ -70,7 +70,11 @@ class CheckChange:
 
 
 def encode_changes(keys: Keys, changes: Sequence[CheckChange]) -> tuple[list[str], str]:
-    """(KEYS, ARGV[1]) of one ``store.lua`` call applying ``changes`` atomically."""
+    """(KEYS, ARGV[1]) of one ``store.lua`` call applying ``changes`` atomically: all of one
+    partition (:func:`by_partition`), whose keys it uses."""
+    keys = keys.of_check(changes[0].uid)
+    if any(keys.of_check(ch.uid) != keys for ch in changes):
+        raise ValueError("one store call writes checks of one partition: group by_partition")
     table = KeyTable()
     encoded = [_change(keys, table, ch) for ch in changes]
     payload = {

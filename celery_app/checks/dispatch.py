@@ -117,7 +117,11 @@ def _as_unix(now: float | datetime) -> float:
 
 
 class Dispatcher:
-    """``Dispatcher(app).tick(now)``; ``interval`` tells beat how often to call it."""
+    """``Dispatcher(app).tick(now)``; ``interval`` tells beat how often to call it.
+
+    One dispatcher serves one partition of the check half (``partition``, see
+    ``Keys.every_partition``): beat runs one per partition, and any beat runs every partition,
+    as their claims are atomic."""
 
     def __init__(
         self,
@@ -126,13 +130,14 @@ class Dispatcher:
         client: redis.Redis | None = None,
         publisher: Publisher | None = None,
         regions: Sequence[str] | None = None,
+        partition: int = 0,
     ) -> None:
         settings = settings_of(app)
         self.app = app
         self.settings = settings
         self.interval = settings.dispatch_interval
         self.lead = settings.dispatch_lead
-        self.keys = state_keys(settings)
+        self.keys = state_keys(settings).at(partition)
         #: beat runs this driver at once when the check store publishes here (a written tick)
         self.wake_channel = self.keys.dispatch_wake()
         self.redis = client or get_redis(settings.redis_url, settings)
@@ -468,7 +473,7 @@ def _slots_left(claimed: ClaimResult) -> bool:
     return any(slots.free > taken.get(region, 0) for region, slots in claimed.slots.items())
 
 
-_refillers: weakref.WeakKeyDictionary[Celery, Dispatcher] = weakref.WeakKeyDictionary()
+_refillers: weakref.WeakKeyDictionary[Celery, dict[int, Dispatcher]] = weakref.WeakKeyDictionary()
 _refill_lock = threading.Lock()
 _inherited_refillers: list[Dispatcher] = []
 
@@ -479,26 +484,39 @@ def _forget_refillers_in_child() -> None:
     the fork (see ``celery_app.redis.client``). Kept, never closed, for the same reason."""
     global _refill_lock
     _refill_lock = threading.Lock()
-    _inherited_refillers.extend(_refillers.values())
+    _inherited_refillers.extend(d for each in _refillers.values() for d in each.values())
     _refillers.clear()
 
 
 os.register_at_fork(after_in_child=_forget_refillers_in_child)
 
 
-def _refiller(app: Celery) -> Dispatcher:
+def _refiller(app: Celery, partition: int = 0) -> Dispatcher:
+    """The app's refill dispatcher of ``partition``; every partition's shares the publisher of
+    the first one built."""
     with _refill_lock:
-        dispatcher = _refillers.get(app)
+        of_app = _refillers.get(app)
+        if of_app is None:
+            of_app = _refillers[app] = {}
+        dispatcher = of_app.get(partition)
         if dispatcher is None:
-            dispatcher = _refillers[app] = Dispatcher(app)
+            shared = next(iter(of_app.values()), None)
+            dispatcher = of_app[partition] = Dispatcher(
+                app,
+                partition=partition,
+                publisher=shared.publisher if shared is not None else None,
+            )
     return dispatcher
 
 
 def warm_refill(app: Celery) -> None:
-    """Build the refill dispatcher and its publisher (the run task's route resolved) before
-    the first run needs them (``workers.warmup``)."""
-    publisher = cast(BatchPublisher, _refiller(app).publisher)  # make_publisher built it
+    """Build the refill dispatchers and their publisher (the run task's route resolved)
+    before the first run needs them (``workers.warmup``)."""
+    first = _refiller(app)
+    publisher = cast(BatchPublisher, first.publisher)  # make_publisher built it
     publisher.prepare([RUN_CHECK_TASK])
+    for partition in range(1, first.keys.partitions):
+        _refiller(app, partition)
 
 
 class RefillNeeds:
@@ -541,8 +559,12 @@ class RefillNeeds:
 def publish_claims(app: Celery, claims: Sequence[Claim]) -> int:
     """Publish the runs of ``claims`` made outside a dispatcher (a completion's hand-off), with
     the app's one reused dispatcher: a claim whose message cannot be built is quarantined,
-    one whose publish fails is released (:meth:`Dispatcher.publish`)."""
-    return _refiller(app).publish(claims)
+    one whose publish fails is released (:meth:`Dispatcher.publish`). The claims are of one
+    partition (one completion's)."""
+    if not claims:
+        return 0
+    keys = _refiller(app).keys
+    return _refiller(app, keys.of_job(claims[0].job_id).partition).publish(claims)
 
 
 def refill_after_run(
@@ -550,6 +572,7 @@ def refill_after_run(
     region: str,
     now: float | datetime | None = None,
     needs: RefillNeeds | None = None,
+    partition: int = 0,
 ) -> int:
     """Claim and publish work for the slot a finished run just freed in ``region``.
 
@@ -558,5 +581,6 @@ def refill_after_run(
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
     ``needs``: its reads done already (:class:`RefillNeeds`, with the run's write).
+    ``partition``: the finished run's (the slot it freed is that partition's share).
     """
-    return len(_refiller(app).refill(region, now, needs))
+    return len(_refiller(app, partition).refill(region, now, needs))

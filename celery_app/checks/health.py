@@ -220,6 +220,18 @@ def read_transitions(client: Any, key: str, count: int = 20) -> list[dict[str, A
     ]
 
 
+def read_tenant_transitions(
+    client: Any, keys: Keys, tenant: str, count: int = 20
+) -> list[dict[str, Any]]:
+    """The newest ``count`` transitions of a tenant's checks, newest first: its stream in
+    each partition of the check half, merged by time."""
+    merged = [
+        t for part in keys.every_partition()
+        for t in read_transitions(client, part.tenant_transitions(tenant), count)
+    ]  # fmt: skip
+    return sorted(merged, key=lambda t: t[TransitionField.AT], reverse=True)[:count]
+
+
 def read_check_health(client: Any, keys: Keys, uid: str, regions: tuple[str, ...]) -> CheckHealth:
     """A check's state and its regions' states, in one round trip."""
     pipe = client.pipeline(transaction=False)

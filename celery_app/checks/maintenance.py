@@ -160,7 +160,20 @@ class MaintenanceStore:
 
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
-        self.keys = keys
+        self.keys = keys.at(0)  # windows and scopes live in the first partition
+
+    def _bump(self, pipe: Any) -> str:
+        """Queue a new version in the first partition, in the transaction that writes the
+        windows; :meth:`_spread` gives the others the same after it."""
+        version = secrets.token_hex(8)
+        pipe.set(self.keys.maintenance_version(), version)
+        return version
+
+    def _spread(self, version: str) -> None:
+        """Every other partition's version moves after the windows are written: a run that
+        reads its partition's version then reads the windows never keeps stale ones."""
+        for part in self.keys.every_partition()[1:]:
+            self.redis.set(part.maintenance_version(), version)
 
     def add(self, window: Window) -> Window:
         """Store a validated window; a check scope must name an existing check."""
@@ -171,8 +184,9 @@ class MaintenanceStore:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(self.keys.maintenance(window.scope), window.id, window.to_json())
         pipe.sadd(self.keys.maintenance_scopes(), window.scope)
-        pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
+        version = self._bump(pipe)
         pipe.execute()
+        self._spread(version)
         return window
 
     def remove(self, window_id: str) -> bool:
@@ -180,9 +194,10 @@ class MaintenanceStore:
         for scope in self.scopes():
             pipe = self.redis.pipeline(transaction=True)
             pipe.hdel(self.keys.maintenance(scope), window_id)
-            pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
+            version = self._bump(pipe)
             pipe.exists(self.keys.maintenance(scope))
             removed, _, left = pipe.execute()
+            self._spread(version)
             if removed:
                 if not left:
                     self.redis.srem(self.keys.maintenance_scopes(), scope)
@@ -201,7 +216,7 @@ class MaintenanceStore:
         pipe.srem(self.keys.maintenance_scopes(), scope)
         count = pipe.execute()[0]
         if count:
-            self.redis.set(self.keys.maintenance_version(), secrets.token_hex(8))
+            self._spread(self._bump(self.redis))
         return count
 
     def replace_many(self, removes: Iterable[Window], adds: Iterable[Window]) -> None:
@@ -220,8 +235,9 @@ class MaintenanceStore:
         emptied = sorted({w.scope for w in removes} - {w.scope for w in adds})
         for scope in emptied:
             pipe.exists(self.keys.maintenance(scope))
-        pipe.set(self.keys.maintenance_version(), secrets.token_hex(8))
+        version = self._bump(pipe)
         replies = pipe.execute()
+        self._spread(version)
         left = replies[len(replies) - 1 - len(emptied) : -1]
         gone = [scope for scope, exists in zip(emptied, left, strict=True) if not exists]
         if gone:

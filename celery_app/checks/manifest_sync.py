@@ -46,7 +46,7 @@ from celery_app.checks.redaction import (
 from celery_app.checks.store import CheckStore, plan_change
 from celery_app.errors import CheckFieldError
 from celery_app.gc_pause import gc_paused
-from celery_app.redis.schema import maintenance_scope
+from celery_app.redis.schema import by_partition, maintenance_scope
 from celery_app.redis.scripts import run_script
 
 #: Checks per Lua call, and Lua calls per round trip, of updates and deletes (as create_many).
@@ -161,8 +161,7 @@ def field_changes(old: CheckDefinition, new: CheckDefinition) -> list[str]:
 def read_stored(store: CheckStore, tenant: str | None = None) -> dict[str, StoredCheck]:
     """Every stored check (of one tenant) with its version, read in pipelined chunks."""
     keys = store.keys
-    members = store.redis.smembers(keys.tenant_checks(tenant) if tenant else keys.checks())
-    uids = sorted(cast("set[str]", members))  # decode_responses=True
+    uids = store.uids(tenant)
     out: dict[str, StoredCheck] = {}
     for start in range(0, len(uids), _READ_CHUNK):
         part = uids[start : start + _READ_CHUNK]
@@ -343,17 +342,20 @@ def _write_pairs(store: CheckStore, pairs: Sequence[Pair], when: datetime) -> No
                 | {j for old, new in part if old is not None for j in _ids(new)}
             )
             jobs = dict(zip(ids, read_jobs(store.redis, store.keys, ids), strict=True))
-            group = []
-            for i in range(0, len(part), CHUNK):
-                batch = part[i : i + CHUNK]
-                changes = [plan_change(old, new, jobs, when, store.params) for old, new in batch]
-                keys, payload = encode_changes(store.keys, changes)
-                group.append((batch, keys, payload))
+            group: list[tuple[Sequence[Pair], list[str], str]] = []
+            for same_partition in by_partition(store.keys, part, _uid_of_pair):
+                for i in range(0, len(same_partition), CHUNK):
+                    batch = same_partition[i : i + CHUNK]
+                    changes = [
+                        plan_change(old, new, jobs, when, store.params) for old, new in batch
+                    ]
+                    keys, payload = encode_changes(store.keys, changes)
+                    group.append((batch, keys, payload))
             sender.send(group)
     finally:
         refused = sender.close()
-    for batch in refused:  # changed since the diff (or a stale job hash): the file wins
-        for old, new in batch:
+    for refused_batch in refused:  # changed since the diff (or a stale job hash): the file wins
+        for old, new in refused_batch:
             if new is None:
                 assert old is not None
                 store.delete(old.definition.uid)
@@ -361,6 +363,14 @@ def _write_pairs(store: CheckStore, pairs: Sequence[Pair], when: datetime) -> No
                 store.create_many([new], now=when)
             else:
                 store.replace(new, now=when)
+
+
+def _uid_of_pair(pair: Pair) -> str:
+    old, new = pair
+    if new is not None:
+        return new.uid
+    assert old is not None  # a pair has at least one side
+    return old.definition.uid
 
 
 def _ids(defn: CheckDefinition | None) -> list[str]:

@@ -29,12 +29,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
 import redis
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from celery_app.checks.store import listed_uids
 from celery_app.redis.schema import LANE_NAMES, CheckField, JobField, Keys, job_id
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,7 @@ class CheckExporter:
 
     def reload(self) -> None:
         """Read and sort every check uid (SMEMBERS: the cost grows with the checks stored)."""
-        members = self.client.smembers(self.keys.checks())
-        uids = sorted(cast("set[str]", members))  # decode_responses=True
+        uids = listed_uids(self.client, self.keys)
         with self._lock:
             self._uids, self._read_at = uids, time.monotonic()
 
@@ -120,7 +119,10 @@ class CheckExporter:
         """Every check uid, sorted. Without the refresher (tests, the bench) it is read here
         when the count changed or the copy is older than ``cache_s``; with it, a change only
         wakes the refresher and this scrape uses the copy it has."""
-        count = self.client.scard(self.keys.checks())
+        pipe = self.client.pipeline(transaction=False)
+        for part in self.keys.every_partition():
+            pipe.scard(part.checks())
+        count = sum(pipe.execute())
         with self._lock:
             uids, read_at = self._uids, self._read_at
         if count == len(uids) and time.monotonic() - read_at < self.cache_s:

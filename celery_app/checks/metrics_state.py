@@ -55,34 +55,16 @@ class CheckStateCollector:
 
     def _read(self) -> list[Metric]:
         k = self.keys
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(k.due())
-        pipe.scard(k.checks())
-        pipe.scard(k.quarantine())
-        for region in self.regions:
-            pipe.smembers(k.held_tenants(region))
-            for lane in LANES:
-                pipe.zcard(k.ready(region, lane))
-        due, stored, quarantined, *rest = pipe.execute()
-        held_tenants: dict[str, list[str]] = {}
-        ready: dict[tuple[str, int], int] = {}
-        step = 1 + len(LANES)
-        for i, region in enumerate(self.regions):
-            held_tenants[region] = sorted(rest[i * step])
-            for lane in LANES:
-                ready[region, lane] = rest[i * step + 1 + lane]
-        pipe = self.client.pipeline(transaction=False)
-        cells = [
-            (region, lane, tenant)
-            for region in self.regions
-            for tenant in held_tenants[region]
-            for lane in LANES
-        ]
-        for region, lane, tenant in cells:
-            pipe.zcard(k.held(region, lane, tenant))
+        due = stored = quarantined = 0
+        ready: dict[tuple[str, int], int] = {(r, lane): 0 for r in self.regions for lane in LANES}
         held: dict[tuple[str, int], int] = {(r, lane): 0 for r in self.regions for lane in LANES}
-        for (region, lane, _tenant), count in zip(cells, pipe.execute(), strict=True):
-            held[region, lane] += count
+        for part in k.every_partition():  # every figure is the sum over the partitions
+            part_due, part_stored, part_quarantined, part_ready, part_held = self._partition(part)
+            due, stored = due + part_due, stored + part_stored
+            quarantined += part_quarantined
+            for cell in ready:
+                ready[cell] += part_ready[cell]
+                held[cell] += part_held[cell]
 
         g_due = GaugeMetricFamily("checkbeat_checks_due", "Jobs waiting for their next tick.")
         g_due.add_metric([], due)
@@ -140,6 +122,40 @@ class CheckStateCollector:
             g_slots,
             g_workers,
         ]
+
+    def _partition(
+        self, k: Keys
+    ) -> tuple[int, int, int, dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """(due, stored, quarantined, ready, held) of one partition, in two round trips."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.due())
+        pipe.scard(k.checks())
+        pipe.scard(k.quarantine())
+        for region in self.regions:
+            pipe.smembers(k.held_tenants(region))
+            for lane in LANES:
+                pipe.zcard(k.ready(region, lane))
+        due, stored, quarantined, *rest = pipe.execute()
+        held_tenants: dict[str, list[str]] = {}
+        ready: dict[tuple[str, int], int] = {}
+        step = 1 + len(LANES)
+        for i, region in enumerate(self.regions):
+            held_tenants[region] = sorted(rest[i * step])
+            for lane in LANES:
+                ready[region, lane] = rest[i * step + 1 + lane]
+        pipe = self.client.pipeline(transaction=False)
+        cells = [
+            (region, lane, tenant)
+            for region in self.regions
+            for tenant in held_tenants[region]
+            for lane in LANES
+        ]
+        for region, lane, tenant in cells:
+            pipe.zcard(k.held(region, lane, tenant))
+        held: dict[tuple[str, int], int] = {(r, lane): 0 for r in self.regions for lane in LANES}
+        for (region, lane, _tenant), count in zip(cells, pipe.execute(), strict=True):
+            held[region, lane] += count
+        return due, stored, quarantined, ready, held
 
     def _broker(self) -> Iterable[Metric]:
         up = GaugeMetricFamily(

@@ -35,6 +35,7 @@ from celery_app.redis.schema import (
     Keys,
     QuarantineField,
     QuarantineStep,
+    by_partition,
     split_job_id,
 )
 from celery_app.redis.scripts import run_script
@@ -137,9 +138,9 @@ def quarantine(
         tenant = cast("str | None", reply) or ""  # decode_responses=True
     except redis.ResponseError:  # the key is not a hash at all
         tenant = ""
-    script_keys = _keys_of(keys, job_id, [tenant])
+    script_keys = _keys_of(keys.of_job(job_id), job_id, [tenant])
     if script_keys is None:
-        client.zrem(keys.due(), job_id)
+        client.zrem(keys.due(), job_id)  # the due index it was found in: the caller's
         return False
     record: dict[str, str | float] = {
         QuarantineField.STEP: str(step),
@@ -151,8 +152,11 @@ def quarantine(
 
 
 def read_quarantine(client: redis.Redis, keys: Keys) -> list[QuarantinedJob]:
-    """Every quarantined job, oldest first."""
-    ids = sorted(cast("set[str]", client.smembers(keys.quarantine())))  # decode_responses=True
+    """Every quarantined job of every partition, oldest first."""
+    pipe = client.pipeline(transaction=False)
+    for part in keys.every_partition():
+        pipe.smembers(part.quarantine())
+    ids = sorted(set().union(*pipe.execute()))  # decode_responses=True
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hget(keys.job(job_id), JobField.QUARANTINE)
@@ -177,8 +181,10 @@ def quarantined_of(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> l
     """Those of ``job_ids`` that are quarantined."""
     if not job_ids:
         return []
-    flags = client.smismember(keys.quarantine(), list(job_ids))
-    return [j for j, flag in zip(job_ids, flags, strict=True) if flag]
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.sismember(keys.of_job(job_id).quarantine(), job_id)
+    return [j for j, flag in zip(job_ids, pipe.execute(), strict=True) if flag]
 
 
 def release(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[str]:
@@ -186,11 +192,13 @@ def release(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> list[str
     caller's write (an update, an enable, a reconcile) places them as new jobs; the released.
     A job outside the quarantine is untouched."""
     released = quarantined_of(client, keys, job_ids)
-    if released:
+    for group in by_partition(keys, released, lambda job_id: job_id.rpartition("@")[0]):
+        part = keys.of_job(group[0])
         pipe = client.pipeline(transaction=True)
-        for job_id in released:
-            pipe.delete(keys.job(job_id))
-        pipe.srem(keys.quarantine(), *released)
+        for job_id in group:
+            pipe.delete(part.job(job_id))
+        pipe.srem(part.quarantine(), *group)
         pipe.execute()
+    if released:
         log.warning("checkbeat: released %d quarantined job(s): %s", len(released), released)
     return released

@@ -8,6 +8,11 @@ instead of the same checks losing every window for hours. Each tick a
 held job misses is counted as a skipped run (``sk``) and its scheduled_at moves on to the latest
 tick. Held jobs are out of the ready index, so they never hold back other tenants' claims.
 
+With several partitions of the check half (``CHECKBEAT_CHECK_PARTITIONS``) a tenant's bucket is
+cut in one per partition, each with its share of the rate and of the burst (at least one token),
+since a claim touches one partition: the tenant's runs stay within its rate, and with checks
+spread evenly by the uid hash each partition's share matches its share of the demand.
+
 Every tenant with a bucket is in ``Keys.rate_limited_tenants`` (written in the bucket's own
 transaction, with ``Keys.claim_tenants_version`` moved so claimers read the set again): the
 claim declares those buckets in its KEYS, and treats any other tenant as unlimited. A bucket
@@ -49,17 +54,22 @@ def set_rate_limit(
     (>= 1 and <= 1,000,000) before anything is written.
     """
     per_minute, burst = validate_rate_limit(tenant, per_minute, burst)
-    key = keys.rate_limit(tenant)
-    pipe = client.pipeline(transaction=True)  # a bucket is never outside the index
-    pipe.hset(
-        key,
-        mapping={BucketField.RATE: repr(float(per_minute)), BucketField.BURST: repr(float(burst))},
-    )
-    pipe.hsetnx(key, BucketField.TOKENS, repr(float(burst)))
-    pipe.sadd(keys.rate_limited_tenants(), tenant)
-    pipe.incr(keys.claim_tenants_version())  # claimers read the set again
-    pipe.execute()
-    return get_rate_limit(client, keys, tenant)  # type: ignore[return-value]  # just written
+    share_rate, share_burst = per_minute / keys.partitions, max(MIN_BURST, burst / keys.partitions)
+    fields: dict[str, str] = {
+        BucketField.RATE: repr(share_rate),
+        BucketField.BURST: repr(share_burst),
+    }
+    if keys.partitions > 1:
+        fields |= {BucketField.SET_RATE: repr(per_minute), BucketField.SET_BURST: repr(burst)}
+    for part in keys.every_partition():
+        key = part.rate_limit(tenant)
+        pipe = client.pipeline(transaction=True)  # a bucket is never outside the index
+        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # str keys are fine
+        pipe.hsetnx(key, BucketField.TOKENS, repr(share_burst))
+        pipe.sadd(part.rate_limited_tenants(), tenant)
+        pipe.incr(part.claim_tenants_version())  # claimers read the set again
+        pipe.execute()
+    return RateLimit(tenant, per_minute, burst, _tokens(client, keys, tenant))
 
 
 def validate_rate_limit(tenant: str, per_minute: object, burst: object) -> tuple[float, float]:
@@ -98,38 +108,53 @@ def _number_within(value: object, low: float, high: float, *, low_open: bool) ->
 
 def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
     """Remove the bucket: the tenant is unlimited again. False if it had none."""
-    pipe = client.pipeline(transaction=True)  # (a cluster pipeline's default is none)
-    pipe.delete(keys.rate_limit(tenant))
-    pipe.srem(keys.rate_limited_tenants(), tenant)
-    pipe.incr(keys.claim_tenants_version())  # claimers read the set again
-    deleted, _, _ = pipe.execute()
-    return bool(deleted)
+    found = False
+    for part in keys.every_partition():
+        pipe = client.pipeline(transaction=True)  # (a cluster pipeline's default is none)
+        pipe.delete(part.rate_limit(tenant))
+        pipe.srem(part.rate_limited_tenants(), tenant)
+        pipe.incr(part.claim_tenants_version())  # claimers read the set again
+        deleted, _, _ = pipe.execute()
+        found = found or bool(deleted)
+    return found
 
 
 def index_rate_limits(client: redis.Redis, keys: Keys) -> list[str]:
     """Add every bucket's tenant missing from ``Keys.rate_limited_tenants`` (buckets written
-    before the index existed, or by hand); the tenants added. The repair runs it."""
-    head = keys.rate_limit("")
-    tenants = [
-        key[len(head) :] for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash")
-    ]
-    indexed = client.smembers(keys.rate_limited_tenants())
-    missing = sorted(set(tenants) - indexed)
-    if missing:
-        pipe = client.pipeline(transaction=True)
-        pipe.sadd(keys.rate_limited_tenants(), *missing)
-        pipe.incr(keys.claim_tenants_version())  # claimers read the set again
-        pipe.execute()
-    return missing
+    before the index existed, or by hand), in every partition; the tenants added. The repair
+    runs it."""
+    added: set[str] = set()
+    for part in keys.every_partition():
+        head = part.rate_limit("")
+        tenants = [
+            key[len(head) :] for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash")
+        ]
+        missing = sorted(set(tenants) - client.smembers(part.rate_limited_tenants()))
+        if missing:
+            pipe = client.pipeline(transaction=True)
+            pipe.sadd(part.rate_limited_tenants(), *missing)
+            pipe.incr(part.claim_tenants_version())  # claimers read the set again
+            pipe.execute()
+            added.update(missing)
+    return sorted(added)
 
 
 def get_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> RateLimit | None:
-    h = client.hgetall(keys.rate_limit(tenant))
+    """The tenant's bucket as set (the whole tenant's rate and burst), its tokens summed over
+    the partitions; None if it has none."""
+    h = client.hgetall(keys.at(0).rate_limit(tenant))
     if not h:
         return None
-    return RateLimit(
-        tenant,
-        float(h[BucketField.RATE]),
-        float(h[BucketField.BURST]),
-        float(h[BucketField.TOKENS]) if h.get(BucketField.TOKENS) else None,
-    )
+    rate = h.get(BucketField.SET_RATE) or h[BucketField.RATE]
+    burst = h.get(BucketField.SET_BURST) or h[BucketField.BURST]
+    return RateLimit(tenant, float(rate), float(burst), _tokens(client, keys, tenant))
+
+
+def _tokens(client: redis.Redis, keys: Keys, tenant: str) -> float | None:
+    """The tokens a tenant's buckets hold, summed over the partitions (None before any claim
+    wrote them)."""
+    pipe = client.pipeline(transaction=False)
+    for part in keys.every_partition():
+        pipe.hget(part.rate_limit(tenant), BucketField.TOKENS)
+    tokens = [float(t) for t in pipe.execute() if t]
+    return sum(tokens) if tokens else None

@@ -58,9 +58,11 @@ class RepairReport:
 
 
 def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
-    """Every uid with a definition hash (the ``checks`` set itself may be what was lost)."""
-    head = keys.check("")
-    for key in client.scan_iter(match=f"{head}*", count=1000, _type="hash"):
+    """Every uid with a definition hash in ``keys``' partition (the ``checks`` set itself may be
+    what was lost)."""
+    pattern = keys.check_definitions()
+    head = pattern.removesuffix("*")
+    for key in client.scan_iter(match=pattern, count=1000, _type="hash"):
         uid = key[len(head) :]
         if uid and ":" not in uid:
             yield uid
@@ -187,8 +189,25 @@ def _read_indexed(
 
 
 def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> RepairReport:
-    """Scan every definition and rebuild what its jobs lost (see the module docstring)."""
+    """Scan every definition and rebuild what its jobs lost (see the module docstring), in
+    every partition of the check half."""
     indexed_limits = index_rate_limits(client, keys)
+    reports = [_repair_partition(client, part, params, now) for part in keys.every_partition()]
+    return RepairReport(
+        checks=sum(r.checks for r in reports),
+        placed=tuple(x for r in reports for x in r.placed),
+        leases_restored=tuple(x for r in reports for x in r.leases_restored),
+        conflicts=tuple(x for r in reports for x in r.conflicts),
+        rate_limits_indexed=tuple(indexed_limits),
+        released=tuple(x for r in reports for x in r.released),
+        undecodable=tuple(x for r in reports for x in r.undecodable),
+    )
+
+
+def _repair_partition(
+    client: redis.Redis, keys: Keys, params: Params, now: datetime
+) -> RepairReport:
+    """:func:`repair` of one partition (``keys``'): every definition stored there."""
     uids = list(check_uids(client, keys))
     placed: list[str] = []
     restored: list[str] = []
@@ -238,7 +257,7 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
     # Lease tokens are "<sequence>.<k>": a counter lost by the restore must not issue them again.
     run_script(client, "leaseseq", keys=[keys.lease_seq()], args=[str(highest_seq)])
     known = set(uids)
-    quarantined = [q.job_id for q in read_quarantine(client, keys)]
+    quarantined = [q.job_id for q in read_quarantine(client, keys) if keys.of_job(q.job_id) == keys]
     gone = [j for j in quarantined if j.rpartition("@")[0] not in known]
     release_quarantined(client, keys, gone)  # their checks were deleted: nothing to rebuild
     return RepairReport(
@@ -246,7 +265,6 @@ def repair(client: redis.Redis, keys: Keys, params: Params, now: datetime) -> Re
         tuple(placed),
         tuple(restored),
         tuple(conflicts),
-        tuple(indexed_limits),
-        tuple(released),
-        tuple(undecodable),
+        released=tuple(released),
+        undecodable=tuple(undecodable),
     )

@@ -10,11 +10,11 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import redis
 
 from celery_app.checks.jobs import JobState, UnreadableJob, read_jobs_for_report
+from celery_app.checks.store import listed_uids
 from celery_app.redis.schema import LANE_NAMES, CheckField, Keys, job_id
 
 COST_BUCKETS_MS = (100.0, 500.0, 1000.0, 5000.0, 15000.0)
@@ -89,8 +89,7 @@ def read_all_jobs(
     client: redis.Redis, keys: Keys, tenant: str | None = None, batch: int = 5000
 ) -> list[JobState | UnreadableJob]:
     """Every job (of one tenant), read in pipelined batches; a torn one is an UnreadableJob."""
-    members = client.smembers(keys.tenant_checks(tenant) if tenant else keys.checks())
-    uids = sorted(cast("set[str]", members))  # decode_responses=True
+    uids = listed_uids(client, keys, tenant)
     jobs: list[JobState | UnreadableJob] = []
     for start in range(0, len(uids), batch):
         chunk = uids[start : start + batch]

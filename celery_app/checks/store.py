@@ -43,7 +43,7 @@ from celery_app.checks.maintenance import MaintenanceStore
 from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import JobField, Keys, maintenance_scope
+from celery_app.redis.schema import JobField, Keys, by_partition, maintenance_scope
 from celery_app.redis.scripts import run_script
 from celery_app.registry import SHARED, Registry, registry_of
 from celery_app.settings import Settings
@@ -58,6 +58,14 @@ _RETRIES = 5
 
 
 # --- reconcile (pure) -------------------------------------------------------------------------
+
+
+def listed_uids(client: Any, keys: Keys, tenant: str | None = None) -> list[str]:
+    """The uids of every check (of ``tenant``), sorted: the union of each partition's set."""
+    pipe = client.pipeline(transaction=False)
+    for part in keys.every_partition():
+        pipe.smembers(part.tenant_checks(tenant) if tenant else part.checks())
+    return sorted(set().union(*pipe.execute()))  # decode_responses=True
 
 
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
@@ -201,11 +209,12 @@ class CheckStore:
             raise CheckNotFound(uid)
         return found
 
+    def uids(self, tenant: str | None = None) -> builtins.list[str]:
+        """The uids of every check (of ``tenant``), sorted, from every partition."""
+        return listed_uids(self.redis, self.keys, tenant)
+
     def list(self, tenant: str | None = None) -> list[CheckDefinition]:
-        members = self.redis.smembers(
-            self.keys.tenant_checks(tenant) if tenant else self.keys.checks()
-        )
-        uids = sorted(cast("set[str]", members))  # decode_responses=True
+        uids = self.uids(tenant)
         pipe = self.redis.pipeline(transaction=False)
         for uid in uids:
             pipe.hgetall(self.keys.check(uid))
@@ -253,8 +262,9 @@ class CheckStore:
     def create_many(
         self, definitions: Iterable[CheckDefinition], now: datetime | None = None, chunk: int = 500
     ) -> int:
-        """Create many already-validated checks, ``chunk`` per Lua call (a batch is all or
-        nothing; up to 8 calls per round trip); CheckExists names the first uid that was taken."""
+        """Create many already-validated checks, ``chunk`` of one partition per Lua call (a
+        batch is all or nothing; up to 8 calls per round trip); CheckExists names the first uid
+        that was taken."""
         when = self._now(now)
         count = 0
         batches: list[list[CheckDefinition]] = []
@@ -271,16 +281,18 @@ class CheckStore:
                     raise CheckExists(f"check {status[1]!r} already exists")
             batches.clear()
 
-        for defn in definitions:
-            batch.append(defn)
-            count += 1
-            if len(batch) >= chunk:
+        for group in by_partition(self.keys, definitions, lambda d: d.uid):
+            for defn in group:
+                batch.append(defn)
+                count += 1
+                if len(batch) >= chunk:
+                    batches.append(batch)
+                    batch = []
+                    if len(batches) >= 8:
+                        flush()
+            if batch:
                 batches.append(batch)
                 batch = []
-                if len(batches) >= 8:
-                    flush()
-        if batch:
-            batches.append(batch)
         if batches:
             flush()
         return count

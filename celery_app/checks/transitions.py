@@ -245,8 +245,11 @@ def finish_delivery(
 
 
 def pending(client: Any, keys: Keys) -> int:
-    """Transitions not delivered yet (in the outbox)."""
-    return int(client.zcard(keys.transition_outbox()))
+    """Transitions not delivered yet (in the outbox of every partition)."""
+    pipe = client.pipeline(transaction=False)
+    for part in keys.every_partition():
+        pipe.zcard(part.transition_outbox())
+    return sum(int(n) for n in pipe.execute())
 
 
 def ids_of(transitions: Iterable[Mapping[str, Any]]) -> list[str]:

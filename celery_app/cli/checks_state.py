@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from celery_app.checks.definition import CheckDefinition
-from celery_app.checks.health import CheckHealth, read_transitions
+from celery_app.checks.health import CheckHealth, read_tenant_transitions, read_transitions
 from celery_app.checks.health import read_check_health as _read_health
 from celery_app.checks.maintenance import (
     MaintenanceStore,
@@ -190,8 +190,10 @@ def transitions(
     if (uid is None) == (tenant is None):
         raise click.UsageError("give a check UID or --tenant")
     store = _store(ctx)
-    key = store.keys.check_transitions(uid) if uid else store.keys.tenant_transitions(tenant or "")
-    rows = read_transitions(store.redis, key, count=count)
+    if uid:
+        rows = read_transitions(store.redis, store.keys.check_transitions(uid), count=count)
+    else:
+        rows = read_tenant_transitions(store.redis, store.keys, tenant or "", count=count)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

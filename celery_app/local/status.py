@@ -18,9 +18,10 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.health import read_tenant_transitions
 from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.store import CheckStore
+from celery_app.checks.transitions import pending
 from celery_app.cron_tasks.service import CronService, row_dict
 from celery_app.factory import settings_of
 from celery_app.local.lateness import LatenessWindow, scrape, summary
@@ -156,7 +157,7 @@ def _states(app: Celery, keys: Keys) -> dict[str, Any]:
     recent = [
         t
         for tenant in sorted({d.tenant for d in definitions})
-        for t in read_transitions(client, keys.tenant_transitions(tenant), RECENT_TRANSITIONS)
+        for t in read_tenant_transitions(client, keys, tenant, RECENT_TRANSITIONS)
     ]
     recent.sort(key=lambda t: t["at"], reverse=True)
     transitions = [
@@ -174,7 +175,7 @@ def _states(app: Celery, keys: Keys) -> dict[str, Any]:
     return {
         "states": states,
         "transitions": transitions,
-        "undelivered": client.zcard(keys.transition_outbox()),
+        "undelivered": pending(client, keys),
     }
 
 

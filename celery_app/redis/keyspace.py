@@ -15,4 +15,8 @@ from celery_app.settings import Settings
 
 def state_keys(settings: Settings) -> Keys:
     """Every component's ``Keys``: one definition of the prefix and of the tagging."""
-    return Keys(settings.key_prefix, cluster=is_cluster_url(settings.redis_url))
+    return Keys(
+        settings.key_prefix,
+        cluster=is_cluster_url(settings.redis_url),
+        partitions=settings.check_partitions,
+    )

@@ -10,11 +10,19 @@ stored in Redis are Unix seconds as floats (ZSET scores and hash fields alike); 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from enum import IntEnum, StrEnum
+from functools import lru_cache
+from typing import TypeVar
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot
 
 from scheduling_core.health import State
 
+T = TypeVar("T")
 LANE_NAMES = ("fast", "slow")  # index = scheduling_core LANE_FAST / LANE_SLOW
 #: Redis Cluster hash tags of the two halves of the keyspace (``Keys(prefix, cluster=True)``).
 CHECKS_TAG = "{checks}"
@@ -98,12 +106,16 @@ class WorkerRoleName(StrEnum):
 
 class BucketField(StrEnum):
     """Fields of a tenant's token bucket (``Keys.rate_limit``): RATE and BURST written by
-    ``checks.ratelimit``, TOKENS and UPDATED by the claim script as it spends tokens."""
+    ``checks.ratelimit``, TOKENS and UPDATED by the claim script as it spends tokens. With
+    several partitions each holds one bucket of the tenant: RATE and BURST are its share, and
+    SET_RATE and SET_BURST what the operator set for the whole tenant."""
 
     RATE = "rate"  # runs per minute
     BURST = "burst"
     TOKENS = "tokens"
     UPDATED = "ts"  # Unix s of the last refill
+    SET_RATE = "srate"
+    SET_BURST = "sburst"
 
 
 class QuarantineField(StrEnum):
@@ -166,6 +178,42 @@ def check_queue(region: str, lane: int | str) -> str:
     return f"checks.{region}.{name}"
 
 
+def partition_of(uid: str, partitions: int) -> int:
+    """The partition of the check half a check lives in: a stable hash of its uid (CRC32, the
+    same in every process and every version), so its jobs in every region, its state and its
+    transitions share one partition and every script of a run touches one slot."""
+    return zlib.crc32(uid.encode()) % partitions if partitions > 1 else 0
+
+
+def by_partition(keys: Keys, items: Iterable[T], uid_of: Callable[[T], str]) -> list[list[T]]:
+    """``items`` grouped by the partition of the check half their check lives in (in order
+    within a group): one script call or transaction writes one partition (one cluster slot)."""
+    groups: dict[int, list[T]] = {}
+    for item in items:
+        groups.setdefault(keys.of_check(uid_of(item)).partition, []).append(item)
+    return [groups[p] for p in sorted(groups)]
+
+
+@lru_cache(maxsize=16)
+def partition_tags(partitions: int) -> tuple[str, ...]:
+    """The hash tag of each partition of the check half: ``{checks}`` when there is one, else
+    ``{checks.<p>.<salt>}`` with the smallest salt whose cluster slot falls in the p-th of
+    ``partitions`` equal ranges of the 16,384 slots. Why the salt: a cluster's masters own
+    contiguous slot ranges, so tags spread evenly over the slots spread the partitions evenly
+    over the masters (``checks.<p>`` alone lands where CRC16 puts it: two partitions of three
+    can share a master)."""
+    if partitions <= 1:
+        return (CHECKS_TAG,)
+    tags = []
+    for p in range(partitions):
+        low, high = p * SLOTS // partitions, (p + 1) * SLOTS // partitions
+        salt = 0
+        while not low <= key_slot(f"checks.{p}.{salt}".encode()) < high:
+            salt += 1
+        tags.append(f"{{checks.{p}.{salt}}}")
+    return tuple(tags)
+
+
 @dataclass(frozen=True)
 class Keys:
     """Key names under one prefix (``CHECKBEAT_KEY_PREFIX``).
@@ -177,15 +225,58 @@ class Keys:
     region's job at once; a cron claim takes up to 500 tasks' windows and the pending record).
     Without it the names are those of a plain or Sentinel Redis, unchanged
     (docs/high-availability.md, "Redis Cluster").
+
+    With ``partitions`` > 1 (``CHECKBEAT_CHECK_PARTITIONS``) the check half is cut in that many
+    partitions, each under its own hash tag (:func:`partition_tags`), on any Redis. A key of
+    one check or job (``check``, ``job``, ``check_state``, ...) is in the check's partition
+    whatever ``partition`` says; every other key of the check half (the due, ready and lease
+    indexes, workers, token buckets, the transition outbox, ...) is the one of ``partition``:
+    :meth:`at`, :meth:`of_check` and :meth:`of_job` give the ``Keys`` of a partition.
     """
 
     prefix: str
     cluster: bool = False
+    partitions: int = 1
+    partition: int = 0
+
+    def at(self, partition: int) -> Keys:
+        """These keys, in ``partition`` of the check half."""
+        if not 0 <= partition < self.partitions:
+            raise ValueError(f"partition {partition} is not in 0..{self.partitions - 1}")
+        return self if partition == self.partition else replace(self, partition=partition)
+
+    def of_check(self, uid: str) -> Keys:
+        """The keys of the partition check ``uid`` lives in."""
+        return self.at(partition_of(uid, self.partitions))
+
+    def of_job(self, job: str) -> Keys:
+        """The keys of the partition job ``job`` (``<uid>@<region>``) lives in."""
+        return self.of_check(job.rpartition("@")[0])
+
+    def of_transition(self, transition_id: str) -> Keys:
+        """The keys of the partition transition ``<uid>#<seq>`` was made in."""
+        return self.of_check(transition_id.rpartition("#")[0])
+
+    def every_partition(self) -> list[Keys]:
+        """The keys of each partition of the check half, in order."""
+        return [self.at(p) for p in range(self.partitions)]
+
+    def _head(self, partition: int) -> str:
+        if self.partitions > 1:
+            return f"{self.prefix}:{partition_tags(self.partitions)[partition]}"
+        return f"{self.prefix}:{CHECKS_TAG}" if self.cluster else self.prefix
 
     @property
     def _checks(self) -> str:
-        """The head of every key of the check half (jobs, indexes, workers, state, metrics)."""
-        return f"{self.prefix}:{CHECKS_TAG}" if self.cluster else self.prefix
+        """The head of every key of this partition of the check half (indexes, workers, ...)."""
+        return self._head(self.partition)
+
+    def _checks_of(self, uid: str) -> str:
+        """The head of every key of check ``uid`` (its definition, jobs, state, results)."""
+        return self._head(partition_of(uid, self.partitions))
+
+    def _checks_of_job(self, job: str) -> str:
+        return self._checks_of(job.rpartition("@")[0])
 
     @property
     def _cron(self) -> str:
@@ -284,10 +375,15 @@ class Keys:
     # --- checks ----------------------------------------------------------------------------
     def check(self, uid: str) -> str:
         """Hash: the check definition."""
-        return f"{self._checks}:check:{uid}"
+        return f"{self._checks_of(uid)}:check:{uid}"
+
+    def check_definitions(self) -> str:
+        """The SCAN pattern of every check definition hash of this partition (``check`` of
+        each uid stored here): what a repair reads when the ``checks`` set may be lost."""
+        return f"{self._checks}:check:*"
 
     def checks(self) -> str:
-        """Set of every check uid."""
+        """Set of every check uid (of this partition)."""
         return f"{self._checks}:checks"
 
     def tenant_checks(self, tenant: str) -> str:
@@ -296,11 +392,11 @@ class Keys:
 
     def job(self, job: str) -> str:
         """Hash: one (check, region) job's scheduling state."""
-        return f"{self._checks}:job:{job}"
+        return f"{self._checks_of_job(job)}:job:{job}"
 
     def check_jobs(self, uid: str) -> str:
         """Set of the job ids of one check."""
-        return f"{self._checks}:check:{uid}:jobs"
+        return f"{self._checks_of(uid)}:check:{uid}:jobs"
 
     def due(self) -> str:
         """ZSET job -> scheduled_at: jobs waiting for their tick."""
@@ -344,15 +440,15 @@ class Keys:
         """Marker (``SET NX`` with a TTL past the run's deadline) that a run of this lease has
         started: a second delivery of the same message (a publish retried after its reply was
         lost, a duplicated queue entry) is dropped instead of probing the target twice."""
-        return f"{self._checks}:started:{job}:{lease_token}"
+        return f"{self._checks_of_job(job)}:started:{job}:{lease_token}"
 
     def results(self, uid: str) -> str:
         """Stream (capped): the check's recent results, all regions."""
-        return f"{self._checks}:results:{uid}"
+        return f"{self._checks_of(uid)}:results:{uid}"
 
     def last_result(self, uid: str) -> str:
         """Hash region -> JSON of the last result in that region."""
-        return f"{self._checks}:last:{uid}"
+        return f"{self._checks_of(uid)}:last:{uid}"
 
     def rate_limit(self, tenant: str) -> str:
         """Hash: a tenant's token bucket (rate per minute, burst, tokens, updated)."""
@@ -390,11 +486,11 @@ class Keys:
     def check_state(self, uid: str) -> str:
         """Hash: the check's overall state (:class:`CheckStateField`); written by complete.lua
         and transition_release.lua, deleted with the check."""
-        return f"{self._checks}:state:{uid}"
+        return f"{self._checks_of(uid)}:state:{uid}"
 
     def check_transitions(self, uid: str) -> str:
         """Stream (capped): the check's transitions, JSON (:class:`TransitionField`)."""
-        return f"{self._checks}:transitions:{uid}"
+        return f"{self._checks_of(uid)}:transitions:{uid}"
 
     def tenant_transitions(self, tenant: str) -> str:
         """Stream (capped): every transition of the tenant's checks."""
@@ -411,7 +507,7 @@ class Keys:
 
     def transition_delivery(self, transition_id: str) -> str:
         """String with a TTL: the Celery task id delivering the transition now (SET NX PX)."""
-        return f"{self._checks}:transitions:delivering:{transition_id}"
+        return f"{self.of_transition(transition_id)._checks}:transitions:delivering:{transition_id}"
 
     def transition_claims(self) -> str:
         """Hash transition id -> times it was claimed for publishing (each claim doubles the
@@ -423,13 +519,15 @@ class Keys:
         return f"{self._checks}:transitions:failed"
 
     def maintenance(self, scope: str) -> str:
-        """Hash window id -> JSON window (cron, duration_s, timezone) of a scope:
+        """In the first partition, whatever ``partition`` says (windows are read outside the
+        run's scripts; each partition's ``maintenance_version`` says when they changed).
+        Hash window id -> JSON window (cron, duration_s, timezone) of a scope:
         ``check:<uid>`` or ``tenant:<tenant>`` (:func:`maintenance_scope`)."""
-        return f"{self._checks}:maintenance:{scope}"
+        return f"{self._head(0)}:maintenance:{scope}"
 
     def maintenance_scopes(self) -> str:
         """Set of the scopes that have maintenance windows."""
-        return f"{self._checks}:maintenance-scopes"
+        return f"{self._head(0)}:maintenance-scopes"
 
     def maintenance_version(self) -> str:
         """String: a random token replaced by every window change (with it, in one transaction),

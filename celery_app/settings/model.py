@@ -239,6 +239,18 @@ class Settings(BaseSettings):
             "region of a new check."
         ),
     )
+    check_partitions: int = setting(
+        1,
+        description=(
+            "Partitions of the check half: each check (its jobs in every region, its state and "
+            "transitions) lives in one, by a hash of its uid, and each partition is one Redis "
+            "Cluster hash tag, so the check half spreads over a cluster's masters. Every worker's "
+            "slots are shared out among the partitions. Change it only with `checks reconcile "
+            "--partitions N` (docs/scale.md); beats and workers refuse a value the store was not "
+            "built with."
+        ),
+        bound=Bound(1, 1024),
+    )
     pool_size: int = setting(
         8,
         description="Probe slots per region (fast + shared worker).",
