@@ -32,7 +32,7 @@ early (``celery_app.redis.clock``). An explicit ``now`` is for tests.
 
 Why it lives in celery_app and not only in beat: a slot freed by a finished run would stay idle
 until the next tick (a 50 ms check on a 0.5 s tick uses a tenth of its slot), so the worker
-calls :func:`refill_after_run` right after ``complete_run``: the freed slot is claimed again at
+calls :func:`refill_after_run` right after its run's write: the freed slot is claimed again at
 once, work-conserving, with the same atomic claim. beat and workers never import each other.
 """
 
@@ -553,7 +553,7 @@ def refill_after_run(
 ) -> int:
     """Claim and publish work for the slot a finished run just freed in ``region``.
 
-    Call it after ``complete_run``/``finish_run`` returned True. It is the same atomic claim the
+    Call it after a run's write was made (``workers.post_exec``). It is the same atomic claim the
     beat dispatcher makes, so it never exceeds the free slots; errors are the caller's to log
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.
