@@ -57,7 +57,6 @@ from celery_app.checks.claiming import (
     RegionClaimer,
     RegionSlots,
     promote_and_read,
-    promote_due,
 )
 from celery_app.checks.completion import complete_runs_each
 from celery_app.checks.health import plan_health
@@ -289,13 +288,6 @@ class Dispatcher:
         needs.prefetched(pipe.execute())
         return needs.decide()
 
-    def promote(self, now_s: float) -> int:
-        """Move the jobs due at ``now_s`` into their ready indexes; how many moved."""
-        placed: Counter[tuple[str, int]] = Counter()
-        moved = promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH, placed)
-        metrics.promoted(placed)
-        return moved
-
     def claim(
         self,
         now_s: float,
@@ -329,10 +321,6 @@ class Dispatcher:
             claims.extend(taken.claims)
             limited += taken.rate_limited
         return ClaimResult(tuple(claims), slots, limited)
-
-    def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
-        build = RunMessages(self.params, wait_s=self.lead).message
-        return [_message(build, c) for c in claims]
 
     def _sendable(self, claims: Sequence[Claim]) -> tuple[list[Claim], list[TaskMessage]]:
         """The claims and their messages; a claim whose message cannot be built from its job's
