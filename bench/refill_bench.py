@@ -59,7 +59,8 @@ def _skip_script_exists() -> None:
 
 
 def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    from celery_app.checks.dispatch import Dispatcher
+    from celery_app.checks.claiming import promote_due
+    from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher
     from celery_app.checks.jobs import from_unix
 
     check_kind(KIND)(_probe)
@@ -107,7 +108,8 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
             for tick in block:
                 now = tick - AHEAD_S
                 if name == "separate":
-                    dispatcher.promote(now + settings.dispatch_lead)
+                    lead = now + settings.dispatch_lead
+                    promote_due(client, dispatcher.keys, lead, PROMOTE_BATCH)
                     got = dispatcher.claim(now, (REGION,), rate_limited_scan=SCAN)
                 else:
                     got = dispatcher._promote_claim(

@@ -12,9 +12,9 @@ import json
 
 import pytest
 from support.checks import at, register_fake_worker
+from support.completion import finish
 
 from celery_app.checks.abandon import Abandoned, abandon_run
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.start_read import read_start
@@ -34,8 +34,7 @@ def claimed(r, keys, store, dispatcher_app) -> tuple[Dispatcher, str, float]:
     store.create(uid="c1", tenant="t", kind="testprobe", target="x", period=PERIOD,
                  regions=["eu"], now=at(now - 3 * PERIOD))  # fmt: skip
     d = Dispatcher(dispatcher_app, client=r)
-    d.promote(now)
-    (claim,) = [c for c in d.claim(now).claims if c.job_id == JOB]
+    (claim,) = [c for c in d.tick(now).claims if c.job_id == JOB]
     return d, claim.lease_token, claim.scheduled_at
 
 
@@ -106,10 +105,8 @@ def test_a_reaper_or_a_completion_that_got_there_first_wins(r, keys, store, clai
     assert abandon(r, store, token, tick).result == Abandoned.LEASE_GONE
     assert read_job(r, keys, JOB) == reaped  # nothing written
 
-    d.promote(reaped.scheduled_at)
-    (again,) = d.claim(reaped.scheduled_at).claims
-    assert finish_run(r, keys, store.params, JOB, again.lease_token, duration_ms=5.0,
-                      timed_out=False, exec_start=None)  # fmt: skip
+    (again,) = d.tick(reaped.scheduled_at).claims
+    assert finish(r, keys, store.settings, JOB, again.lease_token)[0]
     done = read_job(r, keys, JOB)
     assert abandon(r, store, again.lease_token, again.scheduled_at).result == Abandoned.LEASE_GONE
     assert read_job(r, keys, JOB) == done and done.abandoned == 0

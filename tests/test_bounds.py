@@ -212,8 +212,8 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
     """The issue's incident: a job hash holding w=1e11 (written before the bound existed) with
     tier credit on made every tick raise OverflowError before it claimed anything."""
     from support.checks import register_fake_worker
+    from support.completion import finish
 
-    from celery_app.checks.completion import finish_run
     from celery_app.checks.dispatch import Dispatcher
     from celery_app.checks.run_contract import RunRecord, RunStatus
     from celery_app.factory import create_app
@@ -232,11 +232,11 @@ def test_a_stored_pre_bounds_weight_no_longer_stops_dispatching_for_everyone(
     now = t0
     while now < t0 + 130:
         for claim in dispatcher.tick(now).claims:
-            assert finish_run(
-                r, keys, store.params, claim.job_id, claim.lease_token, duration_ms=20.0,
-                timed_out=False, exec_start=at(now), now=at(now + 0.05),
+            assert finish(
+                r, keys, credit_on, claim.job_id, claim.lease_token, duration_ms=20.0,
+                exec_start=at(now), now=at(now + 0.05),
                 record=RunRecord(RunStatus.UP, "eu", finished_at=now + 0.05),
-            )  # fmt: skip
+            )[0]  # fmt: skip
             ran.add(claim.job_id)
         now += 1.0
     assert ran == {"huge@eu", "other@eu"}

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 from support.checks import at
+from support.completion import write
 from support.state_db import snapshot
 
-from celery_app.checks.completion import complete_runs
 from celery_app.checks.jobs import CompletedRun, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
@@ -90,7 +90,7 @@ def _run_once(r, keys, job, cost, lane):
         cost_ewma_ms=cost, delay_ewma_ms=7.0, effective_scheduled_at=at(job.scheduled_at), lane=lane
     )
     nxt = at(job.scheduled_at + 60)
-    assert complete_runs(r, keys, [CompletedRun(job.job_id, "tok", state, nxt)]) == [True]
+    assert write(r, keys, [CompletedRun(job.job_id, "tok", state, nxt)]) == [True]
 
 
 def test_adding_and_removing_regions_moves_phases_by_the_spread_keeping_ewmas(store, r, keys):
@@ -177,7 +177,7 @@ def test_delete_removes_jobs_leases_and_discards_a_started_run(store, r, keys):
     assert store.get("c1") is None
     assert r.dbsize() == 0, r.keys("*")
     state = PostExecState(10.0, 0.0, at(eu.scheduled_at), 0)
-    done = complete_runs(
+    done = write(
         r, keys, [CompletedRun("c1@eu", "tok", state, at(eu.scheduled_at + 60), UP_RECORD)]
     )
     assert done == [False]
@@ -230,7 +230,7 @@ def test_reconcile_leaves_a_running_job_to_its_completion(store, r, keys):
     now = at(NOW.timestamp() + 3)
     nxt = job.next_scheduled_at(now)
     state = PostExecState(5.0, 0.0, nxt, 0)
-    assert complete_runs(r, keys, [CompletedRun("c1@eu", "run-1", state, nxt)]) == [True]
+    assert write(r, keys, [CompletedRun("c1@eu", "run-1", state, nxt)]) == [True]
     us = read_job(r, keys, "c1@us")
     assert (int(us.scheduled_at) - int(nxt.timestamp())) % 30 == 15  # spread = 30 / 2
 

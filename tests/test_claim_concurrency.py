@@ -13,9 +13,9 @@ import pytest
 import redis
 from support.at_once import at_once
 from support.checks import at, learned, register_fake_worker
+from support.completion import finish
 
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.redis.schema import JobField
@@ -186,17 +186,17 @@ def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
         for job in fast + slow:
             if rng.random() < 0.6:
                 token = r.hget(keys.job(job), JobField.LEASE_TOKEN)
-                assert finish_run(
+                assert finish(
                     r,
                     keys,
-                    store.params,
+                    store.settings,
                     job,
                     token,
+                    params=store.params,
                     duration_ms=10.0,
-                    timed_out=False,
                     exec_start=at(now - 0.5),
                     now=at(now),
-                )
+                )[0]
     assert claimed_total > 50  # the region was busy, not idle
     for c in clients:
         c.close()
@@ -205,20 +205,20 @@ def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
 # --- the claimer's cache: what changes rarely is read again only when it changed --------------
 
 
-def finish(r, keys, store, job: str, now: float) -> None:
+def finished(r, keys, store, job: str, now: float) -> None:
     """The run of leased ``job`` finished: its slot is free."""
     token = r.hget(keys.job(job), JobField.LEASE_TOKEN)
-    assert finish_run(
+    assert finish(
         r,
         keys,
-        store.params,
+        store.settings,
         job,
         token,
+        params=store.params,
         duration_ms=10.0,
-        timed_out=False,
         exec_start=at(now - 0.5),
         now=at(now),
-    )
+    )[0]
 
 
 def calls(r) -> dict[str, int]:
@@ -233,7 +233,7 @@ def test_a_warm_claimer_reads_neither_the_tenant_sets_nor_the_worker_hashes_agai
     a = RegionClaimer(r, keys, "eu")
     assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 4  # reads in full
     for job in ids[:2]:
-        finish(r, keys, store, job, T0 + 2)
+        finished(r, keys, store, job, T0 + 2)
     before = calls(r)
     assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2
     after = calls(r)
@@ -253,7 +253,7 @@ def test_a_cached_claim_never_counts_a_worker_whose_heartbeat_expired(r, keys, s
     a = RegionClaimer(r, keys, "eu")
     assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 5
     for job in ids[:3]:
-        finish(r, keys, store, job, T0 + 2)
+        finished(r, keys, store, job, T0 + 2)
     r.delete(keys.worker("w2"))  # its heartbeat expired: the cache still counts 5 slots
     got = a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100)
     assert got.claims == [] and got.slots.total == 2  # 2 in flight on w1's 2 slots: none free
@@ -270,7 +270,7 @@ def test_a_cached_claim_counts_a_new_worker_a_new_concurrency_and_stuck_slots(r,
     register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=3)
     assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 3  # w2's slots
     for job in ids[:5]:
-        finish(r, keys, store, job, T0 + 2)
+        finished(r, keys, store, job, T0 + 2)
     register_fake_worker(r, keys, "w2", region="eu", role="shared", concurrency=1)  # restarted
     r.hset(keys.worker("w1"), "stuck", "1")  # one probe thread past its deadline
     assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2  # 1 + 1, not 5

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 from support.checks import RECORD_KEYS, at, learned, register_fake_worker
+from support.completion import finish, write
 
-from celery_app.checks.completion import complete_run
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.jobs import read_job
+from celery_app.checks.jobs import CompletedRun, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunRequest, RunStatus
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
@@ -144,7 +144,8 @@ def test_lanes_never_exceed_free_slots_and_slow_never_takes_reserved(
     for claim in [c for c in report.claims if c.lane == 1][:2]:
         job = read_job(r, keys, claim.job_id)
         state = PostExecState(3000.0, 0.0, at(T0 + 120), 1)
-        assert complete_run(r, keys, claim.job_id, claim.lease_token, state, at(T0 + 60))
+        run = CompletedRun(claim.job_id, claim.lease_token, state, at(T0 + 60))
+        assert write(r, keys, [run]) == [True]
     later = d.tick(T0 + 3)
     assert len(later.claims) == 2
     assert job is not None
@@ -247,16 +248,18 @@ def test_expired_lease_is_reaped_once_as_a_lost_timed_out_run(
     assert (last["lane"], last["error_class"], last["timed_out"]) == ("fast", "lost", True)
     # the worker finishing late is discarded: its token was reaped
     state = PostExecState(100.0, 0.0, at(T0 + 60), 0)
-    assert not complete_run(r, keys, "c000@eu", claim.lease_token, state, at(T0 + 60))
+    late = CompletedRun("c000@eu", claim.lease_token, state, at(T0 + 60))
+    assert write(r, keys, [late]) == [False]
 
 
 def test_deleted_check_is_never_claimed(r, keys, store, dispatcher_app, broker):
     make_checks(store, 2)
     for i in range(2):
         learned(r, keys, store.params, f"c{i:03d}@eu", scheduled_at=T0)
-    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     d = Dispatcher(dispatcher_app, client=r)
-    d.promote(T0 + 1)
+    assert d.tick(T0 + 1).claims == ()  # no worker yet: promoted, waiting for a slot
+    assert len(r.zrange(keys.ready("eu", 0), 0, -1)) == 2
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     store.delete("c000")
     assert claimed_ids(d.tick(T0 + 1)) == ["c001@eu"]
 
@@ -295,7 +298,6 @@ def test_publish_failure_gives_the_claims_back(r, keys, store, dispatcher_app, b
 def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
     r, keys, store, dispatcher_app, broker
 ):
-    from celery_app.checks.completion import finish_run
     from celery_app.checks.dispatch import refill_after_run
 
     make_checks(store, 3)
@@ -304,17 +306,17 @@ def test_a_finished_run_refills_its_slot_without_waiting_for_a_tick(
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
     (first,) = Dispatcher(dispatcher_app, client=r).tick(T0 + 1).claims
     assert refill_after_run(dispatcher_app, "eu", T0 + 1.01) == 0  # the slot is still busy
-    assert finish_run(
+    assert finish(
         r,
         keys,
-        store.params,
+        store.settings,
         first.job_id,
         first.lease_token,
+        params=store.params,
         duration_ms=40.0,
-        timed_out=False,
         exec_start=at(T0 + 1),
         now=at(T0 + 1.04),
-    )
+    )[0]
     assert refill_after_run(dispatcher_app, "eu", T0 + 1.04) == 1
     assert r.zrange(keys.leases("eu", 0), 0, -1) == ["c001@eu"]
     assert broker.llen(check_queue("eu", "fast")) == 2
@@ -326,12 +328,23 @@ def test_a_check_disabled_between_claim_and_a_failed_publish_is_not_put_back(
     make_checks(store, 1)
     learned(r, keys, store.params, "c000@eu", scheduled_at=T0)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
-    d = Dispatcher(dispatcher_app, client=r)
-    d.promote(T0 + 1)
-    claims = d.claim(T0 + 1).claims
-    assert [c.job_id for c in claims] == ["c000@eu"]
-    store.set_enabled("c000", False, now=at(T0 + 1))
-    d.release(claims)  # what a failed publish does
+
+    class DisabledThenDown:
+        """A broker that is down, and the check disabled while the tick published to it."""
+
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def publish(self, messages):
+            self.sent += [m.kwargs["job_id"] for m in messages]
+            store.set_enabled("c000", False, now=at(T0 + 1))
+            raise ConnectionError("the broker is down")
+
+    broker_down = DisabledThenDown()
+    d = Dispatcher(dispatcher_app, client=r, publisher=broker_down)
+    with pytest.raises(ConnectionError):
+        d.tick(T0 + 1)  # its failed publish releases the claims
+    assert broker_down.sent == ["c000@eu"]
     assert read_job(r, keys, "c000@eu").lease_token is None
     assert r.zcard(keys.leases("eu", 0)) == 0
     assert r.zrange(keys.ready("eu", 0), 0, -1) == []

@@ -48,10 +48,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from support.checks import at, register_fake_worker
+from support.completion import finish
 
 from celery_app.checks import dispatch
 from celery_app.checks.abandon import Abandoned, abandon_run
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
 from celery_app.checks.jobs import read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
@@ -270,17 +270,17 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             return self._snapshot()[j][0]
 
         def _finish(self, claim: Claimed, at_s: float) -> bool:
-            return finish_run(
+            return finish(
                 client,
                 keys,
-                self.store.params,
+                self.store.settings,
                 claim.job_id,
                 claim.token,
+                params=self.store.params,
                 duration_ms=20.0,
-                timed_out=False,
                 exec_start=at(at_s),
                 now=at(at_s),
-            )
+            )[0]
 
         # --- store writes ---------------------------------------------------------------------
         @initialize(tenant=st.sampled_from(TENANTS), limited=st.booleans())

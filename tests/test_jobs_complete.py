@@ -1,4 +1,5 @@
-"""complete_run: the one write after a run, idempotent per lease token."""
+"""complete.lua: the one write after a run, idempotent per lease token (through
+``support.completion``: the reaper's batch write and the worker's write after a re-read)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import json
 
 import pytest
 from support.checks import at
+from support.completion import finish, write
 
-from celery_app.checks.completion import complete_run, finish_run
-from celery_app.checks.jobs import lease_is_current, read_job
+from celery_app.checks.jobs import CompletedRun, lease_is_current, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from scheduling_core import Params, PostExecState
 
@@ -47,7 +48,7 @@ def test_complete_writes_state_releases_lease_places_job_and_records_result(r, k
     nxt = at(leased.scheduled_at + 60)
     assert lease_is_current(r, keys, "c1@eu", "7.1")
     done = record(latency_ms=1200.0, lane="fast")
-    assert complete_run(r, keys, "c1@eu", "7.1", state, nxt, done) is True
+    assert write(r, keys, [CompletedRun("c1@eu", "7.1", state, nxt, done)]) == [True]
     job = read_job(r, keys, "c1@eu")
     assert (job.cost_ewma_ms, job.delay_ewma_ms, job.lane, job.runs) == (1200.0, 15.0, 1, 1)
     assert job.effective_scheduled_at == pytest.approx(leased.scheduled_at + 62.4)
@@ -59,7 +60,8 @@ def test_complete_writes_state_releases_lease_places_job_and_records_result(r, k
     assert [e[1]["region"] for e in entries] == ["eu"]
     assert json.loads(r.hget(keys.last_result("c1"), "eu")) == done.as_dict()
     # the same token again (a late duplicate, or the reaper racing the worker): nothing written
-    assert complete_run(r, keys, "c1@eu", "7.1", state, at(nxt.timestamp() + 60), record()) is False
+    again = CompletedRun("c1@eu", "7.1", state, at(nxt.timestamp() + 60), record())
+    assert write(r, keys, [again]) == [False]
     assert read_job(r, keys, "c1@eu").runs == 1
     assert len(r.xrange(keys.results("c1"))) == 1
     assert not lease_is_current(r, keys, "c1@eu", "7.1")
@@ -103,26 +105,28 @@ def test_a_record_has_one_documented_shape():
 
 def test_wrong_token_writes_nothing(r, keys, leased):
     state = PostExecState(1.0, 1.0, at(leased.scheduled_at), 0)
-    assert complete_run(r, keys, "c1@eu", "other", state, at(leased.scheduled_at + 60)) is False
+    stale = CompletedRun("c1@eu", "other", state, at(leased.scheduled_at + 60))
+    assert write(r, keys, [stale]) == [False]
     assert read_job(r, keys, "c1@eu").lease_token == "7.1"
     assert r.zcard(keys.leases("eu", 0)) == 1
 
 
-def test_finish_run_folds_post_exec_and_next_tick(r, keys, leased):
+def test_a_finished_run_folds_post_exec_and_next_tick(r, keys, settings, leased):
     params = Params(lane_slow_threshold_ms=1000, lane_fast_threshold_ms=500)
     now = at(leased.scheduled_at + 2.5)
-    assert finish_run(
+    assert finish(
         r,
         keys,
-        params,
+        settings,
         "c1@eu",
         "7.1",
+        params=params,
         duration_ms=2000.0,
         timed_out=False,
         exec_start=at(leased.scheduled_at + 0.5),
         now=now,
         record=record(),
-    )
+    ) == (True, None)
     job = read_job(r, keys, "c1@eu")
     # the record carries the lane the run was claimed in (fast), not the one it moves to
     (last,) = [json.loads(e[1]["result"]) for e in r.xrange(keys.results("c1"))]
@@ -135,21 +139,24 @@ def test_finish_run_folds_post_exec_and_next_tick(r, keys, leased):
 
 
 @pytest.mark.parametrize(("ended_s", "passed"), [(2.5, 0), (59.9, 0), (61.0, 1), (150.0, 2)])
-def test_ticks_a_late_run_passed_over_are_counted_in_the_job(r, keys, leased, ended_s, passed):
+def test_ticks_a_late_run_passed_over_are_counted_in_the_job(
+    r, keys, settings, leased, ended_s, passed
+):
     """A run that ends after its next tick's second (late, long, or completed after a
     failover) places the job strictly after now: the ticks between are not run, and counted."""
-    assert finish_run(
+    assert finish(
         r,
         keys,
-        Params(),
+        settings,
         "c1@eu",
         "7.1",
+        params=Params(),
         duration_ms=100.0,
         timed_out=False,
         exec_start=at(leased.scheduled_at),
         now=at(leased.scheduled_at + ended_s),
         record=record(),
-    )
+    ) == (True, None)
     job = read_job(r, keys, "c1@eu")
     assert int(job.scheduled_at) == int(leased.scheduled_at) + 60 * (passed + 1)
     assert (job.runs, job.passed) == (1, passed)
@@ -160,14 +167,8 @@ def test_results_stream_is_capped(r, keys, leased):
     state = PostExecState(1.0, 1.0, at(leased.scheduled_at), 0)
     for i in range(300):
         r.hset(keys.job("c1@eu"), "lt", f"t{i}")
-        assert complete_run(
-            r,
-            keys,
-            "c1@eu",
-            f"t{i}",
-            state,
-            at(leased.scheduled_at + 60),
-            record(latency_ms=float(i)),
-            results_maxlen=20,
+        run = CompletedRun(
+            "c1@eu", f"t{i}", state, at(leased.scheduled_at + 60), record(latency_ms=float(i))
         )
+        assert write(r, keys, [run], results_maxlen=20) == [True]
     assert r.xlen(keys.results("c1")) < 120

@@ -11,8 +11,8 @@ job holds.
 from __future__ import annotations
 
 from support.checks import at, register_fake_worker
+from support.completion import finish
 
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.repair import repair
@@ -27,18 +27,18 @@ def sequence(token: str) -> int:
 
 
 def claim(d: Dispatcher, r, job: str, now: float) -> str:
-    """Promote and claim at ``now``; the lease token ``job`` got."""
-    d.promote(now)
-    tokens = {c.job_id: c.lease_token for c in d.claim(now).claims}
+    """Beat's tick at ``now``; the lease token ``job`` got."""
+    tokens = {c.job_id: c.lease_token for c in d.tick(now).claims}
     assert job in tokens, f"{job} not claimed at {now}"
     return tokens[job]
 
 
 def complete(r, store, token: str, now: float) -> bool:
-    return finish_run(
-        r, store.keys, store.params, JOB, token, duration_ms=5.0, timed_out=False,
-        exec_start=at(now), now=at(now),
+    written, _transition = finish(
+        r, store.keys, store.settings, JOB, token, params=store.params, exec_start=at(now),
+        now=at(now),
     )  # fmt: skip
+    return written
 
 
 def setup(r, keys, store, dispatcher_app) -> tuple[Dispatcher, float]:

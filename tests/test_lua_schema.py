@@ -17,11 +17,11 @@ import pytest
 import redis
 from redis.commands.core import Script
 from support.checks import at, learned, register_fake_worker
+from support.completion import finish
 from support.health import drive_transition_scripts
 
 from celery_app.checks import claiming
 from celery_app.checks.abandon import Abandoned, abandon_run
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, RefillNeeds
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
@@ -264,17 +264,17 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
                        scheduled_at=first.scheduled_at, now=T0 + 1.1)  # fmt: skip
     assert done.result == Abandoned.RELEASED
     for claim in report.claims[1:]:
-        assert finish_run(
+        assert finish(
             r,
             keys,
-            store.params,
+            store.settings,
             claim.job_id,
             claim.lease_token,
+            params=store.params,
             duration_ms=10.0,
-            timed_out=False,
             exec_start=at(T0 + 1),
             now=at(T0 + 1.1),
-        )
+        )[0]
     # tokens come back: held jobs are released (claim.lua's release path), then the bucket goes
     assert d.tick(T0 + 70).claims
     clear_rate_limit(r, keys, "acme")
@@ -292,7 +292,7 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     # quarantine.lua: a job whose data breaks the promote is set aside
     r.hset(keys.job("a3@eu"), JobField.EFFECTIVE_AT, "not-a-number")
     r.zadd(keys.due(), {"a3@eu": T0})
-    d.promote(T0 + 400)
+    d.tick(T0 + 400)
     assert r.sismember(keys.quarantine(), "a3@eu")
     store.delete("a2")
     # state, transitions and maintenance: complete.lua's health part and the transition scripts

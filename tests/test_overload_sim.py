@@ -5,10 +5,11 @@
 with lateness growing. Through the dispatcher fast checks stay on time, and slow checks'
 lateness stays bounded (each slow check simply runs less often) instead of growing.
 
-Runs are simulated (a heap of finish times, written back with the real ``finish_run``, then the
-freed slot refilled with ``Dispatcher.refill`` as the worker does); the claims, lanes, capacity
-and messages are the real Redis and Celery publish path. Without the refill a slot freed by a
-50 ms run idles until the next tick and fast checks fall seconds behind.
+Runs are simulated (a heap of finish times, written back with the worker's write,
+``support.completion.finish``, then the freed slot refilled with ``Dispatcher.refill`` as the
+worker does); the claims, lanes, capacity and messages are the real Redis and Celery publish
+path. Without the refill a slot freed by a 50 ms run idles until the next tick and fast checks
+fall seconds behind.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from statistics import quantiles
 
 import pytest
 from support.checks import at, register_fake_worker
+from support.completion import finish
 
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
 
 T0 = 1_780_000_000.0
@@ -62,20 +63,20 @@ def test_fast_checks_stay_on_time_under_overload(r, keys, store, dispatcher_app,
     while next_tick < end:
         if running and running[0][0] <= next_tick:
             # a run finishes: write it back, then refill the slot it freed (as the worker does)
-            finish, job, token, begun = heapq.heappop(running)
+            ended, job, token, begun = heapq.heappop(running)
             ms = SLOW_MS if job.startswith("slow") else FAST_MS
-            assert finish_run(
+            assert finish(
                 r,
                 keys,
-                store.params,
+                store.settings,
                 job,
                 token,
+                params=store.params,
                 duration_ms=ms,
-                timed_out=False,
                 exec_start=at(begun),
-                now=at(finish),
-            )
-            start(d.refill("eu", finish), finish)
+                now=at(ended),
+            )[0]
+            start(d.refill("eu", ended), ended)
         else:  # beat's tick, every CHECKBEAT_DISPATCH_INTERVAL (0.5 s)
             start(d.tick(next_tick).claims, next_tick)
             next_tick += d.interval

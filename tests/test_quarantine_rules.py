@@ -59,12 +59,17 @@ def test_a_server_out_of_memory_quarantines_nothing(r, keys, store, dispatcher, 
     limit = r.config_get("maxmemory")["maxmemory"]
     r.config_set("maxmemory", 1)
     try:
+        # beat's tick: the promote, pipelined with the claim's reads, is refused; so is each
+        # job's promote alone, so the refusal is the server's and the tick stops
         with pytest.raises(redis.ResponseError, match="OOM"):
-            dispatcher.promote(now)
+            dispatcher.tick(now)
     finally:
         r.config_set("maxmemory", limit)
     assert r.scard(keys.quarantine()) == 0
-    assert dispatcher.promote(now) == 3  # memory back: the torn job alone is set aside
+    assert r.zcard(keys.due()) == 4  # nothing moved
+    report = dispatcher.tick(now)  # memory back: the torn job alone is set aside
+    assert report.promoted == 3
+    assert sorted(c.job_id for c in report.claims) == jobs[1:]
     assert [q.job_id for q in read_quarantine(r, keys)] == [jobs[0]]
 
 
@@ -97,7 +102,7 @@ def test_enable_and_delete_release_quarantined_jobs(r, keys, store, dispatcher):
     gone = make(store, "gone", now)
     for job in (on, gone):
         r.hset(keys.job(job), JobField.EFFECTIVE_AT, "torn")
-    dispatcher.promote(now)
+    assert dispatcher.tick(now).claims == ()  # both set aside by the promote
     assert {q.job_id for q in read_quarantine(r, keys)} == {on, gone}
     store.set_enabled("on", False, now=at(now))
     assert r.sismember(keys.quarantine(), on) == 0  # released, rebuilt disabled: in no index

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 import pytest
 from support.checks import at, learned, register_fake_worker
+from support.completion import finish
 
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
@@ -36,18 +36,18 @@ def simulate(r, keys, store, app, minutes: int, *, step: float = 1.0):
     now = T0
     while now < T0 + minutes * 60:
         for claim in d.tick(now).claims:
-            assert finish_run(
+            assert finish(
                 r,
                 keys,
-                store.params,
+                store.settings,
                 claim.job_id,
                 claim.lease_token,
+                params=store.params,
                 duration_ms=50.0,
-                timed_out=False,
                 exec_start=at(now),
                 now=at(now + 0.05),
                 record=RunRecord(RunStatus.UP, "eu", finished_at=now + 0.05),
-            )
+            )[0]
             runs[claim.job_id].append(now)
         now += step
     return runs
@@ -110,17 +110,16 @@ def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatc
     assert [c.job_id for c in report.claims] == [first.job_id]
     assert report.rate_limited == 1
     claim = report.claims[0]
-    assert finish_run(
+    assert finish(
         r,
         keys,
-        store.params,
+        store.settings,
         claim.job_id,
         claim.lease_token,
+        params=store.params,
         duration_ms=5.0,
-        timed_out=False,
-        exec_start=None,
         now=at(start + 1),
-    )
+    )[0]
     # two of the loser's ticks pass without a token: it waits in acme's held index at its old
     # effective deadline (it recedes, so it wins the next token); other tenants never see it
     for later in (start + 70, start + 130):

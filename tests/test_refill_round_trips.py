@@ -11,7 +11,8 @@ from support.at_once import at_once
 from support.checks import learned, register_fake_worker
 from support.round_trips import counting_client, preload_scripts, state_round_trips
 
-from celery_app.checks.dispatch import Dispatcher, RefillNeeds
+from celery_app.checks.claiming import promote_due
+from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher, RefillNeeds
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
 from celery_app.redis.clock import server_time
@@ -80,7 +81,8 @@ def test_a_refill_of_work_promoted_meanwhile_skips_the_promote(r, keys, app, bro
     client, sends = counting_client(redis_url)
     dispatcher = Dispatcher(app, client=client)
     dispatcher.claim(now, ("eu",))
-    Dispatcher(app, client=r).promote(now + 0.5)  # beat promoted it, claimed nothing
+    # beat promoted it and claimed nothing (no slot was free then)
+    promote_due(r, keys, now + 0.5, PROMOTE_BATCH)
     needs = _needs(r, keys)  # says: ready work waits
     sends.clear()
     assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == ["ready@eu"]

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import pytest
 from support.checks import at, learned, register_fake_worker
+from support.completion import finish
 
 from beat import CronScheduler
-from celery_app.checks.completion import finish_run
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import lease_seconds
@@ -50,11 +50,11 @@ def claim_by_hand(r, keys, job: str, *, tick: float, lease_expiry: float) -> Non
     r.zadd(keys.leases("eu", 0), {job: lease_expiry})
 
 
-def finish(r, keys, store, job: str, **kw) -> bool:
-    return finish_run(
-        r, keys, store.params, job, "tok", duration_ms=50.0, timed_out=False, exec_start=None,
-        **kw,
-    )  # fmt: skip
+def finished(r, keys, store, job: str, **kw) -> bool:
+    written, _transition = finish(
+        r, keys, store.settings, job, "tok", params=store.params, duration_ms=50.0, **kw
+    )
+    return written
 
 
 @pytest.mark.parametrize("behind_s", [0.8, 2.0, 59.0])
@@ -66,7 +66,7 @@ def test_a_run_finished_on_a_clock_behind_its_tick_is_next_due_a_full_period_lat
     job = create(store, "c1", NOW)
     tick = read_job(r, keys, job).scheduled_at  # on the job's phase
     claim_by_hand(r, keys, job, tick=tick, lease_expiry=tick + 30)
-    assert finish(r, keys, store, job, now=at(tick - behind_s), scheduled_at=tick)
+    assert finished(r, keys, store, job, now=at(tick - behind_s), scheduled_at=tick)
     assert r.zscore(keys.due(), job) == pytest.approx(tick + 60, abs=0.001)
 
 
@@ -79,7 +79,7 @@ def test_a_run_finished_on_a_clock_ahead_keeps_the_next_tick(r, keys, store, clo
     tick = next_tick - 60  # the tick just run, late: its run finishes now
     claim_by_hand(r, keys, job, tick=tick, lease_expiry=server + 30)
     clock_off(+61)
-    assert finish(r, keys, store, job, scheduled_at=tick)
+    assert finished(r, keys, store, job, scheduled_at=tick)
     # the same phase second (next_aligned carries now's sub-second part over)
     assert math.floor(r.zscore(keys.due(), job)) == math.floor(next_tick)
 

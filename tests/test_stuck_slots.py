@@ -17,7 +17,8 @@ import pytest
 from support.polling import wait_for
 
 from celery_app.checks.capacity import read_capacity
-from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.claiming import promote_due
+from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.kinds import check_kind, unregister_kind
 from celery_app.checks.store import CheckStore
@@ -54,7 +55,7 @@ def claim_all(d: Dispatcher, r) -> int:
     """Promote and claim what the region's free slots allow (unpublished), then give it back:
     how many slots the claim found free."""
     now = server_time(r)
-    d.promote(now)
+    promote_due(d.redis, d.keys, now, PROMOTE_BATCH)
     claims = d.claim(now).claims
     d.release(claims)
     return len(claims)

@@ -12,9 +12,15 @@ Signals:
 
 Celery 5.7 sends ``task_failure`` twice for one hard time limit: ``Request.on_timeout`` fires it
 (since celery/celery#10226), then the pool's ``on_failure`` for the same ``TimeLimitExceeded``
-(seen in tests/test_worker_kills.py). The write is
-:func:`celery_app.checks.jobs.finish_run`, whose Lua checks the lease token and removes it, so
-the second call (and a reaper that got there first) writes nothing: idempotent per lease token.
+(seen in tests/test_worker_kills.py). A killed run has no start read to plan from: its write is
+:func:`celery_app.checks.completion.finish_run_with_health`, which reads the job again, and its
+``complete.lua`` call checks the lease token and removes it, so the second call (and a reaper
+that got there first) writes nothing: idempotent per lease token.
+
+The write of a run that returned (or raised after its probe) is planned from its start read
+(``workers.run_start``) and made with the hand-off of the freed slot in one round trip
+(:func:`celery_app.checks.completion.complete_as_read`); when the job or the maintenance windows
+changed since that read, nothing is written and it is made as a killed run's is.
 """
 
 from __future__ import annotations

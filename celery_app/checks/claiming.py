@@ -794,17 +794,19 @@ def promote_and_read(
     counts = [r.queue_read(pipe) for r in rounds]
     replies = pipe.execute(raise_on_error=False) if ids or any(counts) else []
     moved = 0
+    one_by_one = False
     if ids:
         reply, *replies = replies
-        if isinstance(reply, redis.ResponseError):  # one job's data broke the batch
+        one_by_one = isinstance(reply, redis.ResponseError)  # one job's data broke the batch
+        if one_by_one:
             moved = _promote_each(client, keys, now_s, ids, into)
-            for r in rounds:
-                r.discard_read()
         else:
             _raise_first([reply])
             moved = _promoted(ids, reply, into)
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.read_replies(part, now_s)
+        if one_by_one:  # read before the jobs were promoted one by one: they miss them
+            r.discard_read()
     if ids and isinstance(pipe, ScriptPipeline) and pipe.reran_scripts:
         # the promote got NOSCRIPT and ran again after the candidates were read: they may miss
         # what it moved, so each claim reads them again (redis/pipelined_scripts.py)

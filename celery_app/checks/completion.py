@@ -12,8 +12,9 @@ job and the maintenance version, with Redis's time advanced by the worker's mono
 Nothing but the run's own completion changes a leased job, so the plan holds unless an edit, a
 pause, a quorum transition or a maintenance change came meanwhile; ``complete.lua`` checks that
 atomically (``jobs.ReadGuard``) and writes nothing when it finds one, and the worker reads again
-and plans again (:func:`finish_run_with_health`). The refill's reads ride on the same round trip
-(``then``), after the write.
+and plans again (:func:`finish_run_with_health`, also its write for a run with no start read:
+one killed by its hard time limit). The refill's reads ride on the same round trip, after the
+write. The reaper writes the runs it finds lost in one round trip (:func:`complete_runs_each`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait
 from celery_app.redis.schema import Keys, split_job_id
 from celery_app.redis.scripts import run_script
-from scheduling_core import LANE_FAST, LANE_SLOW, Params, PostExecState
+from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
 #: complete.lua's status when its guard found the job or the maintenance windows changed.
 STALE = -1
@@ -198,37 +199,6 @@ def complete_as_read(
     return Completed(True, transition, handed, [needs])
 
 
-def complete_runs(
-    client: redis.Redis,
-    keys: Keys,
-    runs: Sequence[CompletedRun],
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[bool]:
-    """Write back many runs in one round trip; True for each run whose lease was still held."""
-    return [
-        written
-        for written, _transition in complete_runs_detailed(
-            client, keys, runs, results_maxlen=results_maxlen
-        )
-    ]
-
-
-def complete_runs_detailed(
-    client: redis.Redis,
-    keys: Keys,
-    runs: Sequence[CompletedRun],
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> list[tuple[bool, str | None]]:
-    """:func:`complete_runs`, with the id of the transition each run made (or None)."""
-    done = complete_runs_each(client, keys, runs, results_maxlen=results_maxlen)
-    for reply in done:
-        if isinstance(reply, Exception):
-            raise reply
-    return done  # type: ignore[return-value]  # no Exception left
-
-
 def complete_runs_each(
     client: redis.Redis,
     keys: Keys,
@@ -236,8 +206,9 @@ def complete_runs_each(
     *,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
 ) -> list[tuple[bool, str | None] | Exception]:
-    """:func:`complete_runs_detailed`, with the error of each run whose script failed in its
-    place (the others are written): the reaper quarantines those jobs."""
+    """Write back many runs in one round trip: for each, (written, the id of the transition it
+    made or None), or the error of its script in its place (the others are written): the
+    reaper quarantines those jobs. A run is written only while its lease token is current."""
     if not runs:
         return []
     pipe = client.pipeline(transaction=False)
@@ -255,63 +226,6 @@ def _unguarded(reply: tuple[bool, str | None] | None) -> tuple[bool, str | None]
     return reply
 
 
-def complete_run(
-    client: redis.Redis,
-    keys: Keys,
-    job_id: str,
-    lease_token: str,
-    state: PostExecState,
-    next_scheduled_at: datetime,
-    record: RunRecord | None = None,
-    *,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> bool:
-    """Write one run's outcome atomically; False (nothing written) if the lease is not ours."""
-    run = CompletedRun(job_id, lease_token, state, next_scheduled_at, record)
-    return complete_runs(client, keys, [run], results_maxlen=results_maxlen)[0]
-
-
-def finish_run(
-    client: redis.Redis,
-    keys: Keys,
-    params: Params,
-    job_id: str,
-    lease_token: str,
-    *,
-    duration_ms: float,
-    timed_out: bool,
-    exec_start: datetime | None,
-    now: datetime | None = None,
-    record: RunRecord | None = None,
-    scheduled_at: float | None = None,
-    results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-) -> bool:
-    """Read the job, fold the run with ``post_exec``, and :func:`complete_run` it (``record``
-    gets the lane the job was claimed in: the stored one, before this run moves it).
-
-    The next tick is computed at ``now``, by default the Redis server's time (read with the job,
-    one round trip), not the caller's clock, and is always after the run's tick
-    (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only
-    feeds the delay EWMA (telemetry; a start that looks early counts as on time).
-    False when the job is gone or its lease is no longer ``lease_token``.
-    """
-    written, _transition = finish_run_with_health(
-        client,
-        keys,
-        params,
-        job_id,
-        lease_token,
-        duration_ms=duration_ms,
-        timed_out=timed_out,
-        exec_start=exec_start,
-        now=now,
-        record=record,
-        scheduled_at=scheduled_at,
-        results_maxlen=results_maxlen,
-    )
-    return written
-
-
 def finish_run_with_health(
     client: redis.Redis,
     keys: Keys,
@@ -326,13 +240,23 @@ def finish_run_with_health(
     record: RunRecord | None = None,
     scheduled_at: float | None = None,
     results_maxlen: int = DEFAULT_RESULTS_MAXLEN,
-    health_of: Callable[[JobState, datetime], HealthUpdate | None] | None = None,
+    health_of: Callable[[JobState, datetime], HealthUpdate | None],
 ) -> tuple[bool, str | None]:
-    """:func:`finish_run` that also moves the check's state in the same Lua call:
+    """The worker's write when it has no start read to plan from (a killed run) or its planned
+    write was refused as stale: read the job, fold the run with ``post_exec`` and write it, the
+    check's state with it, in one Lua call (``record`` gets the lane the job was claimed in:
+    the stored one, before this run moves it).
+
     ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
     whether a maintenance window holds transitions back (the record is then marked); a
     ``health_of`` that is also :class:`~celery_app.checks.health.Prefetching` adds its reads to
-    the job's round trip. Returns (written, the id of the transition the run made or None)."""
+    the job's round trip. The next tick is computed at ``now``, by default the Redis server's
+    time (read with the job), not the caller's clock, and is always after the run's tick
+    (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only
+    feeds the delay EWMA (telemetry; a start that looks early counts as on time).
+
+    Returns (written, the id of the transition the run made or None); not written when the job
+    is gone or its lease is no longer ``lease_token``."""
     # One round trip: the job, Redis's time, and what health_of reads with them (prefetch).
     pipe = client.pipeline(transaction=False)
     pipe.hgetall(keys.job(job_id))
@@ -362,4 +286,7 @@ def finish_run_with_health(
         scheduled_at=scheduled_at,
         health_of=health_of,
     )
-    return complete_runs_detailed(client, keys, [run], results_maxlen=results_maxlen)[0]
+    (done,) = complete_runs_each(client, keys, [run], results_maxlen=results_maxlen)
+    if isinstance(done, Exception):
+        raise done
+    return done

@@ -32,7 +32,7 @@ early (``celery_app.redis.clock``). An explicit ``now`` is for tests.
 
 Why it lives in celery_app and not only in beat: a slot freed by a finished run would stay idle
 until the next tick (a 50 ms check on a 0.5 s tick uses a tenth of its slot), so the worker
-calls :func:`refill_after_run` right after ``complete_run``: the freed slot is claimed again at
+calls :func:`refill_after_run` right after its run's write: the freed slot is claimed again at
 once, work-conserving, with the same atomic claim. beat and workers never import each other.
 """
 
@@ -57,7 +57,6 @@ from celery_app.checks.claiming import (
     RegionClaimer,
     RegionSlots,
     promote_and_read,
-    promote_due,
 )
 from celery_app.checks.completion import complete_runs_each
 from celery_app.checks.health import plan_health
@@ -294,13 +293,6 @@ class Dispatcher:
         needs.prefetched(pipe.execute())
         return needs.decide()
 
-    def promote(self, now_s: float) -> int:
-        """Move the jobs due at ``now_s`` into their ready indexes; how many moved."""
-        placed: Counter[tuple[str, int]] = Counter()
-        moved = promote_due(self.redis, self.keys, now_s, PROMOTE_BATCH, placed)
-        metrics.promoted(placed)
-        return moved
-
     def claim(
         self,
         now_s: float,
@@ -334,10 +326,6 @@ class Dispatcher:
             claims.extend(taken.claims)
             limited += taken.rate_limited
         return ClaimResult(tuple(claims), slots, limited)
-
-    def messages(self, claims: Sequence[Claim]) -> list[TaskMessage]:
-        build = RunMessages(self.params, wait_s=self.lead).message
-        return [_message(build, c) for c in claims]
 
     def _sendable(self, claims: Sequence[Claim]) -> tuple[list[Claim], list[TaskMessage]]:
         """The claims and their messages; a claim whose message cannot be built from its job's
@@ -576,7 +564,7 @@ def refill_after_run(
 ) -> int:
     """Claim and publish work for the slot a finished run just freed in ``region``.
 
-    Call it after ``complete_run``/``finish_run`` returned True. It is the same atomic claim the
+    Call it after a run's write was made (``workers.post_exec``). It is the same atomic claim the
     beat dispatcher makes, so it never exceeds the free slots; errors are the caller's to log
     (the next beat tick claims anyway). One Dispatcher (and publisher) per app is reused.
     ``now`` None: Redis's time, not this worker's clock, which may be ahead of the others.

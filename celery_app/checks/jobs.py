@@ -1,4 +1,5 @@
-"""The (check, region) job: its Redis layout, a typed read, and the one write after each run.
+"""The (check, region) job: its Redis layout, a typed read, and the plan of the write after
+each run.
 
 Layout of ``Keys.job(job_id)`` (job id = ``<uid>@<region>``; short field names keep the hash a
 small listpack, under 512 bytes per job with its index entries). The names are defined, and
@@ -40,21 +41,22 @@ Where a job is: in ``Keys.due`` (score sa) waiting for its tick, in ``Keys.ready
 (score ea) due and waiting for a slot, in ``Keys.held(region, lane, tenant)`` (score ea) due but
 turned away by the tenant's token bucket, or in ``Keys.leases(region, lane)`` (score lx) claimed.
 
-Contract for whoever finishes a run (the worker; the dispatcher's reaper for expired leases):
+How a run is finished (the worker, ``workers.post_exec``; the dispatcher's reaper for expired
+leases, ``dispatch.Dispatcher.reap``):
 
-1. ``job = read_job(redis, keys, job_id)``; ``None`` means the check was deleted: drop the run.
-2. ``state = params.post_exec(job.post_exec_input(duration_ms=..., timed_out=...,
-   exec_start=..., next_scheduled_at=job.next_scheduled_at(now)))`` — pure; ``now`` is Redis's
-   time (``celery_app.redis.clock``), and the next tick is strictly after the run's tick.
-3. ``complete_run(redis, keys, job_id, lease_token, state, next_scheduled_at, record)`` — one Lua
-   call: if the job's lease token still equals ``lease_token`` it writes the EWMAs, lane and
-   effective deadline, releases the lease, places the job in ``due`` at next_scheduled_at and
-   appends ``record`` (a :class:`~celery_app.checks.run_contract.RunRecord`) to the capped
-   results stream and the last-result hash, and returns True.
-   Otherwise (reaped, deleted, claimed again) it writes nothing and returns False, so a run is
-   never recorded twice. :func:`finish_run` does all three steps.
-4. ``celery_app.checks.dispatch.refill_after_run(app, region)`` when it returned True: claims and
-   publishes work for the slot just freed, instead of leaving it idle until beat's next tick.
+1. the job as the run finds it: the worker's start read (``checks.start_read``, with its
+   :class:`ReadGuard`), read again when that is missing or stale; the reaper's own read.
+2. the plan, a :class:`CompletedRun`: the next tick (strictly after the run's, at ``now``,
+   Redis's time: ``celery_app.redis.clock``), ``params.post_exec`` folding the run into the
+   EWMAs, lane and effective deadline, and the check's state step. :func:`plan_completion`
+   makes it for the worker (pure but for ``health_of``); the reaper makes its own, a lost run.
+3. its write, one ``complete.lua`` call (``completion.CompleteCall``): if the job's lease token
+   is still the run's it writes the job, releases the lease, places the job in ``due`` at its
+   next tick, appends the record (a :class:`~celery_app.checks.run_contract.RunRecord`) to the
+   capped results stream and the last-result hash and moves the check's state; otherwise
+   (reaped, deleted, claimed again) it writes nothing, so a run is never recorded twice.
+4. a worker whose run was written refills the slot it freed
+   (``dispatch.refill_after_run``), unless the same call handed it to the next ready job.
 """
 
 from __future__ import annotations
@@ -307,7 +309,7 @@ def lease_is_current(client: redis.Redis, keys: Keys, job_id: str, lease_token: 
 
 @dataclass(frozen=True)
 class CompletedRun:
-    """One run to write back with :func:`complete_runs` (or :func:`queue_complete`)."""
+    """One run to write back (``completion.CompleteCall``), as :func:`plan_completion` plans it."""
 
     job_id: str
     lease_token: str

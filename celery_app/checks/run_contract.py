@@ -24,9 +24,10 @@ import each other; this module is what they agree on.
   ran inside a maintenance window), ``degraded`` (why a successful run crossed a latency or
   certificate threshold, else null). Unknown values are null.
 
-The worker checks ``jobs.lease_is_current`` before probing (the check may have been deleted, or
-the lease reaped, while the message waited), finishes with ``jobs.finish_run`` using the same
-token, then ``dispatch.refill_after_run(app, region)`` to refill the slot it freed.
+The worker checks its lease in its start read before probing (``checks.start_read``: the check
+may have been deleted, or the lease reaped, while the message waited), writes its run with the
+same token (``workers.post_exec``: ``completion.CompleteCall``), then refills the slot it freed
+(``dispatch.refill_after_run``) unless that write handed it to the next ready job.
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from fault_procs import LogLines
+from support.completion import finish
 from support.cron_spec_errors import FIELD_ERRORS
 from support.polling import wait_for
 from support.state_db import snapshot
 
-from celery_app.checks.completion import finish_run
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore
@@ -307,7 +307,7 @@ def test_an_absurd_start_time_changes_no_order_and_no_lane(exec_start):
         assert skewed.delay_ewma_ms <= base["prev_delay_ewma_ms"]
 
 
-def test_finish_run_with_far_future_and_past_starts_keeps_the_wfq_order(make_app, r, claim):
+def test_a_run_finished_with_far_future_and_past_starts_keeps_the_wfq_order(make_app, r, claim):
     app = make_app()
     settings = app.conf.checkbeat_settings
     store = CheckStore(r, KEYS, settings)
@@ -322,10 +322,10 @@ def test_finish_run_with_far_future_and_past_starts_keeps_the_wfq_order(make_app
         store.create(uid=uid, tenant="acme", kind="tcp", target="example.com:443", period=60)
         job = job_id(uid, "local")
         claim(r, KEYS, job, f"{uid}.1")
-        assert finish_run(
-            r, KEYS, params, job, f"{uid}.1",
-            duration_ms=80.0, timed_out=False, exec_start=start, now=now,
-        )  # fmt: skip
+        assert finish(
+            r, KEYS, settings, job, f"{uid}.1", params=params,
+            duration_ms=80.0, exec_start=start, now=now,
+        )[0]  # fmt: skip
         state = read_job(r, KEYS, job)
         assert state.delay_ewma_ms >= 0.0
         assert state.lane == 0

@@ -59,9 +59,10 @@ def learned(
     plan_weight: int = 0,
 ) -> None:
     """Put a job at ``scheduled_at`` with a learned cost and lane, through the real write path
-    (a lease, then ``complete_run``), as if its previous run had just finished."""
-    from celery_app.checks.completion import complete_run
+    (a lease, then complete.lua), as if its previous run had just finished."""
+    from celery_app.checks.jobs import CompletedRun
     from scheduling_core import PostExecState
+    from support.completion import write
 
     client.hset(keys.job(job_id), JobField.LEASE_TOKEN, "setup")
     client.zrem(keys.due(), job_id)
@@ -69,4 +70,4 @@ def learned(
     state = PostExecState(
         cost_ewma_ms=cost_ms, delay_ewma_ms=0.0, effective_scheduled_at=ea, lane=lane
     )
-    assert complete_run(client, keys, job_id, "setup", state, at(scheduled_at))
+    assert write(client, keys, [CompletedRun(job_id, "setup", state, at(scheduled_at))]) == [True]

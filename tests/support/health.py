@@ -1,16 +1,15 @@
 """Helpers of the check-state tests: one run of a job through the real post-exec write (lease,
-``finish_run_with_health``, complete.lua), and a workload that drives every transition script.
+then ``support.completion.finish``), and a workload that drives every transition script.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from celery_app.checks.completion import finish_run_with_health
-from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.schema import DeliveryOutcome, TransitionStart, split_job_id
 from support.checks import at
+from support.completion import finish
 
 _tokens = itertools.count(1)
 
@@ -42,19 +41,17 @@ def run_once(
         error_class=None if ok else "http",
         detail=detail,
     )
-    result = result_state(ok, record)
-    return finish_run_with_health(
+    return finish(
         client,
         keys,
-        params,
+        settings,
         job_id,
         token,
+        params=params,
         duration_ms=5.0,
-        timed_out=False,
         exec_start=at(now_s),
         now=at(now_s),
         record=record,
-        health_of=HealthPlanner(client, keys, settings, result),
     )
 
 
