@@ -33,6 +33,7 @@ from beat.cron_engine import CronEngine, settle_long_lived
 from beat.dispatch_wake import WakeListener
 from beat.metrics_endpoint import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.layout import PartitionLayoutError, ensure_layout
 from celery_app.cron_tasks.celery_schedules import BeatEntryError
 from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.lead import fire_lead
@@ -191,6 +192,12 @@ class CronScheduler(Scheduler):
             store.prune_pending(self.clock() - timedelta(days=1))
         except Exception as exc:
             log.warning("cron: could not prune old heartbeats and claims: %s", exc)
+        try:
+            ensure_layout(client, keys)
+        except PartitionLayoutError as exc:
+            log.error("checks: %s", exc)
+            log.error("checks: beat not started")
+            raise SystemExit(2) from None
         now = time.monotonic()
         self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
         channels = [c for s in self.drivers if (c := getattr(s.driver, "wake_channel", None))]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import redis
 
+from celery_app.checks.layout import PartitionLayoutError, ensure_layout
 from celery_app.errors import CheckbeatError
 from celery_app.redis.schema import LANE_NAMES, Keys, WorkerField, WorkerRoleName, check_queue
 from celery_app.settings import Settings
@@ -184,6 +185,11 @@ class CapacityRegistration:
                 log.warning("checkbeat: capacity heartbeat of %s failed: %s", self.hostname, exc)
 
     def start(self) -> None:
+        try:
+            ensure_layout(self.client, self.keys)
+        except PartitionLayoutError as exc:  # its slots would serve partitions nobody fills
+            log.error("checkbeat: %s: %s not registered, it runs no check", exc, self.hostname)
+            return
         partitions = self.keys.partitions
         if self.role.concurrency < partitions:
             log.warning(

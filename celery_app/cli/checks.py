@@ -43,6 +43,7 @@ from celery_app.cli.common import (
     MAX_LISTED,
     BadInput,
     CheckbeatGroup,
+    check_store,
     findings_json_option,
     load_app,
 )
@@ -57,7 +58,7 @@ from celery_app.redis.schema import LANE_NAMES, ResultField, split_job_id
 
 def _store(ctx: click.Context) -> CheckStore:
     # Register every kind (built-in probes, user modules) before validating a definition.
-    return CheckStore.for_app(load_app(ctx))
+    return check_store(load_app(ctx))
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -25,6 +25,7 @@ from celery_app.cli.common import (
     BadInput,
     CheckbeatCommand,
     CheckbeatGroup,
+    check_store,
     load_app,
 )
 from celery_app.cli.terminal import escape
@@ -33,7 +34,7 @@ from celery_app.redis.schema import maintenance_scope
 
 
 def _store(ctx: click.Context) -> CheckStore:
-    return CheckStore.for_app(load_app(ctx))
+    return check_store(load_app(ctx))
 
 
 def _iso(value: datetime | float | None) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import click
@@ -50,6 +50,10 @@ class CannotRun(click.ClickException):
     """The command could not do its job at all; click prints ``Error: <message>``."""
 
     exit_code = EXIT_CANNOT_RUN
+
+
+if TYPE_CHECKING:
+    from celery_app.checks.store import CheckStore
 
 
 class BadInput(click.ClickException):
@@ -179,3 +183,17 @@ class CheckbeatGroup(click.Group):
     """A group of :class:`CheckbeatCommand` subcommands."""
 
     command_class = CheckbeatCommand
+
+
+def check_store(app: Any) -> CheckStore:
+    """The app's check store (every kind registered), once the partition count of the check
+    half is the one it was built with (else one line naming the setting, exit 2)."""
+    from celery_app.checks.layout import PartitionLayoutError, ensure_layout
+    from celery_app.checks.store import CheckStore
+
+    store = CheckStore.for_app(app)
+    try:
+        ensure_layout(store.redis, store.keys)
+    except PartitionLayoutError as exc:
+        raise BadInput(str(exc)) from None
+    return store

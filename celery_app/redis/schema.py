@@ -377,6 +377,12 @@ class Keys:
         """Hash: the check definition."""
         return f"{self._checks_of(uid)}:check:{uid}"
 
+    def check_layout(self) -> str:
+        """String: the partition count the check half was built with (``checks/layout.py``),
+        under the head of a one-partition check half whatever the count, so every count
+        finds it."""
+        return f"{self.prefix}:{CHECKS_TAG}:layout" if self.cluster else f"{self.prefix}:layout"
+
     def check_definitions(self) -> str:
         """The SCAN pattern of every check definition hash of this partition (``check`` of
         each uid stored here): what a repair reads when the ``checks`` set may be lost."""
