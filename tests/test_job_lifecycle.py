@@ -133,7 +133,7 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self.publisher = RecordingPublisher()
             self.dispatcher = Dispatcher(app, client=client, publisher=self.publisher)
             # refill_after_run's own dispatcher, publishing through the same recorder
-            dispatch._refillers[app] = Dispatcher(app, client=client, publisher=self.publisher)
+            dispatch._refillers[app] = {0: Dispatcher(app, client=client, publisher=self.publisher)}
             self.lease_s = self.dispatcher.lease_s
             self.m = Model()
             for region in REGIONS:

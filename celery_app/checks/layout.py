@@ -39,15 +39,17 @@ def holds_checks(client: Any, keys: Keys) -> bool:
     return any(pipe.execute())
 
 
-def ensure_layout(client: Any, keys: Keys) -> None:
+def ensure_layout(client: Any, keys: Keys, *, record: bool = True) -> None:
     """Record ``keys.partitions`` for an empty check half, or check it against the one
     recorded; :class:`PartitionLayoutError` (naming the setting and both counts) when they
-    differ."""
+    differ. ``record`` False (a command, which writes nothing it was not asked to): only
+    check."""
     stored = stored_partitions(client, keys)
     if stored != keys.partitions:
         built = Keys(keys.prefix, keys.cluster, partitions=stored or 1)
         if not holds_checks(client, built):  # empty: take this count
-            client.set(keys.check_layout(), keys.partitions)
+            if record:
+                client.set(keys.check_layout(), keys.partitions)
             return
         stored = stored or 1
     if stored != keys.partitions:
