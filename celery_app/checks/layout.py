@@ -4,9 +4,9 @@ another.
 Why a guard: a check lives in the partition its uid hashes to among ``CHECKBEAT_CHECK_PARTITIONS``
 (``Keys.of_check``), so a beat, worker or command given another count looks for every check in
 the wrong place: beat would dispatch nothing and report nothing wrong. The count is recorded
-(``Keys.check_layout``) by the first process that finds the check half empty (so a count is
-changed by emptying it: docs/scale.md); a store from before it was recorded holds one
-partition.
+(``Keys.check_layout``) by the first process that finds the check half empty, and changed by
+``checks reconcile``, which moves the checks (``checks/repartition.py``); a store from before
+it was recorded holds one partition.
 """
 
 from __future__ import annotations
@@ -55,6 +55,6 @@ def ensure_layout(client: Any, keys: Keys, *, record: bool = True) -> None:
     if stored != keys.partitions:
         raise PartitionLayoutError(
             f"{SETTING}={keys.partitions}, but the checks in Redis are stored in {stored} "
-            f"partition(s): set it back to {stored}, or move the checks "
-            '(docs/scale.md, "Changing the number of partitions")'
+            f"partition(s): set it back to {stored}, or stop beats and workers and run "
+            "`celery -A <app> checks reconcile` with the new count to move them"
         )

@@ -434,21 +434,27 @@ def ratelimit(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def reconcile(ctx: click.Context, as_json: bool) -> None:
-    """Rebuild jobs from the check definitions (after a Redis restore without AOF)."""
+    """Rebuild jobs from the check definitions (after a Redis restore without AOF); first move
+    the checks to the partition count set, if it changed (beats and workers stopped)."""
     from celery_app.checks.repair import repair
+    from celery_app.checks.repartition import WorkersStillRunning, repartition
     from celery_app.redis.client import get_redis
     from scheduling_core import Params
 
     settings = settings_of(ctx.obj.app)
-    report = repair(
-        get_redis(settings.redis_url, settings),
-        state_keys(settings),
-        Params.from_settings(settings),
-        datetime.now(UTC),
-    )
+    client, keys = get_redis(settings.redis_url, settings), state_keys(settings)
+    try:
+        moved = repartition(client, keys, list(settings.regions))
+    except WorkersStillRunning as exc:
+        raise click.ClickException(str(exc)) from None
+    report = repair(client, keys, Params.from_settings(settings), datetime.now(UTC))
     if as_json:
-        click.echo(json.dumps(asdict(report)))
+        click.echo(json.dumps(asdict(report) | {"repartitioned": moved and asdict(moved)}))
         return
+    if moved is not None:
+        click.echo(
+            f"moved {moved.checks} check(s) from {moved.before} to {moved.after} partition(s)"
+        )
     click.echo(
         f"{report.checks} check(s): {len(report.placed)} job(s) placed again, "
         f"{len(report.leases_restored)} lease(s) restored to the reaper, "
