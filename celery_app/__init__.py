@@ -40,6 +40,17 @@ def _build_app() -> Celery:
     return built
 
 
+def ping_heartbeat(app: Celery, uid: str, kind: str = "success", **details: Any) -> Any:
+    """Ping heartbeat check ``uid`` from this process (it needs checkbeat's settings: its
+    Redis): ``kind`` is ``success``, ``start`` or ``fail``; ``details`` may give
+    ``exit_status``, ``duration_s`` and ``body``. An app without checkbeat's Redis sends the
+    task instead: ``app.send_task("checkbeat.heartbeat_ping", kwargs={"uid": uid})``.
+    Raises ``PingRefused`` naming what was refused (docs/heartbeats.md)."""
+    from celery_app.checks.heartbeat import ping
+
+    return ping(app, uid, kind, **details)
+
+
 def __getattr__(name: str) -> Any:
     """``celery_app.app``: the ready-made app, built once, on first use."""
     if name != "app":
@@ -63,6 +74,7 @@ __all__ = [
     "install",
     "load_settings",
     "on_transition",
+    "ping_heartbeat",
     "settings_of",
     "tenants_provider",
 ]

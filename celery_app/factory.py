@@ -44,6 +44,7 @@ BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "workers.probes",
     "workers.tasks",
     "workers.transitions",
+    "workers.heartbeat_ping",
     "celery_app.cron_tasks.recording",
 )
 #: The beat scheduler that fires cron tasks and dispatches checks.

@@ -182,14 +182,19 @@ def _queue_promote(
     return run_script(
         client,
         "promote",
-        keys=[keys.due(), *(keys.ready(r, lane) for r, lane in cells), *map(keys.job, ids)],
+        keys=[
+            keys.due(),
+            keys.heartbeats_late(),
+            *(keys.ready(r, lane) for r, lane in cells),
+            *map(keys.job, ids),
+        ],
         args=[repr(now_s), len(cells) // len(LANES), "\n".join(ids), " ".join(numbers)],
     )
 
 
 def _promoted(ids: list[str], reply: Any, into: Counter[tuple[str, int]]) -> int:
     """How many ``promote.lua`` moved; what it put in each ready index counted in ``into``."""
-    moved, *placed = reply
+    moved, *placed, _late = reply
     into.update(dict(zip(_promote_cells(ids)[0], placed, strict=True)))
     return int(moved)
 
@@ -206,6 +211,7 @@ def _promote_each(
             "promote",
             keys=[
                 keys.due(),
+                keys.heartbeats_late(),
                 keys.ready(region, LANE_FAST),
                 keys.ready(region, LANE_SLOW),
                 keys.job(job),
@@ -223,7 +229,9 @@ def _promote_each(
         else:
             moved += int(reply[0])
             region = job[job.rindex("@") + 1 :]
-            into.update({(region, lane): int(n) for lane, n in zip(LANES, reply[1:], strict=True)})
+            into.update(
+                {(region, lane): int(n) for lane, n in zip(LANES, reply[1:-1], strict=True)}
+            )
     return moved
 
 

@@ -118,7 +118,6 @@ class CompleteCall:
         state = run.state
         plan: dict[str, Any] = {
             "id": run.job_id,
-            "token": run.lease_token,
             "cost": repr(float(state.cost_ewma_ms)),
             "delay": repr(float(state.delay_ewma_ms)),
             "ea": format_ts(to_unix(state.effective_scheduled_at)),
@@ -127,6 +126,8 @@ class CompleteCall:
             "region": region,
             "maxlen": str(results_maxlen),
         }
+        if run.lease_token is not None:  # None: a job that holds no lease (a heartbeat's)
+            plan["token"] = run.lease_token
         if run.passed:
             plan["passed"] = str(run.passed)
         if run.record is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
 from celery_app.checks.kinds import validate_check_config
 from celery_app.errors import CheckFieldError
 from celery_app.input_limits import InputLimitError, check_value, loads_json
@@ -23,6 +24,7 @@ from celery_app.registry import SHARED, Registry
 from celery_app.settings import Settings
 from scheduling_core import first_aligned, next_aligned, region_spread
 from scheduling_core.health import MAX_THRESHOLD, MIN_THRESHOLD
+from scheduling_core.heartbeat import HeartbeatSchedule, heartbeat_schedule
 
 #: Bounds of the numbers a definition holds (inclusive). A period of at most 31 days keeps every
 #: Unix-second and timedelta computation of the phase far from overflow; the weight bound keeps
@@ -80,13 +82,25 @@ class CheckDefinition:
         override = None if self.region_spread is None else timedelta(seconds=self.region_spread)
         return region_spread(timedelta(seconds=self.period), len(self.regions), override)
 
+    def heartbeat(self) -> HeartbeatSchedule | None:
+        """The ping schedule of a heartbeat check; None for a probed kind."""
+        if self.kind != HEARTBEAT_KIND:
+            return None
+        return heartbeat_schedule(self.period, dict(self.config))
+
     def next_tick(self, region: str, now: datetime) -> datetime:
+        """The job's next tick after ``now``; a heartbeat check's is the deadline of a ping
+        expected after ``now`` (its job waits there: a ping moves it on)."""
+        if (pings := self.heartbeat()) is not None:
+            return pings.deadline_after_success(now)
         period = timedelta(seconds=self.period)
         return next_aligned(now, period, period, self.uid, region, self.regions, self.spread_for())
 
     def first_tick(self, region: str, now: datetime) -> datetime:
         """A new job's first tick: ``now`` itself when it is in the phase's second (a new job
         has not just fired), else :meth:`next_tick` (``scheduling_core.first_aligned``)."""
+        if self.kind == HEARTBEAT_KIND:
+            return self.next_tick(region, now)
         period = timedelta(seconds=self.period)
         spread = self.spread_for()
         return first_aligned(now, period, period, self.uid, region, self.regions, spread)

@@ -60,10 +60,11 @@ from celery_app.checks.claiming import (
 )
 from celery_app.checks.completion import complete_runs_each
 from celery_app.checks.health import plan_health
+from celery_app.checks.heartbeat import record_late
 from celery_app.checks.jobs import CompletedRun, JobState, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
 from celery_app.checks.run_contract import RUN_CHECK_TASK, RunMessages, RunRecord, lease_seconds
-from celery_app.checks.transitions import sweep
+from celery_app.checks.transitions import claim_and_publish, sweep
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.publish import BatchPublisher, Publisher, TaskMessage, make_publisher
@@ -164,6 +165,7 @@ class Dispatcher:
         reaped = self.reap(now_s) if upkeep else 0
         promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN)
         published = self.publish(claimed.claims)
+        self.record_late_heartbeats(now_s)
         if upkeep:
             self.sweep_transitions(now_s)
         return TickReport(
@@ -226,6 +228,19 @@ class Dispatcher:
         claimed = self._fill(now_s, (region,), REFILL_RATE_LIMITED_SCAN)[1]
         self.publish(claimed.claims)
         return claimed.claims
+
+    def record_late_heartbeats(self, now_s: float) -> None:
+        """Fail the heartbeat checks whose ping is late (``checks.heartbeat``: promoted into
+        their late index by this tick) and publish the transitions that made; a failure waits
+        for the next tick."""
+        try:
+            transitions = record_late(self.redis, self.keys, self.settings, now_s)
+            if transitions:
+                claim_and_publish(
+                    self.app, self.redis, self.keys, self.settings, now_s, transitions
+                )
+        except Exception:
+            log.exception("checkbeat: recording late heartbeats failed; retried next tick")
 
     def sweep_transitions(self, now_s: float) -> None:
         """Release transitions held by ended maintenance windows and publish the undelivered

@@ -312,7 +312,7 @@ class CompletedRun:
     """One run to write back (``completion.CompleteCall``), as :func:`plan_completion` plans it."""
 
     job_id: str
-    lease_token: str
+    lease_token: str | None  # None: a job that holds no lease (a heartbeat's ping or miss)
     state: PostExecState
     next_scheduled_at: datetime
     record: RunRecord | None = None

@@ -38,6 +38,7 @@ from celery_app.checks.definition import (
     health_fields,
     validate_definition,
 )
+from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
 from celery_app.checks.maintenance import MaintenanceStore
 from celery_app.checks.quarantine import release as release_quarantined
@@ -70,13 +71,14 @@ def listed_uids(client: Any, keys: Keys, tenant: str | None = None) -> list[str]
 
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
     """The job hash fields copied from the definition (tenant, weight, period, regions, spread,
-    thresholds and quorum):
+    thresholds and quorum, whether its check is a heartbeat):
     written by every reconcile, and by the repair after a restore."""
     fields: dict[str, str] = {
         JobField.TENANT: defn.tenant,
         JobField.PLAN_WEIGHT: str(defn.plan_weight),
         JobField.PERIOD: str(defn.period),
         JobField.REGIONS: ",".join(defn.regions),
+        JobField.HEARTBEAT: "1" if defn.kind == HEARTBEAT_KIND else "0",
     }
     if defn.region_spread is not None:
         fields[JobField.REGION_SPREAD] = repr(defn.region_spread)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from enum import IntEnum, StrEnum
+from enum import IntEnum, StrEnum, unique
 from functools import lru_cache
 from typing import TypeVar
 
@@ -29,6 +29,7 @@ CHECKS_TAG = "{checks}"
 CRON_TAG = "{cron}"
 
 
+@unique
 class CheckField(StrEnum):
     """Fields of a check definition hash (``Keys.check``), all written by ``store.lua`` from
     ``definition.encode_check``; read by the worker (kind, target, config) and the CLI."""
@@ -48,6 +49,7 @@ class CheckField(StrEnum):
     QUORUM = "q"  # regions down for the check to be down; "" = a majority
 
 
+@unique
 class JobField(StrEnum):
     """Fields of a (check, region) job hash (``Keys.job``); short names keep it a listpack.
 
@@ -70,6 +72,8 @@ class JobField(StrEnum):
     SKIPPED = "sk"  # runs skipped by the tenant rate limit; claim (when a held job is released)
     ABANDONED = "ab"  # ticks lost to a run that raised before its probe; abandon
     PASSED = "ps"  # ticks passed over: due while a run was late or still running; complete
+    HEARTBEAT = "hb"  # "1": a heartbeat check's job (pinged, never probed); promote.lua diverts it
+    HEARTBEAT_STARTED = "hbs"  # Unix s of the last start ping of a heartbeat check's job
     LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete, release, abandon remove it
     LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
@@ -82,6 +86,7 @@ class JobField(StrEnum):
     STREAK = "hn"  # how many results in a row point to STREAK_STATE; complete
 
 
+@unique
 class WorkerField(StrEnum):
     """Fields of a check worker's registration hash (``Keys.worker``), written by the worker's
     heartbeat (``workers.roles``); the claim script counts ROLE and CONCURRENCY minus STUCK."""
@@ -96,6 +101,7 @@ class WorkerField(StrEnum):
     STUCK = "stuck"  # slots held by probe threads still running past their deadline (absent 0)
 
 
+@unique
 class WorkerRoleName(StrEnum):
     """Values of ``WorkerField.ROLE``: a fast worker's slots are reserved for fast work, a
     shared worker's slots take both lanes (slow work only ever counts these)."""
@@ -104,6 +110,7 @@ class WorkerRoleName(StrEnum):
     SHARED = "shared"
 
 
+@unique
 class BucketField(StrEnum):
     """Fields of a tenant's token bucket (``Keys.rate_limit``): RATE and BURST written by
     ``checks.ratelimit``, TOKENS and UPDATED by the claim script as it spends tokens. With
@@ -118,6 +125,7 @@ class BucketField(StrEnum):
     SET_BURST = "sburst"
 
 
+@unique
 class QuarantineField(StrEnum):
     """Fields of a quarantine record (the JSON of ``JobField.QUARANTINE``), written by
     ``checks.quarantine`` when a job's data made a dispatch step fail."""
@@ -127,6 +135,7 @@ class QuarantineField(StrEnum):
     AT = "at"  # Unix s (Redis time)
 
 
+@unique
 class QuarantineStep(StrEnum):
     """The dispatch step whose failure set a job aside (``QuarantineField.STEP``)."""
 
@@ -139,6 +148,7 @@ class QuarantineStep(StrEnum):
     RECONCILE = "reconcile"
 
 
+@unique
 class ResultField(StrEnum):
     """Fields of one entry of a check's results stream (``Keys.results``), written by
     ``complete.lua``; ``Keys.last_result`` maps region -> the same record JSON."""
@@ -408,6 +418,12 @@ class Keys:
         """ZSET job -> scheduled_at: jobs waiting for their tick."""
         return f"{self._checks}:due"
 
+    def heartbeats_late(self) -> str:
+        """ZSET job id -> deadline: heartbeat checks' jobs whose ping is late, moved here from
+        the due index by ``promote.lua``; beat's dispatcher records each miss
+        (``checks/heartbeat.py``) and places the job at its next deadline."""
+        return f"{self._checks}:heartbeats-late"
+
     def dispatch_wake(self) -> str:
         """Pub/sub channel (not a key): the check store wrote a job's tick; beats sleeping past
         it wake and dispatch (``beat.dispatch_wake``)."""
@@ -552,6 +568,7 @@ class Keys:
 # Lua at the end of the module.
 
 
+@unique
 class CronStateField(StrEnum):
     """Fields of a (task, tenant) cron state hash (``Keys.cron_state``)."""
 
@@ -574,6 +591,7 @@ class CronStateField(StrEnum):
     LAST_SUPPRESSED_AT = "last_suppressed_at"  # Unix s
 
 
+@unique
 class CronStatsField(StrEnum):
     """Fields of a task's cron stats hash, all tenants (``Keys.cron_stats``)."""
 
@@ -595,6 +613,7 @@ class CronStatsField(StrEnum):
     TAKEN_OVER = "taken_over"  # windows a beat published for a claimer that never confirmed
 
 
+@unique
 class CronGapField(StrEnum):
     """Fields of a JSON gap record in ``Keys.cron_gaps`` (windows nobody fired)."""
 
@@ -608,6 +627,7 @@ class CronGapField(StrEnum):
     DETECTOR = "detector"  # who found it and why
 
 
+@unique
 class CronPendingField(StrEnum):
     """Fields of a JSON claim record in ``Keys.cron_pending``."""
 
@@ -621,6 +641,7 @@ class CronPendingField(StrEnum):
 CRON_CLAIM_LEASE_S = 10.0
 
 
+@unique
 class CronOutcome(StrEnum):
     """A cron run's outcome, as stored in ``CronStateField.OUTCOME`` / ``LAST_OUTCOME``."""
 
@@ -636,6 +657,7 @@ class CronOutcome(StrEnum):
 CRON_FINISHED = frozenset(CronOutcome) - {CronOutcome.RUNNING}
 
 
+@unique
 class CronSkipReason(StrEnum):
     """Why an engine did not send a (task, tenant, window); IN_FLIGHT is also stored
     (``CronStateField.LAST_SKIP_REASON``)."""
@@ -649,6 +671,7 @@ class CronSkipReason(StrEnum):
     SUPERSEDED = "superseded"  # a later window of the task was due in the same tick
 
 
+@unique
 class CronClaimCode(IntEnum):
     """What the claim script answers per (task, tenant, window)."""
 
@@ -658,6 +681,7 @@ class CronClaimCode(IntEnum):
     MARKED = 3  # a mark entry: the task's window was handled (no tenant to fire)
 
 
+@unique
 class CronClaimKind(StrEnum):
     """What the claim script does with an entry."""
 
@@ -668,6 +692,7 @@ class CronClaimKind(StrEnum):
     CUSTOM = "C"  # as OVERLAP, guarded by and advancing the task's shared last run (cron_ref)
 
 
+@unique
 class CronSource(StrEnum):
     """Where a scheduled task is declared (``schedule list`` shows it)."""
 
@@ -676,6 +701,7 @@ class CronSource(StrEnum):
     RUNTIME = "runtime"
 
 
+@unique
 class Overlap(StrEnum):
     """What a window does while the task's previous run is still in flight."""
 
@@ -683,6 +709,7 @@ class Overlap(StrEnum):
     ALLOW = "allow"  # it fires anyway
 
 
+@unique
 class RuntimeField(StrEnum):
     """Fields of a runtime schedule hash (``Keys.cron_runtime``); values as validated text."""
 
@@ -724,6 +751,7 @@ def maintenance_scope(*, uid: str | None = None, tenant: str | None = None) -> s
     return f"check:{uid}" if uid is not None else f"tenant:{tenant}"
 
 
+@unique
 class CheckStateField(StrEnum):
     """Fields of a check's state hash (``Keys.check_state``)."""
 
@@ -738,6 +766,7 @@ class CheckStateField(StrEnum):
     BASIS = "qb"
 
 
+@unique
 class TransitionField(StrEnum):
     """Keys of a transition's JSON (streams, outbox payload, the hook's argument)."""
 
@@ -754,6 +783,7 @@ class TransitionField(StrEnum):
     RECORD = "json"  # the stream entry field that holds the JSON (next to ID)
 
 
+@unique
 class TransitionStart(StrEnum):
     """What transition_start.lua answers a delivery."""
 
@@ -762,6 +792,7 @@ class TransitionStart(StrEnum):
     BUSY = "busy"  # another delivery holds it now: drop (its lease expiry republishes)
 
 
+@unique
 class DeliveryOutcome(StrEnum):
     """How a delivery of a transition ended (transition_finish.lua)."""
 

@@ -23,7 +23,8 @@
 --       lease_lane (absent = unknown): the lane whose lease index holds the lease,
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
--- a job at most once; {-1} when the guard found the job or the maintenance windows changed
+-- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
+-- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance windows changed
 -- since the run read them (nothing written: read again, plan again); else {1, the id of the
 -- transition this run made or ''}, and with a plan.handoff three more: the job handed the
 -- freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' = none), this
@@ -92,7 +93,7 @@ end
 if job[JOB.LEASE_TOKEN] ~= plan.token then return {0} end
 local guard = plan.guard
 if guard then
-  local lease_fields = (job[JOB.LEASE_EXPIRY] and 1 or 0) + 1
+  local lease_fields = (job[JOB.LEASE_TOKEN] and 1 or 0) + (job[JOB.LEASE_EXPIRY] and 1 or 0)
   if count - lease_fields ~= guard.count then return {-1} end
   for name, value in pairs(guard.fields) do
     if job[name] ~= value then return {-1} end

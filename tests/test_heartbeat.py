@@ -1,0 +1,156 @@
+"""Heartbeat checks (``celery_app/checks/heartbeat.py``): a job pings, silence past the period
+and grace is a failed run recorded by beat's dispatcher with no worker, a start with no success
+within ``max_duration`` too; states, thresholds and transitions are every check's (each
+transition made once); bad pings change nothing. Real Redis, the dispatcher's own tick."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from support.polling import wait_for
+
+from celery_app.checks.dispatch import Dispatcher
+from celery_app.checks.health import read_transitions
+from celery_app.checks.heartbeat import Ping, PingKind, PingRefused, record_ping
+from celery_app.checks.jobs import read_job
+from celery_app.errors import CheckFieldError
+from celery_app.redis.schema import CheckStateField
+from scheduling_core.cron import parse
+from scheduling_core.heartbeat import HeartbeatSchedule
+
+
+def _heartbeat(store, uid: str = "nightly", **config) -> str:
+    store.create(
+        uid=uid, tenant="acme", kind="heartbeat", target="the nightly backup", period=1,
+        regions=["eu"], failure_threshold=1, success_threshold=1,
+        config={"grace": 0, "token": "t" * 20, **config},
+    )  # fmt: skip
+    return uid
+
+
+def _state(r, keys, uid: str) -> str | None:
+    return r.hget(keys.check_state(uid), CheckStateField.STATE)
+
+
+def _last(r, keys, uid: str) -> dict:
+    return json.loads(r.hget(keys.last_result(uid), "eu"))
+
+
+@pytest.mark.timeout(30)
+def test_silence_is_one_failure_a_ping_brings_it_back_each_transition_once(
+    r, keys, settings, store, dispatcher_app
+):
+    uid = _heartbeat(store)
+    dispatcher = Dispatcher(dispatcher_app, client=r, partition=keys.of_check(uid).partition)
+    record_ping(r, keys, settings, uid, Ping())
+    job = read_job(r, keys, f"{uid}@eu")
+    now = float(r.time()[0])
+    assert now < job.scheduled_at <= now + 2  # the next ping is due a period (1 s) later
+    assert job.runs == 1 and _last(r, keys, uid)["status"] == "up"
+
+    def down() -> bool:
+        dispatcher.tick()  # beat's tick: no worker runs a heartbeat check
+        return _state(r, keys, uid) == "down"
+
+    wait_for(down, 10, interval=0.05, what="the silent heartbeat down")
+    last = _last(r, keys, uid)
+    assert last["status"] == "down" and "no success ping by" in last["error"]
+    late = read_job(r, keys, f"{uid}@eu")
+    assert late.scheduled_at > float(r.time()[0]) - 1  # placed a period on, not in the past
+    record_ping(r, keys, settings, uid, Ping(exit_status=0, body="42 files"))
+    assert _state(r, keys, uid) == "up"
+    up = _last(r, keys, uid)
+    assert up["detail"] == {"ping": "success", "exit_status": 0, "body": "42 files"}
+    moves = [
+        (t["from"], t["to"]) for t in reversed(read_transitions(r, keys.check_transitions(uid)))
+    ]
+    assert moves == [("up", "down"), ("down", "up")]
+
+
+@pytest.mark.timeout(30)
+def test_a_start_with_no_success_within_max_duration_fails_and_a_fail_ping_is_down(
+    r, keys, settings, store, dispatcher_app
+):
+    uid = _heartbeat(store, "backup", max_duration=1)
+    store.update(uid, period=3600)  # only the run's duration can make it late now
+    dispatcher = Dispatcher(dispatcher_app, client=r, partition=keys.of_check(uid).partition)
+    seconds, micros = r.time()
+    record_ping(r, keys, settings, uid, Ping(PingKind.START))
+    job = read_job(r, keys, f"{uid}@eu")
+    assert job.scheduled_at <= seconds + micros / 1e6 + 1.5  # brought forward to start + 1 s
+
+    def down() -> bool:
+        dispatcher.tick()
+        return _state(r, keys, uid) == "down"
+
+    wait_for(down, 10, interval=0.05, what="the overrunning run down")
+    assert "no success within 1 s" in _last(r, keys, uid)["error"]
+    record_ping(r, keys, settings, uid, Ping(PingKind.SUCCESS))
+    assert _state(r, keys, uid) == "up"
+    record_ping(r, keys, settings, uid, Ping(PingKind.FAIL, exit_status=3))
+    failed = _last(r, keys, uid)
+    assert failed["status"] == "down" and "exit status 3" in failed["error"]
+    assert _state(r, keys, uid) == "down"
+
+
+def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings, store, test_kind):
+    uid = _heartbeat(store)
+    store.create(uid="web", tenant="acme", kind=test_kind, target="x", period=60)
+    before = r.hgetall(keys.job(f"{uid}@eu"))
+    for call, field in [
+        (lambda: record_ping(r, keys, settings, "nope", Ping()), "uid"),
+        (lambda: record_ping(r, keys, settings, "web", Ping()), "uid"),
+        (lambda: record_ping(r, keys, settings, uid, Ping(), token="w" * 20), "token"),
+        (lambda: record_ping(r, keys, settings, uid, Ping(body="x" * 10_001)), "body"),
+    ]:
+        with pytest.raises(PingRefused) as refused:
+            call()
+        assert refused.value.field == field
+    assert r.hgetall(keys.job(f"{uid}@eu")) == before
+    assert record_ping(r, keys, settings, uid, Ping(), token="t" * 20).written == 1
+
+
+def test_config_is_validated_and_a_token_made_when_none_is_given(store):
+    made = store.create(uid="hb", tenant="acme", kind="heartbeat", target="job", period=60)
+    assert len(made.config["token"]) >= 16 and made.config["grace"] == 60
+    for config, field in [
+        ({"grace": -1}, "config.grace"),
+        ({"cron": "61 * * * *"}, "config.cron"),
+        ({"timezone": "Europe/Paris"}, "config.timezone"),
+        ({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "config.timezone"),
+        ({"max_duration": 0}, "config.max_duration"),
+        ({"token": "short"}, "config.token"),
+        ({"colour": "red"}, "config.colour"),
+    ]:
+        with pytest.raises(CheckFieldError) as refused:
+            store.create(uid="bad", tenant="acme", kind="heartbeat", target="job", period=60,
+                         config=config)  # fmt: skip
+        assert refused.value.field == field
+    assert store.get("bad") is None
+
+
+def test_a_cron_heartbeat_is_due_after_the_next_firing_plus_grace(r, keys, settings, store):
+    config = {"cron": "0 3 * * *", "timezone": "Europe/Paris", "grace": 600}
+    made = store.create(
+        uid="nightly", tenant="acme", kind="heartbeat", target="backup", period=60, config=config
+    )
+    now = datetime.fromtimestamp(float(r.time()[0]), UTC)
+    job = read_job(r, keys, made.job_ids()[0])
+    fire = parse("0 3 * * *").next_after(now.astimezone(ZoneInfo("Europe/Paris")))
+    assert job.scheduled_at == pytest.approx((fire + timedelta(seconds=600)).timestamp(), abs=1)
+
+
+def test_missed_deadlines_walk_one_period_at_a_time():
+    every = HeartbeatSchedule(grace=timedelta(seconds=30), every=timedelta(minutes=5))
+    t = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    first = every.deadline_after_success(t)
+    assert first == t + timedelta(minutes=5, seconds=30)
+    assert every.deadline_after_miss(first) == first + timedelta(minutes=5)
+    started = every.deadline_after_start(t, first)
+    assert started == first  # duration not watched
+    watched = HeartbeatSchedule(grace=timedelta(0), every=timedelta(hours=1),
+                                max_duration=timedelta(minutes=10))  # fmt: skip
+    assert watched.deadline_after_start(t, t + timedelta(hours=1)) == t + timedelta(minutes=10)
