@@ -94,23 +94,26 @@ class Shape:
     workers: int
 
 
-FULL = Shape((200.0, 1000.0, MAX), 4.0, 10.0, 2)
+FULL = Shape((100.0, 400.0, MAX), 4.0, 10.0, 2)
 QUICK = Shape((100.0, MAX), 2.0, 3.0, 1)
 
 
 class Feed:
     """Publishes at ``rate`` per second (or, ``max``, tops the queues up to ``backlog``) from a
-    thread: every ``tick_s`` one ``send(first, n)`` call with the messages due since the last."""
+    thread: every ``tick_s`` the messages due since the last, in one ``send(first, n)`` call when
+    ``batched`` (checkbeat's publisher), else one call per message (an application's
+    ``send_task``), each counted in :attr:`sent` once it is out."""
 
     def __init__(
         self,
         send: Callable[[int, int], None],
+        batched: bool,
         rate: float | str,
         tick_s: float,
         depth: Callable[[], int],
         backlog: int,
     ) -> None:
-        self.send, self.rate, self.tick_s = send, rate, tick_s
+        self.send, self.batched, self.rate, self.tick_s = send, batched, rate, tick_s
         self.depth, self.backlog = depth, backlog
         self.sent = 0
         self.calls = 0
@@ -127,10 +130,16 @@ class Feed:
                     n = max(0, self.backlog - self.depth())
                 else:
                     n = math.floor(float(self.rate) * (time.monotonic() - t0)) - self.sent
-                if n > 0:
+                if n > 0 and self.batched:
                     self.send(self.sent, n)
                     self.sent += n
                     self.calls += 1
+                for _ in range(n if not self.batched else 0):  # counted as they go out
+                    self.send(self.sent, 1)
+                    self.sent += 1
+                    self.calls += 1
+                    if self._stop.is_set():
+                        return
                 k += 1
                 self._stop.wait(max(0.0, t0 + k * self.tick_s - time.monotonic()))
         except BaseException as exc:  # reported by stop()
@@ -152,6 +161,8 @@ class System:
 
     name: str
     queues: Sequence[str]
+    batched: bool
+    tick_s: float
 
     def start_workers(self, events: bool, count: int, logs: Path) -> list[Worker]:
         raise NotImplementedError
@@ -166,6 +177,7 @@ class System:
 class Checkbeat(System):
     name = "checkbeat"
     queues = CHECK_QUEUES
+    batched = True
 
     def __init__(self, state_url: str, broker_url: str) -> None:
         self.settings = load_settings(
@@ -236,6 +248,7 @@ class Checkbeat(System):
 class Plain(System):
     name = "plain"
     queues = (PLAIN_QUEUE,)
+    batched = False
 
     def __init__(self, broker_url: str, tick_s: float) -> None:
         self.broker_url, self.tick_s = broker_url, tick_s
@@ -301,20 +314,21 @@ def _measure(
     idle: float,
 ) -> dict[str, Any]:
     backlog = BACKLOG_PER_SLOT * SLOTS * shape.workers
-    feed = Feed(
-        system.send, rate, system.tick_s, lambda: _depth(admin, system.queues), backlog
-    ).start()
+    depth = lambda: _depth(admin, system.queues)  # noqa: E731
+    feed = Feed(system.send, system.batched, rate, system.tick_s, depth, backlog).start()
     try:
         feed._stop.wait(shape.warmup_s)
         pids = [w.process.pid for w in workers]
         sent0, calls0, depth0 = feed.sent, feed.calls, _depth(admin, system.queues)
         w_cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.monotonic()
+        own0 = time.process_time()
         meter = ServerMeter(admin)
         feed._stop.wait(shape.window_s)
         commands, net, cpu = meter.delta()
         wall = time.monotonic() - t0
         sent, calls, depth = feed.sent - sent0, feed.calls - calls0, _depth(admin, system.queues)
         worker_cpu = sum(cpu_seconds(p) for p in pids) - w_cpu0
+        own_cpu = time.process_time() - own0
     finally:
         feed.stop()
     commands.pop("llen", None)  # the bench's own (the window's edges, max's top-ups)
@@ -334,6 +348,7 @@ def _measure(
         "bytes_per_run": net / per,
         "broker_cpu_cores": cpu / wall,
         "worker_cpu_cores": worker_cpu / wall,
+        "publisher_cpu_cores": own_cpu / wall,  # this process: the publisher thread, mostly
         "runs_per_broker_core_s": runs / cpu,
     }
     if rate == MAX:
@@ -378,6 +393,7 @@ def _print(events: bool, shape: Shape, got: dict[str, Any], out: Any) -> None:
         ("runs/s per broker core", "runs_per_broker_core_s", ",.0f"),
         ("broker CPU, cores", "broker_cpu_cores", ".2f"),
         ("workers' CPU, cores", "worker_cpu_cores", ".2f"),
+        ("publisher's CPU, cores", "publisher_cpu_cores", ".2f"),
     ]
     for rate in shape.rates:
         key = str(rate)
