@@ -40,10 +40,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -376,12 +378,51 @@ def _run_system(
 RATIO_FIGURES = ("commands_per_run", "cpu_us_per_run", "bytes_per_run")
 
 
-def _print(events: bool, shape: Shape, got: dict[str, Any], out: Any) -> None:
+def _combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one event mode as one: each system's median of every figure per rate (of each
+    command's calls too; ``limit``: the most frequent), the median of the rounds' ratios (each
+    from one round) and their range, and the rounds themselves."""
+    out: dict[str, Any] = {"rounds": list(rounds)}
+    rates = list(rounds[0]["checkbeat"])
+    for system in ("checkbeat", "plain"):
+        out[system] = {}
+        for rate in rates:
+            runs = [r[system][rate] for r in rounds]
+            merged: dict[str, Any] = {
+                name: statistics.median(fig[name] for fig in runs)
+                for name, value in runs[0].items()
+                if isinstance(value, int | float) and name != "rate"
+            }
+            merged["rate"] = runs[0]["rate"]
+            names = dict.fromkeys(n for fig in runs for n in fig["commands"])
+            medians = {n: statistics.median(f["commands"].get(n, 0.0) for f in runs) for n in names}
+            merged["commands"] = {
+                n: v for n, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v > 0
+            }
+            if "limit" in runs[0]:
+                merged["limit"] = Counter(fig["limit"] for fig in runs).most_common(1)[0][0]
+            out[system][rate] = merged
+    out["ratio"] = {
+        rate: {n: statistics.median(r["ratio"][rate][n] for r in rounds) for n in RATIO_FIGURES}
+        for rate in rates
+    }
+    out["ratio_range"] = {
+        rate: {
+            n: (min(r["ratio"][rate][n] for r in rounds), max(r["ratio"][rate][n] for r in rounds))
+            for n in RATIO_FIGURES
+        }
+        for rate in rates
+    }
+    return out
+
+
+def _print(events: bool, shape: Shape, got: dict[str, Any], title: str, out: Any) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p()
     p(
-        f"task events {'on' if events else 'off'}: {shape.workers} worker(s) x {SLOTS} threads "
-        f"per system, {shape.window_s:g} s measured per rate after {shape.warmup_s:g} s"
+        f"task events {'on' if events else 'off'}{', ' + title if title else ''}: "
+        f"{shape.workers} worker(s) x {SLOTS} threads per system, {shape.window_s:g} s measured "
+        f"per rate after {shape.warmup_s:g} s"
     )
     p(f"{'per run':<30}{'rate':>8}{'checkbeat':>12}{'plain':>12}{'ratio':>9}")
     rows = [
@@ -401,6 +442,9 @@ def _print(events: bool, shape: Shape, got: dict[str, Any], out: Any) -> None:
         shown = rate if rate == MAX else f"{float(rate):,.0f}/s"
         for label, name, fmt in rows:
             cell = f"{ratios[name]:>8.2f}x" if name in ratios else ""
+            span = got.get("ratio_range", {}).get(key, {}).get(name)
+            if span and span[0] != span[1]:
+                cell += f" ({span[0]:.2f}-{span[1]:.2f})"
             p(f"{label:<30}{shown:>8}{ours[name]:>12{fmt}}{theirs[name]:>12{fmt}}{cell}")
         if rate == MAX:
             p(f"{'limit':<30}{shown:>8}{ours['limit']:>12}{theirs['limit']:>12}")
@@ -445,12 +489,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--window", type=float, help="seconds measured per rate and system")
     parser.add_argument("--warmup", type=float, help="seconds run before each window")
     parser.add_argument("--workers", type=int, help="worker processes per system")
+    parser.add_argument("--repeat", type=int, default=1, help="alternated rounds; medians")
     args = parser.parse_args(argv)
     for name, value in (("--window", args.window), ("--warmup", args.warmup)):
         if value is not None and not value > 0:
             parser.error(f"{name} takes seconds above 0, not {value:g}")
-    if args.workers is not None and args.workers < 1:
-        parser.error(f"--workers takes a whole number from 1, not {args.workers}")
+    for name, value in (("--workers", args.workers), ("--repeat", args.repeat)):
+        if value is not None and value < 1:
+            parser.error(f"{name} takes a whole number from 1, not {value}")
+    repeat = args.repeat
     base = QUICK if args.quick else FULL
     shape = Shape(
         base.rates,
@@ -463,6 +510,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "workers": shape.workers,
         "slots": SLOTS,
         "window_s": shape.window_s,
+        "repeat": args.repeat,
         "load_average": os.getloadavg()[0],
     }
     with tempfile.TemporaryDirectory(prefix="checkbeat-broker-") as tmp:
@@ -477,19 +525,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             plain = Plain(broker_server.url(0), checkbeat.tick_s)
             idle = _idle_cpu_per_s(admin, seconds=2.0)
             figures["idle_cpu_ms_per_s"] = idle * 1e3
-            for k, events in enumerate((True, False)):
-                # alternated, so a drift of the machine's load favours neither
-                order = (checkbeat, plain) if k % 2 == 0 else (plain, checkbeat)
-                got = {s.name: _run_system(s, events, shape, admin, logs, idle) for s in order}
-                got["ratio"] = {
-                    key: {
-                        n: ratio(got["checkbeat"][key][n], got["plain"][key][n])
-                        for n in RATIO_FIGURES
+            rounds: dict[str, list[dict[str, Any]]] = {"events_on": [], "events_off": []}
+            for k in range(repeat):
+                for m, events in enumerate((True, False)):
+                    # alternated, so a drift of the machine's load favours neither
+                    first = (k + m) % 2 == 0
+                    order = (checkbeat, plain) if first else (plain, checkbeat)
+                    got = {s.name: _run_system(s, events, shape, admin, logs, idle) for s in order}
+                    got["ratio"] = {
+                        key: {
+                            n: ratio(got["checkbeat"][key][n], got["plain"][key][n])
+                            for n in RATIO_FIGURES
+                        }
+                        for key in got["checkbeat"]
                     }
-                    for key in got["checkbeat"]
-                }
-                figures["events_on" if events else "events_off"] = got
-                _print(events, shape, got, out)
+                    rounds["events_on" if events else "events_off"].append(got)
+                    if repeat > 1:
+                        _print(events, shape, got, f"round {k + 1} of {repeat}", out)
+            for mode, events in (("events_on", True), ("events_off", False)):
+                figures[mode] = _combine(rounds[mode])
+                title = f"medians of {repeat} alternated rounds" if repeat > 1 else ""
+                _print(events, shape, figures[mode], title, out)
             plain.close()
         finally:
             if checkbeat is not None:

@@ -39,7 +39,9 @@ def test_broker_bench_quick_measures_both_systems_with_events_on_and_off():
             assert ("publish" in theirs["commands"]) is events
             assert ours["commands_per_run"] < theirs["commands_per_run"]
             for name, value in got["ratio"][rate].items():
+                # one round: the ratio of the round's figures, and a range of that one value
                 assert value == pytest.approx(ours[name] / theirs[name])
+                assert got["ratio_range"][rate][name] == pytest.approx([value, value])
         one_core = figures["one_core"][mode]
         for at in ("fixed", "max"):
             figure = one_core[at]
@@ -58,6 +60,7 @@ def test_broker_bench_quick_measures_both_systems_with_events_on_and_off():
         (("--window", "0"), "--window takes seconds above 0, not 0"),
         (("--warmup", "-1"), "--warmup takes seconds above 0, not -1"),
         (("--workers", "0"), "--workers takes a whole number from 1, not 0"),
+        (("--repeat", "0"), "--repeat takes a whole number from 1, not 0"),
     ],
 )
 def test_broker_bench_refuses_options_out_of_range(args, named):
