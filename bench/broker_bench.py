@@ -4,6 +4,7 @@ runs/s one broker core carries, beside plain Celery's broker cost in the same ru
 Reproduce (from the repository root, about four minutes; ``--quick`` is a smoke run)::
 
     .venv/bin/python -m bench.broker_bench
+    .venv/bin/python -m bench.broker_bench --repeat 3  # alternated rounds, medians
     .venv/bin/python -m bench.broker_bench --quick
 
 Two private redis-servers: checkbeat's state on one (not measured), the broker on the other,
@@ -23,10 +24,10 @@ the broker flushed between:
   ``bench.broker_app`` (the same app with ``worker_send_task_events`` off).
 - **plain Celery**: ``bench.noop`` (``bench/plain_app.py``) sent with ``send_task`` one message at
   a time, as an application sends tasks (``task_send_sent_event`` with events on), to
-  ``--workers`` workers of the same pool and size consuming with Celery's defaults (late acks:
-  kombu's unacked record and the ack), ``-E`` with events on.
+  ``--workers`` workers of the same pool and size consuming with acks (kombu's unacked record,
+  then the ack after the task: ``plain_app``'s late acks), ``-E`` with events on.
 
-Each rate runs ``--warmup`` seconds, then the broker is measured over ``--window`` seconds:
+Each rate (100 and 400 runs/s, then ``max``) runs ``--warmup`` seconds, then the broker is measured over ``--window`` seconds:
 ``INFO commandstats`` calls, network bytes in + out, ``used_cpu_user + used_cpu_sys`` minus the
 idle server's (``bench.scale_bench.ServerMeter``). A run is a message taken off the queues in
 the window: sent in the window minus the growth of the queues (``LLEN``, the bench's own, left
