@@ -27,13 +27,14 @@ the broker flushed between:
   ``--workers`` workers of the same pool and size consuming with acks (kombu's unacked record,
   then the ack after the task: ``plain_app``'s late acks), ``-E`` with events on.
 
-Each rate (100 and 400 runs/s, then ``max``) runs ``--warmup`` seconds, then the broker is measured over ``--window`` seconds:
-``INFO commandstats`` calls, network bytes in + out, ``used_cpu_user + used_cpu_sys`` minus the
-idle server's (``bench.scale_bench.ServerMeter``). A run is a message taken off the queues in
-the window: sent in the window minus the growth of the queues (``LLEN``, the bench's own, left
-out of the commands). ``max`` publishes as fast as the consumers take (the queues topped up to
-a backlog every tick) to find the ceiling: the broker core (its CPU near one core), the workers
-(a backlog left) or the publisher (none left). Runs per broker core = 1 / broker CPU per run.
+Each rate (100 and 400 runs/s, then ``max``) runs ``--warmup`` seconds, then the broker is
+measured over ``--window`` seconds: ``INFO commandstats`` calls, network bytes in + out,
+``used_cpu_user + used_cpu_sys`` minus the idle server's (``bench.scale_bench.ServerMeter``).
+A run is a message taken off the queues in the window: sent in the window minus the growth of
+the queues (``LLEN``, the bench's own, left out of the commands). ``max`` publishes as fast as
+the consumers take (the queues topped up to a backlog every tick) to find the ceiling: the
+broker core (its CPU near one core), the workers (a backlog left) or the publisher (none
+left). Runs per broker core = 1 / broker CPU per run.
 """
 
 from __future__ import annotations
