@@ -177,3 +177,9 @@ def get_state(tick_id: str, uid: str, url: str, scheduled_at: float, period_s: f
         ),
     )
     pipe.execute()
+
+
+@app.task(name="bench.noop")
+def noop(tick_id: str) -> None:
+    """``bench.broker_bench``'s anchor: a task with no work of its own, so what its broker
+    carries per run is Celery's alone (the send, the delivery with acks, the task events)."""
