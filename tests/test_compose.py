@@ -89,7 +89,16 @@ def test_services_are_the_deployment(compose):
         "worker-shared",
         "worker-tasks",
         "flower",
+        "pings",
     }
+
+
+def test_the_ping_endpoint_is_served_on_its_published_port(compose):
+    pings = compose["services"]["pings"]
+    command = command_of(pings)
+    assert command[:5] == ["celery", "-A", "celery_app", "checks", "serve-pings"]
+    port = option(command, "--bind").rsplit(":", 1)[1]
+    assert pings["ports"] == [f"{env_example()['CHECKBEAT_PINGS_PORT']}:{port}"]
 
 
 def test_a_worker_runs_cron_tasks_from_the_default_queue(compose):
