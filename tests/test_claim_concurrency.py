@@ -109,18 +109,19 @@ def test_a_promote_never_readds_a_job_claimed_after_it_read(r, keys, store):
     from celery_app.redis.scripts import run_script
     from scheduling_core import LANE_FAST, LANE_SLOW
 
-    moved, *placed = run_script(
+    moved, *placed, late = run_script(
         r,
         "promote",
         keys=[
             keys.due(),
+            keys.heartbeats_late(),
             keys.ready("eu", LANE_FAST),
             keys.ready("eu", LANE_SLOW),
             *map(keys.job, due),
         ],
         args=[repr(T0 + 1), 1, "\n".join(due), " ".join("1" for _ in due)],
     )
-    assert moved == 0 and placed == [0, 0]
+    assert moved == 0 and placed == [0, 0] and late == 0
     assert r.zcard(keys.ready("eu", 0)) == 0 and len(leased(r, keys)) == 6
 
 

@@ -151,6 +151,7 @@ def _contiguous(windows: dict[str, int], every: timedelta) -> bool:
     return all(b - a == every for a, b in pairwise(starts))
 
 
+@pytest.mark.slow  # about 40 s of real processes: in CI's slow run
 def test_every_source_fires_exactly_once_per_window_across_two_beats(project):
     worker = project.start("worker", "-P", "solo", "--without-mingle", "-l", "INFO")
     beats = [project.start("beat", "--pidfile=", "-s", str(project.root / f"b{i}")) for i in (0, 1)]

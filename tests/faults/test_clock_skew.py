@@ -231,6 +231,7 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     assert max(t.per_check.values()) <= math.ceil(OBSERVE_S / PERIOD) + 1, t.per_check
 
 
+@pytest.mark.slow  # about 40 s of real processes: in CI's slow run
 def test_workers_two_seconds_behind_and_ahead_of_beat_run_each_tick_once_and_never_early(
     tmp_path, make_app, r, fault_report
 ):
