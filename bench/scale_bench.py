@@ -6,6 +6,10 @@ Reproduce (from the repository root, about a minute; --quick is a smoke run)::
     .venv/bin/python -m bench.scale_bench
     .venv/bin/python -m bench.scale_bench --quick
     .venv/bin/python -m bench.scale_bench --side-by-side  # with plain Celery: see below
+    .venv/bin/python -m bench.scale_bench --cluster       # 3 masters, 12 partitions: below
+
+``--cluster`` measures the check half in 12 partitions on a local three-master Redis Cluster,
+per master and in one tick over a million checks (``bench/cluster_bench.py``).
 
 ``--side-by-side`` measures something else, in a run of its own (``bench/scale_side_by_side.py``):
 real beat and workers of checkbeat and of plain Celery, one after the other on one redis-server
@@ -157,7 +161,13 @@ def _run_all(app: Any, state: Any, keys: Keys, consumer: RunConsumer, runs: int)
         request, queue = delivered
         task_id = f"bench-{done}"
         read = read_start(
-            state, keys, request.job_id, request.uid, request.lease_token, task_id, 60_000
+            state,
+            keys.of_job(request.job_id),
+            request.job_id,
+            request.uid,
+            request.lease_token,
+            task_id,
+            60_000,
         )
         start = RunStart(
             task_id,
@@ -374,9 +384,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "redis-server, Redis commands and CPU per run of each at 30 and 150 runs/s "
         "(bench/scale_side_by_side.py)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="instead: a local 3-master Redis Cluster, 12 partitions: commands and CPU per run "
+        "on each master, their balance, and one beat tick over 1,000,000 checks "
+        "(bench/cluster_bench.py; --quick: 20,000)",
+    )
+    parser.add_argument(
+        "--checks", type=int, default=None, help="--cluster: the checks of the one-tick measure"
+    )
+    parser.add_argument(
+        "--tick-window",
+        type=float,
+        default=10.0,
+        help="--cluster: seconds of the period the tick finds due (default 10 of 60)",
+    )
     scale_side_by_side.add_arguments(parser)
     args = parser.parse_args(argv)
     scale_side_by_side.check_arguments(parser, args)
+    if args.cluster:
+        from bench import cluster_bench
+
+        return {"cluster": cluster_bench.run(args.quick, args.checks, args.tick_window, sys.stdout)}
     if args.side_by_side:
         return {
             "side_by_side": scale_side_by_side.run(
