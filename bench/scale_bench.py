@@ -372,6 +372,20 @@ def _cron_path(tasks: int, windows: int, out: Any) -> dict[str, Any]:
         state_server.stop()
 
 
+def _check_cluster_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse ``--cluster``'s options out of range, without it, or ``--cluster`` together
+    with ``--side-by-side`` (two runs of their own)."""
+    if args.cluster and args.side_by_side:
+        parser.error("--cluster and --side-by-side are runs of their own: give one")
+    for name, value in (("--checks", args.checks), ("--tick-window", args.tick_window)):
+        if value is not None and not args.cluster:
+            parser.error(f"{name} is an option of --cluster")
+    if args.checks is not None and args.checks < 1:
+        parser.error(f"--checks takes a whole number from 1, not {args.checks}")
+    if args.tick_window is not None and not 0 < args.tick_window <= 60:
+        parser.error(f"--tick-window takes seconds above 0 up to 60, not {args.tick_window:g}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bench import scale_side_by_side  # it builds on this module's meter
 
@@ -397,16 +411,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--tick-window",
         type=float,
-        default=10.0,
+        default=None,
         help="--cluster: seconds of the period the tick finds due (default 10 of 60)",
     )
     scale_side_by_side.add_arguments(parser)
     args = parser.parse_args(argv)
     scale_side_by_side.check_arguments(parser, args)
+    _check_cluster_arguments(parser, args)
     if args.cluster:
         from bench import cluster_bench
 
-        return {"cluster": cluster_bench.run(args.quick, args.checks, args.tick_window, sys.stdout)}
+        window = 10.0 if args.tick_window is None else args.tick_window
+        return {"cluster": cluster_bench.run(args.quick, args.checks, window, sys.stdout)}
     if args.side_by_side:
         return {
             "side_by_side": scale_side_by_side.run(
