@@ -24,7 +24,7 @@ separate plain redis-server for the broker, with checkbeat's own functions in th
   one after the other in one process) ticked once at that instant plus ``--tick-window`` seconds:
   the jobs due then are promoted, claimed and published; jobs published per second of the
   tick's wall time. Memory per job: the masters' ``used_memory`` delta over the creation,
-  divided by the jobs created.
+  divided by the jobs created (on each master: by the jobs it holds).
 
 The Python client here is far slower than the servers; the servers' own CPU is what a shard
 spends, so it is what the per-run figures count.
@@ -198,7 +198,9 @@ def _one_tick(
     create_s = time.perf_counter() - started
     after = _used_memory(clients)
     jobs = checks  # one region
-    memory = {str(port): (after[port] - before[port]) / jobs for port in clients}
+    owner = _master_of_partition(cluster)
+    jobs_on = Counter(owner[partition_of(f"c{i:07d}", PARTITIONS)] for i in range(checks))
+    memory = {str(port): (after[port] - before[port]) / jobs_on[port] for port in clients}
     for part in keys.every_partition():
         register_capacity(state, part, "bench-tick", REGION, jobs)
     dispatchers = [Dispatcher(app, client=state, partition=p) for p in range(PARTITIONS)]
@@ -216,6 +218,7 @@ def _one_tick(
         "create_s": create_s,
         "bytes_per_job": sum(after.values()) / jobs - sum(before.values()) / jobs,
         "bytes_per_job_on_master": memory,
+        "jobs_on_master": {str(port): n for port, n in jobs_on.items()},
         "window_s": window,
         "published": published,
         "published_per_partition": [r.published for r in reports],
