@@ -26,6 +26,7 @@ spread over every master instead, and every master makes transitions.
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -58,10 +59,20 @@ PROBE_S = 0.3  # the failover test's probes on the killed master: some is in fli
 #: 2 s + CHECKBEAT_LEASE_MARGIN 1 s: a run whose completion died with the master is reaped at
 #: its expiry), one period each, and the tick of the run cut off.
 MAX_LOST_TICKS = 3
+#: More than loopback's socket buffers hold: what follows it on the replication link stays in
+#: the master's memory while the replica is stopped, and dies with the master.
+LINK_FILLER_BYTES = 64 * 1024 * 1024
 HOOK_QUEUE = "cbtest.cluster.transitions"
 RECORD_DB = 2  # of the broker's redis-server: the hook's witness, outside the cluster
 #: Every worker has at least PARTITIONS slots (docs/scale.md): two per partition here.
 SLOTS = 2 * PARTITIONS
+
+
+class TickProbedTwice(AssertionError):
+    """A tick the target saw probed twice (what the lagging-replica test expects today, and
+    nothing else: a timeout there is a failure)."""
+
+
 CROSS_SLOT = re.compile(r"CROSSSLOT|same (key )?slot", re.IGNORECASE)
 
 
@@ -318,6 +329,20 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
     )
     system.procs.stop()
 
+    _assert_failover_accounted(system, on_victim, before, window_start, window_end, killed_at, took)
+
+
+def _assert_failover_accounted(
+    system: System,
+    on_victim: list[str],
+    before: dict[tuple[str, str], int],
+    window_start: float,
+    window_end: float,
+    killed_at: float,
+    took: float,
+) -> None:
+    """Per job over the window: no tick probed twice, every tick not probed reported; none
+    lost on the masters that lived, at most MAX_LOST_TICKS on the killed one's."""
     measured = []
     for uid in CHECKS:
         for region in REGIONS:
@@ -337,7 +362,8 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
     print(summary)
     for uid, region, ledger, reported in measured:
         assert len(ledger.due()) >= 6, summary
-        assert ledger.twice() == [], f"{uid}@{region} probed a tick twice\n{summary}"
+        if ledger.twice():
+            raise TickProbedTwice(f"{uid}@{region} probed a tick twice\n{summary}")
         assert len(ledger.unrecorded_misses()) <= reported, (
             f"{uid}@{region} lost ticks nothing reports\n{summary}"
         )
@@ -346,3 +372,71 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
         else:  # the other masters' partitions run on as if nothing happened
             assert ledger.missed() == [], f"{uid}@{region} lost a tick\n{summary}"
     assert system.cross_slot_lines() == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TickProbedTwice,
+    reason="no WAIT on a Redis Cluster (CHECKBEAT_REDIS_WAIT_REPLICAS is refused there): a "
+    "run's claim and start reach only the master before its probe, so a promoted replica that "
+    "had not received them claims and probes the same tick again",
+)
+def test_a_lagging_replica_promoted_runs_no_tick_twice(system):
+    """The killed master's replica is stopped (SIGSTOP) and its link filled (a large value in
+    one of the master's slots: the socket buffers hold part of it, the rest waits in the
+    master's memory) until the master has made a claim the replica cannot have and that
+    claim's run has probed; then the master is killed, the replica resumed and promoted, and
+    the writes in between (claims, starts, completions) are lost. Under Sentinel the start's
+    WAIT holds the probe back until the replica has the start (tests/test_failover_runs.py,
+    ``replica-lagging``); on a cluster nothing does, and the tick runs twice."""
+    cluster = system.cluster
+    victim = 1
+    parts = [p for p in range(PARTITIONS) if cluster.node_of_slot(_slot_of_partition(p))
+             is cluster.nodes[victim]]  # fmt: skip
+    on_victim = [CHECKS[p] for p in parts]
+    for uid in on_victim:
+        for region in REGIONS:
+            system.target.set_delay(f"{uid}/{region}", PROBE_S)
+    wait_for(lambda: system.every_job_hit_since(0, 2), 90, what=f"steady runs\n{system.logs()}")
+    window_start = time.time()
+    before = {(uid, g): system.counters(uid, g) for uid in CHECKS for g in REGIONS}
+    wait_for(lambda: system.every_job_hit_since(window_start, 2), 30, what="runs in the window")
+
+    master = cluster.nodes[victim].client()
+
+    def leases() -> dict[str, str]:  # job -> its lease token, read on the master itself
+        jobs = [job_id(uid, g) for uid in on_victim for g in REGIONS]
+        tokens = {j: master.hget(system.keys.job(j), JobField.LEASE_TOKEN) for j in jobs}
+        return {j: t for j, t in tokens.items() if t}
+
+    replica = cluster.replicas[victim][0]
+    replica.process.send_signal(signal.SIGSTOP)
+    try:
+        filler = f"{system.settings.key_prefix}:{partition_tags(PARTITIONS)[parts[0]]}:filler"
+        master.set(filler, b"x" * LINK_FILLER_BYTES)
+        replicated = set(leases().values())
+        unreplicated: dict[str, float] = {}  # job -> when its lost claim was seen
+
+        def lost_claim_probed() -> bool:
+            for job, token in leases().items():
+                if token not in replicated:
+                    unreplicated.setdefault(job, time.time())
+            return any(
+                max(system.hits(*job.split("@"))) > seen for job, seen in unreplicated.items()
+            )
+
+        wait_for(lost_claim_probed, 6, interval=0.005, what="a lost claim's probe")
+        killed_at = time.time()
+        cluster.nodes[victim].kill()
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+        master.close()
+    took = cluster.promote(replica)
+    window_end = time.time() + 4 * PERIOD_S
+    wait_for(
+        lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
+        60,
+        what=f"runs after the failover\n{system.logs()}",
+    )
+    system.procs.stop()
+    _assert_failover_accounted(system, on_victim, before, window_start, window_end, killed_at, took)
