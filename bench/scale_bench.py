@@ -6,6 +6,10 @@ Reproduce (from the repository root, about a minute; --quick is a smoke run)::
     .venv/bin/python -m bench.scale_bench
     .venv/bin/python -m bench.scale_bench --quick
     .venv/bin/python -m bench.scale_bench --side-by-side  # with plain Celery: see below
+    .venv/bin/python -m bench.scale_bench --cluster       # 3 masters, 12 partitions: below
+
+``--cluster`` measures the check half in 12 partitions on a local three-master Redis Cluster,
+per master and in one tick over a million checks (``bench/cluster_bench.py``).
 
 ``--side-by-side`` measures something else, in a run of its own (``bench/scale_side_by_side.py``):
 real beat and workers of checkbeat and of plain Celery, one after the other on one redis-server
@@ -157,7 +161,13 @@ def _run_all(app: Any, state: Any, keys: Keys, consumer: RunConsumer, runs: int)
         request, queue = delivered
         task_id = f"bench-{done}"
         read = read_start(
-            state, keys, request.job_id, request.uid, request.lease_token, task_id, 60_000
+            state,
+            keys.of_job(request.job_id),
+            request.job_id,
+            request.uid,
+            request.lease_token,
+            task_id,
+            60_000,
         )
         start = RunStart(
             task_id,
@@ -362,6 +372,20 @@ def _cron_path(tasks: int, windows: int, out: Any) -> dict[str, Any]:
         state_server.stop()
 
 
+def _check_cluster_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse ``--cluster``'s options out of range, without it, or ``--cluster`` together
+    with ``--side-by-side`` (two runs of their own)."""
+    if args.cluster and args.side_by_side:
+        parser.error("--cluster and --side-by-side are runs of their own: give one")
+    for name, value in (("--checks", args.checks), ("--tick-window", args.tick_window)):
+        if value is not None and not args.cluster:
+            parser.error(f"{name} is an option of --cluster")
+    if args.checks is not None and args.checks < 1:
+        parser.error(f"--checks takes a whole number from 1, not {args.checks}")
+    if args.tick_window is not None and not 0 < args.tick_window <= 60:
+        parser.error(f"--tick-window takes seconds above 0 up to 60, not {args.tick_window:g}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bench import scale_side_by_side  # it builds on this module's meter
 
@@ -374,9 +398,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "redis-server, Redis commands and CPU per run of each at 30 and 150 runs/s "
         "(bench/scale_side_by_side.py)",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="instead: a local 3-master Redis Cluster, 12 partitions: commands and CPU per run "
+        "on each master, their balance, and one beat tick over 1,000,000 checks "
+        "(bench/cluster_bench.py; --quick: 20,000)",
+    )
+    parser.add_argument(
+        "--checks", type=int, default=None, help="--cluster: the checks of the one-tick measure"
+    )
+    parser.add_argument(
+        "--tick-window",
+        type=float,
+        default=None,
+        help="--cluster: seconds of the period the tick finds due (default 10 of 60)",
+    )
     scale_side_by_side.add_arguments(parser)
     args = parser.parse_args(argv)
     scale_side_by_side.check_arguments(parser, args)
+    _check_cluster_arguments(parser, args)
+    if args.cluster:
+        from bench import cluster_bench
+
+        window = 10.0 if args.tick_window is None else args.tick_window
+        return {"cluster": cluster_bench.run(args.quick, args.checks, window, sys.stdout)}
     if args.side_by_side:
         return {
             "side_by_side": scale_side_by_side.run(

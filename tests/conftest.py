@@ -38,7 +38,7 @@ pytest_plugins = [
     "checks_fixtures",  # settings, keys, store, test_kind, dispatcher_app, broker, cli
     "worker_fixtures",  # make_app, app, run_worker, celery_worker, target, claim, ...
     "faults.fault_report",  # fault_report, and the fault suite's table
-    "ha_fixtures",  # sentinel_deployment, redis_cluster
+    "ha_fixtures",  # sentinel_deployment, redis_cluster, redis_cluster_with_replicas
     "tls_fixtures",  # tls_redis_binary, tls_files, tls_redis, tls_sentinel_deployment
     "wheel_fixtures",  # distributions, wheel_venv
 ]

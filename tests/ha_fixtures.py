@@ -31,3 +31,15 @@ def redis_cluster(tmp_path) -> Iterator[LocalCluster]:
     finally:
         reset_clients()
         cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster_with_replicas(tmp_path) -> Iterator[LocalCluster]:
+    """Three Redis Cluster masters on loopback, each with one replica (a failover promotes
+    it), stopped after."""
+    cluster = LocalCluster(tmp_path / "cluster", replicas_per_master=1).start()
+    try:
+        yield cluster
+    finally:
+        reset_clients()
+        cluster.stop()

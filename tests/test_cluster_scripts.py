@@ -67,3 +67,40 @@ def test_scripts_and_pipelines_on_a_cluster(redis_cluster):
     tx.sadd(keys.tenants(), "x")
     with pytest.raises(RedisClusterException, match="same slot"):
         tx.execute()
+
+
+def _getkeys_calls(cluster) -> int:  # type: ignore[no-untyped-def]
+    """COMMAND GETKEYS calls every node has served (``cmdstat_command|getkeys`` or, before
+    Redis 7 names subcommands, ``cmdstat_command``)."""
+    total = 0
+    for node in cluster.nodes:
+        with node.client() as client:
+            stats = client.info("commandstats")
+        total += sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_command"))
+    return total
+
+
+def test_a_pipelined_script_is_routed_by_its_own_keys_without_asking_a_node(redis_cluster):
+    """A script's keys are movable, so redis-py's cluster pipeline asks the default node for
+    them (COMMAND GETKEYS) before each pipelined EVALSHA: a round trip per script call, all on
+    one master. checkbeat's pipeline reads them from the call's arguments."""
+    settings = load_settings(
+        redis_url=redis_cluster.url(),
+        broker_url=redis_cluster.broker_url(),
+        check_partitions=12,
+    )
+    client = get_redis(settings.redis_url, settings)
+    keys = state_keys(settings)
+    for part in keys.every_partition():  # a warm-up: every script loaded on every primary
+        pipe = client.pipeline(transaction=False)
+        run_script(pipe, "due", [part.due()], [10.0, 100])
+        pipe.execute()
+    before = _getkeys_calls(redis_cluster)
+    for part in keys.every_partition():
+        client.zadd(part.due(), {f"u{part.partition}@eu": 5.0})
+        pipe = client.pipeline(transaction=False)
+        run_script(pipe, "due", [part.due()], [10.0, 100])
+        pipe.time()
+        due, _now = pipe.execute()
+        assert due == f"u{part.partition}@eu"
+    assert _getkeys_calls(redis_cluster) == before

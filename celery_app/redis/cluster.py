@@ -35,6 +35,15 @@ class _Pipeline(ClusterPipeline):
     def time(self, **kwargs: Any) -> Any:
         return self.execute_command("TIME", **kwargs)
 
+    def _get_command_keys(self, *args: Any) -> Any:
+        """The keys of a queued command. A script's keys are read from its own arguments:
+        redis-py's pipeline otherwise asks the default node (``COMMAND GETKEYS``, one round
+        trip each) for every pipelined ``EVALSHA``, since a script's keys are movable, which
+        costs each pipelined script a round trip and loads one master with every run's."""
+        if str(args[0]).upper() in ("EVALSHA", "EVAL") and len(args) > 2:
+            return list(args[3 : 3 + int(args[2])]) or None
+        return super()._get_command_keys(*args)
+
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """As the parent's; a NOSCRIPT makes the next pipelined script call reload the script
         on every primary (the failed call is the caller's to retry, as after any error: the

@@ -4,21 +4,25 @@
 Why by hand: the bundled binary is Redis 6.2 (no ``redis-cli --cluster create`` here, no
 ``CLUSTER ADDSLOTSRANGE``, no ``--cluster-port``), so each node takes ``ADDSLOTS`` of its third
 of the 16384 slots, then ``CLUSTER MEET``s the others; the cluster bus listens on port + 10000,
-so a node's port is picked with that one free too.
+so a node's port is picked with that one free too. With ``replicas=1`` each master gets a
+replica (``CLUSTER REPLICATE``), so a test can kill a master and promote its replica
+(``CLUSTER FAILOVER TAKEOVER``: at once, without the node timeout's vote).
 """
 
 from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from celery_app.local.embedded_redis import RedisServer, find_redis_server
-from support.polling import wait_for
-from support.projects import stop
+
+from .polling import wait_for
+from .projects import stop
 
 SLOTS = 16384
 BUS_OFFSET = 10000
@@ -84,6 +88,16 @@ class ClusterNodeProcess:
         except redis.RedisError:
             return False
 
+    def node_id(self) -> str:
+        with self.client() as client:
+            return str(client.execute_command("CLUSTER MYID"))
+
+    def kill(self) -> None:
+        """SIGKILL: what it had not replicated is lost, as when a host dies."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
     def stop(self) -> None:
         if self.process is not None:
             stop(self.process, timeout=10)
@@ -92,12 +106,15 @@ class ClusterNodeProcess:
 @dataclass
 class LocalCluster:
     """The cluster for checkbeat's state, and a separate plain redis-server for the broker
-    (kombu has no Cluster transport)."""
+    (kombu has no Cluster transport). ``nodes`` are the masters as started, ``replicas[i]``
+    the replicas of ``nodes[i]``."""
 
     root: Path
     masters: int = 3
+    replicas_per_master: int = 0
     binary: str = field(default_factory=find_redis_server)
     nodes: list[ClusterNodeProcess] = field(default_factory=list)
+    replicas: list[list[ClusterNodeProcess]] = field(default_factory=list)
     broker: RedisServer | None = None
 
     def url(self) -> str:
@@ -114,7 +131,17 @@ class LocalCluster:
             self.nodes.append(
                 ClusterNodeProcess(self.root / f"node{i}", free_cluster_port(), self.binary).start()
             )
-        wait_for(lambda: all(n.answers() for n in self.nodes), timeout, what="the nodes to start")
+        for i in range(self.masters):
+            self.replicas.append(
+                [
+                    ClusterNodeProcess(
+                        self.root / f"node{i}r{j}", free_cluster_port(), self.binary
+                    ).start()
+                    for j in range(self.replicas_per_master)
+                ]
+            )
+        every = [*self.nodes, *(r for rs in self.replicas for r in rs)]
+        wait_for(lambda: all(n.answers() for n in every), timeout, what="the nodes to start")
         share = SLOTS // self.masters
         for i, node in enumerate(self.nodes):
             first = i * share
@@ -122,10 +149,72 @@ class LocalCluster:
             with node.client() as client:
                 client.execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
         with self.nodes[0].client() as client:
-            for other in self.nodes[1:]:
+            for other in every[1:]:
                 client.execute_command("CLUSTER MEET", "127.0.0.1", other.port)
+        if self.replicas_per_master:
+            wait_for(
+                lambda: all(self._knows_all(n, len(every)) for n in every),
+                timeout,
+                what="every node to know every other",
+            )
+            for master, replicas in zip(self.nodes, self.replicas, strict=True):
+                master_id = master.node_id()
+                for replica in replicas:
+                    with replica.client() as client:
+                        client.execute_command("CLUSTER REPLICATE", master_id)
+            wait_for(self._replicas_synced, timeout, what="every replica in sync")
         wait_for(self._ok, timeout, what="cluster_state:ok on every node")
         return self
+
+    @staticmethod
+    def _knows_all(node: ClusterNodeProcess, count: int) -> bool:
+        with node.client() as client:
+            return int(client.cluster("INFO").get("cluster_known_nodes", 0)) == count
+
+    def _replicas_synced(self) -> bool:
+        for replicas in self.replicas:
+            for replica in replicas:
+                with replica.client() as client:
+                    info = client.info("replication")
+                if info.get("role") != "slave" or info.get("master_link_status") != "up":
+                    return False
+        return True
+
+    def live_nodes(self) -> list[ClusterNodeProcess]:
+        every = [*self.nodes, *(r for rs in self.replicas for r in rs)]
+        return [n for n in every if n.process is not None and n.process.poll() is None]
+
+    def current_masters(self) -> list[ClusterNodeProcess]:
+        """The live nodes that are masters now (a promoted replica included)."""
+        found = []
+        for node in self.live_nodes():
+            with node.client() as client:
+                if client.info("replication").get("role") == "master":
+                    found.append(node)
+        return found
+
+    def promote(self, replica: ClusterNodeProcess, timeout: float = 30.0) -> float:
+        """``CLUSTER FAILOVER TAKEOVER`` on ``replica`` (its master dead), waited for until
+        every live node sees the cluster ok again; returns how long that took (s)."""
+        began = time.monotonic()
+        with replica.client() as client:
+            client.execute_command("CLUSTER FAILOVER", "TAKEOVER")
+        wait_for(
+            lambda: replica in self.current_masters() and self._live_ok(),
+            timeout,
+            what="the replica promoted and the cluster ok",
+        )
+        return time.monotonic() - began
+
+    def _live_ok(self) -> bool:
+        for node in self.live_nodes():
+            try:
+                with node.client() as client:
+                    if client.cluster("INFO").get("cluster_state") != "ok":
+                        return False
+            except redis.RedisError:
+                return False
+        return True
 
     def _ok(self) -> bool:
         for node in self.nodes:
@@ -136,7 +225,9 @@ class LocalCluster:
                 return False
             if info.get("cluster_state") != "ok":
                 return False
-            if int(info.get("cluster_known_nodes", 0)) != self.masters:
+            if int(info.get("cluster_known_nodes", 0)) != self.masters * (
+                1 + self.replicas_per_master
+            ):
                 return False
         return True
 
@@ -145,7 +236,7 @@ class LocalCluster:
         return self.nodes[min(slot // share, self.masters - 1)]
 
     def stop(self) -> None:
-        for node in self.nodes:
+        for node in [*self.nodes, *(r for rs in self.replicas for r in rs)]:
             node.stop()
         if self.broker is not None:
             self.broker.stop()
