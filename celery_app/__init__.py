@@ -41,7 +41,12 @@ def _build_app() -> Celery:
 
 
 def __getattr__(name: str) -> Any:
-    """``celery_app.app``: the ready-made app, built once, on first use."""
+    """``celery_app.app``: the ready-made app, built once, on first use; ``uptime_report``,
+    imported on first use (it pulls in the Redis client)."""
+    if name == "uptime_report":
+        from celery_app.checks.uptime import uptime_report
+
+        return uptime_report
     if name != "app":
         raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
     with _build_lock:
@@ -65,4 +70,5 @@ __all__ = [
     "on_transition",
     "settings_of",
     "tenants_provider",
+    "uptime_report",
 ]
