@@ -189,15 +189,18 @@ def account(
     the merged ``maintenance`` spans."""
     time = {State.UP: 0.0, State.DEGRADED: 0.0, State.DOWN: 0.0}
     known = 0.0
-    for s, e, state in segs:
+    # only the segments that meet the range (sorted and disjoint: their ends are sorted too)
+    first = bisect.bisect_right(segs, start, key=lambda seg: seg[1])
+    last = bisect.bisect_left(segs, end, lo=first, key=lambda seg: seg[0])
+    for s, e, state in segs[first:last]:
         lo, hi = max(s, start), min(e, end)
         if lo < hi:
             known += hi - lo
             time[state] += (hi - lo) - _overlap(maintenance, lo, hi)
     in_window = known - sum(time.values())
     incidents, longest, recovered, recovery_total = 0, 0.0, 0, 0.0
-    i = 0
-    while i < len(segs):
+    i = first
+    while i < last:
         if segs[i][2] != State.DOWN:
             i += 1
             continue

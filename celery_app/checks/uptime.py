@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -305,13 +306,28 @@ def history_of(stored: Stored, now: float) -> tuple[History, list[str]]:
 
 
 def maintenance_of(
-    windows: Sequence[Window], start: float, end: float
+    windows: Sequence[Window],
+    start: float,
+    end: float,
+    cache: dict[tuple[str, str], list[tuple[float, float]]] | None = None,
 ) -> list[tuple[float, float]]:
-    return merge_spans(
-        span
-        for w in windows
-        for span in window_spans(parse(w.cron), w.duration, ZoneInfo(w.timezone), start, end)
-    )
+    """The merged spans of ``windows`` in [start, end); ``cache`` keeps each window's spans for
+    the next check of the same report (a tenant's windows apply to all its checks)."""
+    cache = {} if cache is None else cache
+    spans = []
+    for w in windows:
+        mine = cache.get((w.scope, w.id))
+        if mine is None:
+            tz = ZoneInfo(w.timezone)
+            mine = cache[(w.scope, w.id)] = window_spans(parse(w.cron), w.duration, tz, start, end)
+        spans += mine
+    return merge_spans(spans)
+
+
+@lru_cache(maxsize=16)
+def _buckets(start: float, end: float, by: Bucket, tz: tzinfo) -> list[tuple[float, float]]:
+    """Every check of a report has the same buckets: cut once."""
+    return bucket_spans(start, end, by, tz)
 
 
 def report_of(
@@ -323,6 +339,7 @@ def report_of(
     tz: tzinfo,
     now: float,
     region: str | None = None,
+    cache: dict[tuple[str, str], list[tuple[float, float]]] | None = None,
 ) -> CheckReport:
     """One check's report (pure once the inputs are read)."""
     history, notes = history_of(stored, now)
@@ -331,12 +348,12 @@ def report_of(
         if region not in stored.regions:
             notes.append(f"{region!r} is not one of the check's regions now")
     segs = segments(history, region)
-    spans = maintenance_of(windows, start, end)
+    spans = maintenance_of(windows, start, end, cache)
     if windows:
         notes.append("maintenance windows are applied as defined now, over the whole range")
     total = Period(account(segs, spans, start, end))
     buckets = (
-        [Period(account(segs, spans, s, e)) for s, e in bucket_spans(start, end, by, tz)]
+        [Period(account(segs, spans, s, e)) for s, e in _buckets(start, end, by, tz)]
         if by is not None
         else []
     )
@@ -367,6 +384,7 @@ def uptime_reports(
     stored = read_stored(client, keys, uids)
     windows = read_windows(client, keys, list(stored.values()))
     reports = []
+    cache: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for uid in uids:
         s = stored.get(uid)
         if s is None:
@@ -374,7 +392,7 @@ def uptime_reports(
         mine = windows.get(maintenance_scope(uid=uid), []) + windows.get(
             maintenance_scope(tenant=s.tenant), []
         )
-        reports.append(report_of(s, mine, start, end, by, tz, now, region))
+        reports.append(report_of(s, mine, start, end, by, tz, now, region, cache))
     return reports
 
 
