@@ -15,6 +15,7 @@ from support.health import run_once
 
 from celery_app import uptime_report
 from celery_app.errors import CheckFieldError
+from celery_app.redis.schema import CheckStateField
 
 DAY = 86400
 
@@ -181,3 +182,23 @@ def test_the_current_state_counts_until_now_then_no_data(cli, r, keys, store):
     assert 590 <= total["down_s"] <= 700  # until the report's now
     assert total["incidents"] == 1 and total["mttr_s"] is None  # not recovered
     assert total["no_data_s"] + total["down_s"] == pytest.approx(4800, abs=0.01)
+
+
+def test_a_check_older_than_its_first_result_record_starts_at_its_oldest_evidence(
+    cli, r, keys, store
+):
+    add_check(cli)
+    t0 = midnight(2)
+    run_once(r, keys, store.settings, store.params, "web@eu", True, t0)
+    run_once(r, keys, store.settings, store.params, "web@eu", False, t0 + 600)
+    # as a store written before FIRST existed: it was set at the first state change after
+    r.hset(keys.check_state("web"), CheckStateField.FIRST, f"{t0 + 600:.3f}")
+    cli("disable", "web")
+    (report,) = json.loads(cli("report", "web", "--from", iso(t0), "--to", iso(t0 + DAY), "--json"))
+    assert report["history_start"] == iso(t0)  # the oldest kept result
+    assert report["total"]["up_s"] == 600 and report["total"]["no_data_s"] == 0
+    notes = report["notes"]
+    assert any(
+        n.startswith(f"history starts at {iso(t0)}: the check's first result") for n in notes
+    )
+    assert any(n.startswith("the check is disabled now") for n in notes)

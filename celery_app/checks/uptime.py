@@ -49,6 +49,9 @@ from scheduling_core.uptime import (
 
 #: Checks read per pipelined round trip.
 CHUNK = 500
+#: How much earlier than the recorded first result a kept result may finish and still be that
+#: first run (its finish precedes the write that records it by the post-exec step).
+EVIDENCE_SLACK_S = 1.0
 
 REGION_NOTE = (
     "region states are recorded only at the check's transitions: a region's change that did not "
@@ -210,9 +213,12 @@ def _step(text: str) -> tuple[Step, int]:
 
 
 def _finished(entries: Sequence[Any]) -> float | None:
+    """When the first of ``entries`` (results stream entries) finished: its RunRecord's
+    ``finished_at`` (ISO 8601); None when there is none or it is unreadable."""
     for _id, fields in entries:
         try:
-            return float(json.loads(fields[ResultField.RECORD])["finished_at"])
+            finished = json.loads(fields[ResultField.RECORD])["finished_at"]
+            return datetime.fromisoformat(finished).timestamp()
         except (KeyError, TypeError, ValueError):
             return None
     return None
@@ -282,18 +288,20 @@ def history_of(stored: Stored, now: float) -> tuple[History, list[str]]:
             if known_from is not None
             else "no transition is retained: the state history is unknown"
         )
-    elif stored.first_result is not None:
-        known_from = stored.first_result
     else:
-        # A check that never recorded its first result (none yet, or it predates the record):
-        # the oldest evidence kept is where its history starts.
-        candidates = [t for t in (stored.oldest_result,) if t is not None]
-        candidates += [stored.steps[0].at] if stored.steps else []
-        known_from = min(candidates) if candidates else None
-        if known_from is not None:
+        # The oldest evidence kept: the first result recorded (FIRST), the oldest retained result
+        # and the check's first transition. FIRST is the earliest for a check created since
+        # FIRST is written (a result finishes just before the write that records it); a check
+        # that predates it got FIRST at its first state change after, so older evidence wins.
+        evidence = [t for t in (stored.first_result, stored.oldest_result) if t is not None]
+        evidence += [stored.steps[0].at] if stored.steps else []
+        known_from = min(evidence) if evidence else None
+        if known_from is not None and (
+            stored.first_result is None or known_from < stored.first_result - EVIDENCE_SLACK_S
+        ):
             notes.append(
                 f"history starts at {_iso(known_from)}: the check's first result is not "
-                f"recorded, this is the oldest one kept"
+                f"recorded (it predates the record), this is the oldest evidence kept"
             )
     if known_from is None and complete:
         notes.append("no result recorded yet")
