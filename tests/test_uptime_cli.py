@@ -78,7 +78,11 @@ def test_a_report_by_day_from_real_transitions(cli, two_days):
         1,
     )
     text = cli("report", "web", "--from", iso(t0), "--to", iso(t0 + DAY))
-    assert "web [acme]" in text and "uptime   97.917%" in text and "incidents 1" in text
+    assert (
+        f"web [acme] (history from {iso(t0)})" in text
+        and "uptime   97.917%" in text
+        and "incidents 1" in text
+    )
 
 
 def test_maintenance_is_shown_and_excluded_and_regions_are_reportable(cli, two_days):

@@ -38,7 +38,8 @@ def _line(label: str, p: Period) -> str:
 
 def _echo(report: CheckReport) -> None:
     region = f" region {escape(report.region)}" if report.region else ""
-    click.echo(f"{escape(report.uid)} [{escape(report.tenant)}]{region}")
+    since = report.as_dict()["history_start"] or "none"
+    click.echo(f"{escape(report.uid)} [{escape(report.tenant)}]{region} (history from {since})")
     click.echo(_line("total", report.total))
     for p in report.buckets:
         click.echo(_line(f"  {p.as_dict()['from']}", p))
