@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.uptime_replay import MIN, assert_same, brute_totals
 
 from scheduling_core import parse
 from scheduling_core.health import RegionHealth, State, overall_state, region_step, window_end
@@ -32,7 +33,6 @@ from scheduling_core.uptime import (
     window_spans,
 )
 
-MIN = 60
 BASE = int(datetime(2024, 1, 24, tzinfo=UTC).timestamp())  # a week before a month's end
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu", "Australia/Lord_Howe"]
 CRONS = ["0 3 * * *", "30 1 * * sun", "0 */6 * * *", "15 12 1 * *", "0 0 * * *", "*/45 * * * *"]
@@ -108,51 +108,6 @@ def replay(sim: Simulated, kept: list[Step], complete: bool, known_from: int, re
         return any(window_end(s, d, z, when) for s, d, z in schedules)
 
     return {m: (state_at(m), in_window(m)) for m in range(start, end + 1)}
-
-
-def brute_totals(minutes, start, end):
-    t = dict.fromkeys(["up", "degraded", "down", "maintenance", "no_data"], 0)
-    incidents, longest, recovered, recovery_total = 0, 0, 0, 0
-    run = None  # counted minutes of the down period being walked
-    for m in range(start, end + 1):
-        state, window = minutes[m]
-        if m < end:
-            if state is None:
-                t["no_data"] += MIN
-            elif window:
-                t["maintenance"] += MIN
-            else:
-                t[str(state)] += MIN
-        if state == State.DOWN and m < end:
-            run = (run or 0) + (0 if window else MIN)
-            continue
-        if run is not None:
-            if run > 0:
-                incidents += 1
-                longest = max(longest, run)
-                if state not in (None, State.DOWN):  # recovered at m: known, not down
-                    recovered += 1
-                    recovery_total += run
-            run = None
-    return t, (incidents, longest, recovered, recovery_total)
-
-
-def assert_same(totals, brute):
-    t, (incidents, longest, recovered, recovery_total) = brute
-    got = {
-        "up": totals.up,
-        "degraded": totals.degraded,
-        "down": totals.down,
-        "maintenance": totals.maintenance,
-        "no_data": totals.no_data,
-    }
-    assert got == t
-    assert (
-        totals.incidents,
-        totals.longest_incident,
-        totals.recovered,
-        totals.recovery_total,
-    ) == (incidents, longest, recovered, recovery_total)
 
 
 windows_strategy = st.lists(
