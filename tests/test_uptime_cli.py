@@ -206,3 +206,39 @@ def test_a_check_older_than_its_first_result_record_starts_at_its_oldest_evidenc
         n.startswith(f"history starts at {iso(t0)}: the check's first result") for n in notes
     )
     assert any(n.startswith("the check is disabled now") for n in notes)
+
+
+def test_a_tenant_report_reads_every_partition(r, redis_url, broker_url, test_kind):
+    from celery_app.checks.layout import ensure_layout
+    from celery_app.checks.maintenance import MaintenanceStore, validate_window
+    from celery_app.checks.store import CheckStore
+    from celery_app.checks.uptime import uptime_reports
+    from celery_app.redis.keyspace import state_keys
+    from celery_app.settings import load_settings
+    from scheduling_core import Params
+
+    settings = load_settings(
+        redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=["eu"],
+        check_partitions=4,
+    )  # fmt: skip
+    keys = state_keys(settings)
+    ensure_layout(r, keys)
+    store = CheckStore(r, keys, settings)
+    uids = [f"p{i}" for i in range(8)]
+    for uid in uids:
+        store.create(uid=uid, tenant="acme", kind=test_kind, target="x", period=60,
+                     regions=["eu"], failure_threshold=1, success_threshold=1)  # fmt: skip
+    assert len({keys.of_check(uid).partition for uid in uids}) > 1
+    window = validate_window(tenant="acme", cron="0 12 * * *", duration=600, timezone="UTC")
+    MaintenanceStore(r, keys).add(window)
+    t0, params = midnight(2), Params.from_settings(settings)
+    for i, uid in enumerate(uids):  # check i is down for i minutes from 06:00
+        run_once(r, keys, settings, params, f"{uid}@eu", True, t0)
+        if i:
+            run_once(r, keys, settings, params, f"{uid}@eu", False, t0 + 6 * 3600)
+            run_once(r, keys, settings, params, f"{uid}@eu", True, t0 + 6 * 3600 + 60 * i)
+    reports = uptime_reports(r, keys, store.uids("acme"), t0, t0 + DAY, now=t0 + DAY)
+    assert [rep.uid for rep in reports] == uids
+    assert [rep.total.totals.down for rep in reports] == [60.0 * i for i in range(8)]
+    assert {rep.total.totals.maintenance for rep in reports} == {600.0}
+    assert all(rep.history_start == t0 for rep in reports)
