@@ -242,3 +242,13 @@ def test_a_tenant_report_reads_every_partition(r, redis_url, broker_url, test_ki
     assert [rep.total.totals.down for rep in reports] == [60.0 * i for i in range(8)]
     assert {rep.total.totals.maintenance for rep in reports} == {600.0}
     assert all(rep.history_start == t0 for rep in reports)
+    # a reader given another partition count is refused, naming the setting
+    from celery_app.checks.layout import PartitionLayoutError
+    from celery_app.factory import create_app
+
+    one = create_app(settings.model_copy(update={"check_partitions": 1}))
+    try:
+        with pytest.raises(PartitionLayoutError, match="CHECKBEAT_CHECK_PARTITIONS=1"):
+            uptime_report(one, tenant="acme", start=iso(t0), end=iso(t0 + DAY))
+    finally:
+        one.close()

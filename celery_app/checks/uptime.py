@@ -420,8 +420,10 @@ def uptime_report(
     (ISO 8601 or aware datetimes), cut ``by`` day, week or month in ``timezone`` (default
     UTC); with ``region``, that region's states instead of the check's quorum state.
 
-    A bad argument raises CheckFieldError naming it; an unknown ``uid`` CheckNotFound.
+    A bad argument raises CheckFieldError naming it; an unknown ``uid`` CheckNotFound; a
+    partition count other than the store's PartitionLayoutError.
     """
+    from celery_app.checks.layout import ensure_layout
     from celery_app.checks.store import CheckStore
     from celery_app.factory import settings_of
     from celery_app.wall_clock import clock_from_env
@@ -432,6 +434,8 @@ def uptime_report(
     if region is not None and not is_id(region):
         raise CheckFieldError("region", f"{region!r} is not allowed: use {ID_RULE}")
     store = CheckStore.from_settings(settings_of(app))
+    # a store built with another partition count would read other keys: refused, by name
+    ensure_layout(store.redis, store.keys, record=False)
     uids = [uid] if uid is not None else store.uids(tenant)
     now = clock_from_env().now().timestamp()
     reports = uptime_reports(

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from celery_app.checks.layout import PartitionLayoutError
 from celery_app.checks.uptime import (
     CheckReport,
     Period,
@@ -85,7 +86,7 @@ def report(
             region=region,
             timezone=timezone,
         )
-    except CheckFieldError as exc:
+    except (CheckFieldError, PartitionLayoutError) as exc:
         raise BadInput(str(exc)) from None
     except CheckNotFound as exc:
         raise click.ClickException(str(exc)) from None
