@@ -52,7 +52,12 @@ def ping_heartbeat(app: Celery, uid: str, kind: str = "success", **details: Any)
 
 
 def __getattr__(name: str) -> Any:
-    """``celery_app.app``: the ready-made app, built once, on first use."""
+    """``celery_app.app``: the ready-made app, built once, on first use; ``uptime_report``,
+    imported on first use (it pulls in the Redis client)."""
+    if name == "uptime_report":
+        from celery_app.checks.uptime import uptime_report
+
+        return uptime_report
     if name != "app":
         raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
     with _build_lock:
@@ -77,4 +82,5 @@ __all__ = [
     "ping_heartbeat",
     "settings_of",
     "tenants_provider",
+    "uptime_report",
 ]

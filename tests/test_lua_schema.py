@@ -37,7 +37,7 @@ SCRIPTS = scripts.script_names()
 # string patterns and formats, separators. Anything else would be a key or a field name.
 COMMANDS = {
     "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HLEN", "HMGET",
-    "HSET", "INCR", "LPUSH", "LTRIM", "PUBLISH", "SADD", "SET", "XX",
+    "HSET", "HSETNX", "INCR", "LPUSH", "LTRIM", "PUBLISH", "SADD", "SET", "XX",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
     "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",
 }  # fmt: skip
@@ -105,13 +105,13 @@ def test_no_script_receives_a_key_prefix():
 GUARD = """
 local __declared = {}
 for _, k in ipairs(KEYS) do __declared[k] = true end
-local __KEY_ARGS = {HGET=1, HGETALL=1, HMGET=1, HSET=1, HDEL=1, HEXISTS=1, HINCRBY=1, ZADD=1,
-  ZREM=1, ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1, SREM=1,
-  SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0, PUBLISH=0}
+local __KEY_ARGS = {HGET=1, HGETALL=1, HMGET=1, HSET=1, HSETNX=1, HDEL=1, HEXISTS=1, HINCRBY=1,
+  ZADD=1, ZREM=1, ZSCORE=1, ZMSCORE=1, ZRANGE=1, ZRANGEBYSCORE=1, ZCARD=1, SMEMBERS=1, SADD=1,
+  SREM=1, SISMEMBER=1, INCR=1, GET=1, SET=1, XADD=1, EXISTS='all', DEL='all', TIME=0, PUBLISH=0}
 -- channels are not keys (not declared); a script may publish only on checkbeat's own
 local __CHANNELS = {['%(wake)s'] = true}
 local __FIELDS = {HGET='rest', HMGET='rest', HDEL='rest', HEXISTS='rest', HINCRBY='one',
-  HSET='pairs', XADD='stream'}
+  HSET='pairs', HSETNX='one', XADD='stream'}
 local __allowed = {}
 for name in string.gmatch('%(fields)s', '%%S+') do __allowed[name] = true end
 local function __field(cmd, f)

@@ -499,6 +499,15 @@ checks.add_command(maintenance)
 checks.add_command(transitions)
 
 
+def _add_report() -> None:
+    from celery_app.cli.checks_report import report
+
+    checks.add_command(report)
+
+
+_add_report()
+
+
 def _add_checks_as_code() -> None:
     from celery_app.cli.checks_code import apply, export
     from celery_app.cli.heartbeats import ping_command, serve_pings

@@ -764,6 +764,9 @@ class CheckStateField(StrEnum):
     # what OBSERVED was counted over: "<quorum>|<regions, comma list>"; a run whose region's
     # state did not move counts again only when this differs (an edit of the quorum or regions)
     BASIS = "qb"
+    # Unix s of the first result that counted the check's state (HSETNX): where its uptime
+    # history starts (checks/uptime.py); absent on a check that has not run yet
+    FIRST = "fr"
 
 
 @unique

@@ -196,6 +196,7 @@ elseif bad >= quorum then
   observed = STATE.DEGRADED
 end
 redis.call('HSET', KEYS[S], CHECK_STATE.OBSERVED, observed, CHECK_STATE.BASIS, basis)
+redis.call('HSETNX', KEYS[S], CHECK_STATE.FIRST, health.now)  -- an uptime report's start
 local announced = redis.call('HGET', KEYS[S], CHECK_STATE.STATE) or STATE.UP
 local was_held = redis.call('HEXISTS', KEYS[S], CHECK_STATE.HELD_UNTIL) == 1
 if observed == announced then
