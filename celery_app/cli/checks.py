@@ -499,6 +499,15 @@ checks.add_command(maintenance)
 checks.add_command(transitions)
 
 
+def _add_notify() -> None:
+    from celery_app.cli.checks_notify import notify
+
+    checks.add_command(notify)
+
+
+_add_notify()
+
+
 def _add_checks_as_code() -> None:
     from celery_app.cli.checks_code import apply, export
 

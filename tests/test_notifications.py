@@ -1,0 +1,202 @@
+"""Notification targets (docs/notifications.md): the CLI that stores them, and their delivery by
+the exactly-once transition path to real receivers on 127.0.0.1: checkbeat's signed JSON
+webhook (the receiver verifies the HMAC), a Slack-shaped webhook (Apprise's Mattermost plugin,
+whose incoming webhooks take Slack's ``{"text": ...}``: Apprise's ``slack://`` always posts to
+hooks.slack.com), Apprise's ``json://`` and an SMTP server (aiosmtpd) for ``mailto://``.
+
+Transitions are made by the post-exec write (support.health.run_once), claimed and published as
+the worker that made them does (``claim_and_publish``), and delivered by a real Celery worker
+consuming the transition queue: retries go through the broker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+
+import pytest
+from support.health import run_once
+from support.polling import wait_for
+
+from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
+from celery_app.checks.transitions import claim_and_publish, pending
+from celery_app.factory import settings_of
+from celery_app.redis.keyspace import state_keys
+
+QUEUE = "cbtest.notify"
+SECRET = "s3cret-signing-key-0123"
+
+
+def add_check(cli, uid="web", *extra, ok=True):
+    return cli(
+        "add", uid, "--tenant", "acme", "--kind", "testprobe", "--target", "x",
+        "--period", "30", "--regions", "eu", "--failure-threshold", "1",
+        "--success-threshold", "1", *extra, ok=ok,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def deliverer(make_app, run_worker, test_kind):
+    """A worker consuming the transition queue (short backoff: retries 1 s, 2 s, ...); returns
+    a function that makes one transition of check ``uid`` in region eu and publishes it."""
+    app = make_app(regions=["eu", "us", "ap"], transition_queue=QUEUE, transition_timeout=10)
+    settings = settings_of(app)
+    keys = state_keys(settings)
+    run_worker(app, [QUEUE], concurrency=2)
+
+    def transition(r, store, uid: str, ok: bool) -> str:
+        _written, made = run_once(r, keys, settings, store.params, f"{uid}@eu", ok, time.time())
+        assert made is not None
+        assert claim_and_publish(app, r, keys, settings, time.time(), [made]) == [made]
+        return made
+
+    transition.keys = keys  # type: ignore[attr-defined]
+    return transition
+
+
+def verified(received, secret: str) -> dict:
+    """The body of a signed webhook request, after checking its signature and timestamp as
+    docs/notifications.md tells a receiver to."""
+    stamp = received.headers["x-checkbeat-timestamp"]
+    expected = hmac.new(secret.encode(), stamp.encode() + b"." + received.body, hashlib.sha256)
+    assert hmac.compare_digest(
+        received.headers["x-checkbeat-signature"], f"sha256={expected.hexdigest()}"
+    )
+    assert abs(time.time() - int(stamp)) < 60
+    return json.loads(received.body)
+
+
+def test_each_transition_reaches_every_target_once_signed_slack_shaped_and_email(
+    cli, r, store, deliverer, http_receiver, smtp_receiver
+):
+    add_check(cli)
+    port = http_receiver.port
+    hook = f"checkbeat+webhook://127.0.0.1:{port}/signed?secret={SECRET}"
+    cli("notify", "add", "--tenant", "acme", "--url", hook, "--id", "signed")
+    cli("notify", "add", "--check", "web", "--url", f"mmost://127.0.0.1:{port}/slacktoken1234",
+        "--id", "slack")  # fmt: skip
+    mail = f"mailto://127.0.0.1:{smtp_receiver.port}?from=cb@example.com&to=ops@example.com"
+    cli("notify", "add", "--tenant", "acme", "--url", mail, "--id", "mail")
+    cli("notify", "add", "--tenant", "other", "--url", f"json://127.0.0.1:{port}/other")
+
+    down = deliverer(r, store, "web", ok=False)
+    wait_for(lambda: len(smtp_receiver.messages) == 1, 20, what="the e-mail")
+    wait_for(lambda: http_receiver.got("/signed") and http_receiver.got("/hooks/slacktoken1234"),
+             20, what="both webhooks")  # fmt: skip
+    body = verified(http_receiver.got("/signed")[0], SECRET)
+    assert (body["id"], body["uid"], body["tenant"], body["from"], body["to"]) == (
+        down, "web", "acme", "up", "down",
+    )  # fmt: skip
+    assert "web [acme]: up -> down" in body["message"] and "eu: down" in body["message"]
+    slack = json.loads(http_receiver.got("/hooks/slacktoken1234")[0].body)
+    assert "up -> down" in slack["text"]
+    assert smtp_receiver.messages[0]["Subject"] == "[checkbeat] web (acme) is down"
+    assert smtp_receiver.messages[0]["To"] == "ops@example.com"
+
+    up = deliverer(r, store, "web", ok=True)
+    wait_for(lambda: len(smtp_receiver.messages) == 2, 20, what="the recovery e-mail")
+    wait_for(lambda: len(http_receiver.got("/signed")) == 2, 20, what="the recovery webhook")
+    wait_for(lambda: pending(r, deliverer.keys) == 0, 20, what="the outbox emptied")
+    assert verified(http_receiver.got("/signed")[1], SECRET)["to"] == "up"
+    assert len(http_receiver.got("/hooks/slacktoken1234")) == 2
+    assert http_receiver.got("/other") == []  # another tenant's target
+
+    rows = json.loads(cli("transitions", "web", "--json"))
+    assert [t["id"] for t in rows] == [up, down]
+    for row in rows:
+        outcomes = {o["scope"] + " " + o["target"].split(":")[0]: o for o in row["notifications"]}
+        assert sorted(outcomes) == ["check:web mmost", "tenant:acme checkbeat+webhook",
+                                    "tenant:acme mailto"]  # fmt: skip
+        assert all(o["ok"] and o["attempts"] == 1 for o in outcomes.values())
+    text = cli("transitions", "web")
+    assert text.count(" sent at ") == 6
+    assert SECRET not in text and "slacktoken1234" not in json.dumps(rows)
+
+
+def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target_twice(
+    cli, r, store, deliverer, http_receiver
+):
+    add_check(cli)
+    port = http_receiver.port
+    cli("notify", "add", "--check", "web", "--id", "good",
+        "--url", f"checkbeat+webhook://127.0.0.1:{port}/good?secret={SECRET}")  # fmt: skip
+    cli("notify", "add", "--check", "web", "--id", "flaky",
+        "--url", f"json://127.0.0.1:{port}/flaky")  # fmt: skip
+    http_receiver.failing.add("/flaky")
+
+    made = [deliverer(r, store, "web", ok=False), deliverer(r, store, "web", ok=True)]
+    wait_for(lambda: http_receiver.refused.get("/flaky", 0) >= 4, 30, what="two attempts each")
+    keys = deliverer.keys
+    for tid in made:
+        outcomes = read_outcomes(r, keys, tid)
+        assert outcomes["good"].ok and outcomes["good"].attempts == 1
+        assert not outcomes["flaky"].ok and "500" in (outcomes["flaky"].error or "")
+    failed = cli("transitions", "web")
+    assert "FAILED" in failed and "sent at" in failed
+
+    http_receiver.failing.clear()
+    wait_for(lambda: pending(r, keys) == 0, 60, what="both transitions delivered")
+    flaky = [json.loads(x.body) for x in http_receiver.got("/flaky")]
+    assert len(flaky) == 2 and sorted(f["title"] for f in flaky) == [
+        "[checkbeat] web (acme) is down", "[checkbeat] web (acme) is up",
+    ]  # fmt: skip
+    assert sorted(verified(x, SECRET)["id"] for x in http_receiver.got("/good")) == sorted(made)
+    for tid in made:
+        outcomes = read_outcomes(r, keys, tid)
+        assert outcomes["flaky"].ok and outcomes["flaky"].attempts >= 2
+        assert outcomes["flaky"].error is None and outcomes["good"].attempts == 1
+    assert not r.hlen(keys.transition_failed())
+
+
+def test_targets_are_added_listed_masked_and_removed_from_the_command_line(cli, r, keys):
+    add_check(cli)
+    slack = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general"
+    out = cli("notify", "add", "--check", "web", "--url", slack, "--id", "s1")
+    assert "added target s1 to check:web" in out and "TIiajkdnlazkcOXrIdevi7FQ" not in out
+    signed = "checkbeat+webhooks://hooks.example.com/in?secret=abcdefghijklmnopqrstu"
+    cli("notify", "add", "--tenant", "acme", "--id", "h1", "--url", signed)
+    rows = json.loads(cli("notify", "list", "--json"))
+    assert [(t["id"], t["scope"]) for t in rows] == [("s1", "check:web"), ("h1", "tenant:acme")]
+    shown = cli("notify", "list") + json.dumps(rows)
+    assert "TIiajkdnlazkcOXrIdevi7FQ" not in shown and "abcdefghijklmnopqrstu" not in shown
+    assert "secret=***" in shown
+    assert [t["id"] for t in json.loads(cli("notify", "list", "--tenant", "acme", "--json"))] == [
+        "h1"
+    ]
+    # the stored URL is the one given (the delivery needs it)
+    assert [t.url for t in NotifyStore(r, keys).list("check:web")] == [slack]
+    cli("notify", "rm", "h1")
+    assert "no notification target" in cli("notify", "rm", "h1", ok=False)
+    cli("rm", "web")  # a deleted check's targets go with it
+    assert cli("notify", "list") == "no notification targets\n"
+    assert r.scard(keys.notify_scopes()) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tenant", "acme", "--url", "nosuch://x/y"], "url: Apprise cannot use this nosuch://"),
+        (["--tenant", "acme", "--url", "slack://"], "url: Apprise cannot use this slack://"),
+        (["--tenant", "acme", "--url", "checkbeat+webhook://h.example/x?secret=short"],
+         "url: checkbeat+webhook:// needs ?secret= of at least 16"),
+        (["--tenant", "acme", "--url", "example.com"], "url: must be a notification URL"),
+        (["--tenant", "bad tenant", "--url", "json://h.example/"], "tenant: 'bad tenant'"),
+        (["--check", "nope", "--url", "json://h.example/"], "no check"),
+        (["--url", "json://h.example/"], "scope:"),
+        (["--tenant", "acme", "--url", "json://h.example/", "--id", "a b"], "id: 'a b'"),
+    ],
+)  # fmt: skip
+def test_bad_targets_are_refused_on_one_line_and_nothing_is_written(cli, r, keys, args, message):
+    add_check(cli)
+    out = cli("notify", "add", *args, ok=False)
+    assert message in out and "Traceback" not in out
+    assert cli.exit_code == (1 if message == "no check" else 2)
+    assert len(out.strip().splitlines()) == 1
+    assert r.scard(keys.notify_scopes()) == 0
+
+
+def test_validate_target_keeps_the_url_and_scopes_it():
+    target = validate_target(uid="web", url=" json://h.example/x ", target_id="t")
+    assert (target.id, target.scope, target.url) == ("t", "check:web", "json://h.example/x")
