@@ -200,3 +200,59 @@ def test_bad_targets_are_refused_on_one_line_and_nothing_is_written(cli, r, keys
 def test_validate_target_keeps_the_url_and_scopes_it():
     target = validate_target(uid="web", url=" json://h.example/x ", target_id="t")
     assert (target.id, target.scope, target.url) == ("t", "check:web", "json://h.example/x")
+
+
+def test_targets_as_code_apply_export_masked_and_apply_again_changes_nothing(
+    cli, r, keys, tmp_path
+):
+    import yaml
+
+    slack = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general"
+    signed = f"checkbeat+webhooks://hooks.example.com/in?secret={SECRET}"
+    mail = "mailto://ops:mailpassword@mail.example.com?to=ops@example.com"
+    document = {
+        "version": 1,
+        "tenants": {"acme": {"notify": [signed, slack]}},
+        "checks": [
+            {"uid": "web", "tenant": "acme", "kind": "testprobe", "target": "x", "period": 30,
+             "regions": ["eu"], "notify": [mail]},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "checks.yaml"
+    path.write_text(yaml.safe_dump(document))
+    dry = cli("apply", "-f", str(path), "--dry-run")
+    assert "3 notification target(s) to add" in dry and SECRET not in dry
+    assert "mailpassword" not in dry and "TIiajkdnlazkcOXrIdevi7FQ" not in dry
+    assert "3 notification target(s) added" in cli("apply", "-f", str(path))
+    stored = {(t.scope, t.url) for t in NotifyStore(r, keys).list()}
+    assert stored == {("tenant:acme", signed), ("tenant:acme", slack), ("check:web", mail)}
+    assert "no changes" in cli("apply", "-f", str(path))
+
+    exported = cli("export")
+    for secret in (SECRET, "mailpassword", "TIiajkdnlazkcOXrIdevi7FQ"):
+        assert secret not in exported
+    assert "secret=***" in exported
+    masked = tmp_path / "exported.yaml"
+    masked.write_text(exported)
+    assert "no changes" in cli("apply", "-f", str(masked))  # a mask keeps the stored target
+    assert {(t.scope, t.url) for t in NotifyStore(r, keys).list()} == stored
+    full = yaml.safe_load(cli("export", "--include-secrets"))
+    assert sorted(full["tenants"]["acme"]["notify"]) == sorted([signed, slack])
+    assert full["checks"][0]["notify"] == [mail]
+
+    # a masked URL nothing stored stands for, and a URL Apprise cannot use: refused, unwritten
+    cli("notify", "rm", NotifyStore(r, keys).list("check:web")[0].id)
+    refused = cli("apply", "-f", str(masked), ok=False)
+    assert "is masked as `checks export` writes it" in refused and cli.exit_code == 1
+    document["tenants"]["acme"]["notify"] = ["nosuch://x", slack]
+    path.write_text(yaml.safe_dump(document))
+    refused = cli("apply", "-f", str(path), ok=False)
+    assert "tenants.acme.notify[0]: Apprise cannot use this nosuch:// URL" in refused
+    assert cli.exit_code == 2
+    assert len(NotifyStore(r, keys).list()) == 2
+
+    # a notify list the file empties removes the scope's targets
+    document["tenants"]["acme"]["notify"] = []
+    path.write_text(yaml.safe_dump(document))
+    assert "2 removed" in cli("apply", "-f", str(path))
+    assert [t.scope for t in NotifyStore(r, keys).list()] == ["check:web"]
