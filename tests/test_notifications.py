@@ -38,10 +38,12 @@ def add_check(cli, uid="web", *extra, ok=True):
 
 
 @pytest.fixture
-def deliverer(make_app, run_worker, test_kind):
-    """A worker consuming the transition queue (short backoff: retries 1 s, 2 s, ...); returns
-    a function that makes one transition of check ``uid`` in region eu and publishes it."""
-    app = make_app(regions=["eu", "us", "ap"], transition_queue=QUEUE, transition_timeout=10)
+def deliverer(request, make_app, run_worker, test_kind):
+    """A worker consuming the transition queue (short backoff: retries 1 s, 2 s, ...; settings
+    overridden by an indirect parameter); returns a function that makes one transition of check
+    ``uid`` in region eu and publishes it."""
+    overrides = {"transition_timeout": 10, **getattr(request, "param", {})}
+    app = make_app(regions=["eu", "us", "ap"], transition_queue=QUEUE, **overrides)
     settings = settings_of(app)
     keys = state_keys(settings)
     run_worker(app, [QUEUE], concurrency=2)
@@ -210,38 +212,44 @@ def test_targets_as_code_apply_export_masked_and_apply_again_changes_nothing(
     slack = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general"
     signed = f"checkbeat+webhooks://hooks.example.com/in?secret={SECRET}"
     mail = "mailto://ops:mailpassword@mail.example.com?to=ops@example.com"
+    plain = (
+        "mailto://127.0.0.1:2525?from=cb@example.com&to=team@example.com"  # shown in its own form
+    )
     document = {
         "version": 1,
         "tenants": {"acme": {"notify": [signed, slack]}},
         "checks": [
             {"uid": "web", "tenant": "acme", "kind": "testprobe", "target": "x", "period": 30,
-             "regions": ["eu"], "notify": [mail]},
+             "regions": ["eu"], "notify": [mail, plain]},
         ],
     }  # fmt: skip
     path = tmp_path / "checks.yaml"
     path.write_text(yaml.safe_dump(document))
     dry = cli("apply", "-f", str(path), "--dry-run")
-    assert "3 notification target(s) to add" in dry and SECRET not in dry
+    assert "4 notification target(s) to add" in dry and SECRET not in dry
     assert "mailpassword" not in dry and "TIiajkdnlazkcOXrIdevi7FQ" not in dry
-    assert "3 notification target(s) added" in cli("apply", "-f", str(path))
+    assert "4 notification target(s) added" in cli("apply", "-f", str(path))
     stored = {(t.scope, t.url) for t in NotifyStore(r, keys).list()}
-    assert stored == {("tenant:acme", signed), ("tenant:acme", slack), ("check:web", mail)}
+    assert stored == {
+        ("tenant:acme", signed), ("tenant:acme", slack), ("check:web", mail), ("check:web", plain)
+    }  # fmt: skip
     assert "no changes" in cli("apply", "-f", str(path))
 
     exported = cli("export")
     for secret in (SECRET, "mailpassword", "TIiajkdnlazkcOXrIdevi7FQ"):
         assert secret not in exported
-    assert "secret=***" in exported
+    assert "secret=***" in exported and "mailto://127.0.0.1:2525/team%40example.com" in exported
     masked = tmp_path / "exported.yaml"
     masked.write_text(exported)
     assert "no changes" in cli("apply", "-f", str(masked))  # a mask keeps the stored target
     assert {(t.scope, t.url) for t in NotifyStore(r, keys).list()} == stored
     full = yaml.safe_load(cli("export", "--include-secrets"))
     assert sorted(full["tenants"]["acme"]["notify"]) == sorted([signed, slack])
-    assert full["checks"][0]["notify"] == [mail]
+    assert sorted(full["checks"][0]["notify"]) == sorted([mail, plain])
 
     # a masked URL nothing stored stands for, and a URL Apprise cannot use: refused, unwritten
-    cli("notify", "rm", NotifyStore(r, keys).list("check:web")[0].id)
+    masked_mail = next(t for t in NotifyStore(r, keys).list("check:web") if t.url == mail)
+    cli("notify", "rm", masked_mail.id)
     refused = cli("apply", "-f", str(masked), ok=False)
     assert "is masked as `checks export` writes it" in refused and cli.exit_code == 1
     document["tenants"]["acme"]["notify"] = ["nosuch://x", slack]
@@ -249,10 +257,43 @@ def test_targets_as_code_apply_export_masked_and_apply_again_changes_nothing(
     refused = cli("apply", "-f", str(path), ok=False)
     assert "tenants.acme.notify[0]: Apprise cannot use this nosuch:// URL" in refused
     assert cli.exit_code == 2
-    assert len(NotifyStore(r, keys).list()) == 2
+    assert len(NotifyStore(r, keys).list()) == 3
 
-    # a notify list the file empties removes the scope's targets
+    # a notify list the file empties removes the scope's targets (the file's check list adds
+    # back the target removed by hand)
     document["tenants"]["acme"]["notify"] = []
     path.write_text(yaml.safe_dump(document))
-    assert "2 removed" in cli("apply", "-f", str(path))
-    assert [t.scope for t in NotifyStore(r, keys).list()] == ["check:web"]
+    assert "1 notification target(s) added, 2 removed" in cli("apply", "-f", str(path))
+    assert sorted(t.url for t in NotifyStore(r, keys).list()) == sorted([mail, plain])
+
+
+@pytest.mark.parametrize("deliverer", [{"transition_retries": 0}], indirect=True)
+def test_a_failing_targets_secrets_are_in_no_record_log_or_output(
+    cli, r, store, deliverer, http_receiver, caplog
+):
+    canaries = ("Canary-Pass-7781", "Canary-Header-9912", "Canary-Token-5531")
+    add_check(cli)
+    port = http_receiver.port
+    url = f"json://user:{canaries[0]}@127.0.0.1:{port}/{canaries[2]}/in?+X-Api-Key={canaries[1]}"
+    cli("notify", "add", "--check", "web", "--url", url, "--id", "leaky")
+    http_receiver.failing.add(f"/{canaries[2]}/in")
+    with caplog.at_level("WARNING"):
+        made = deliverer(r, store, "web", ok=False)
+        keys = deliverer.keys
+        wait_for(lambda: r.hexists(keys.transition_failed(), made), 20, what="kept as failed")
+    outcome = read_outcomes(r, keys, made)["leaky"]
+    assert not outcome.ok and outcome.attempts == 1 and outcome.error
+    logged = "\n".join(rec.getMessage() for rec in caplog.records)
+    assert "not sent to json://user:***@127.0.0.1" in logged
+    shown = [
+        logged,
+        json.dumps(r.hgetall(keys.transition_failed())),
+        json.dumps(r.hgetall(keys.notify_outcomes(made))),
+        cli("transitions", "web"),
+        cli("transitions", "web", "--json"),
+        cli("notify", "list", "--json"),
+        cli("export"),
+    ]
+    for canary in canaries:
+        assert all(canary not in text for text in shown), canary
+    assert http_receiver.refused[f"/{canaries[2]}/in"] == 1  # sent, refused, not retried

@@ -18,14 +18,13 @@ import hashlib
 import hmac
 import http.client
 import json
-import logging
 import ssl
 import time
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
-from celery_app.checks.notify import NotifyTarget, message, webhook_parts
+from celery_app.checks.notify import NotifyTarget, message, quiet_apprise, webhook_parts
 
 #: Headers of a signed webhook request.
 SIGNATURE_HEADER = "X-Checkbeat-Signature"
@@ -90,24 +89,19 @@ def _send_signed(target: NotifyTarget, transition: Any, payload: str, timeout: f
         raise RuntimeError(f"HTTP {answer.status} {answer.reason}: {text}".strip())
 
 
-@lru_cache(maxsize=1)
-def _quiet_apprise() -> None:
-    logging.getLogger("apprise").propagate = False
-
-
 def _send_apprise(target: NotifyTarget, transition: Any) -> None:
     import apprise
 
-    _quiet_apprise()
+    quiet_apprise()
     title, body = message(transition)
     sender = apprise.Apprise()
-    with apprise.LogCapture(level=apprise.logging.WARNING) as logs:
+    with apprise.LogCapture(level=apprise.logging.WARNING, fmt="%(message)s") as logs:
         if not sender.add(target.url):
             raise RuntimeError("Apprise cannot use this URL any more")
         ok = sender.notify(title=title, body=body)
         captured = logs.getvalue()
     if not ok:
-        raise RuntimeError(captured.strip() or "Apprise reported a failed send")
+        raise RuntimeError(" ".join(captured.split()) or "Apprise reported a failed send")
 
 
 def send(target: NotifyTarget, transition: Any, payload: str, timeout: float) -> None:

@@ -292,8 +292,9 @@ def _plan_targets(
     store: CheckStore, manifest: Manifest, prune: bool, plan: Plan, source: str
 ) -> None:
     """Notification targets as windows are planned (:func:`_plan_windows`), by (scope, URL);
-    a masked URL (``checks export`` without ``--include-secrets``) keeps the stored target of
-    its scope that shows as it, and is refused when there is none."""
+    a URL as ``checks export`` shows it keeps the stored target of its scope that shows so
+    (the shown form may differ without a secret: Apprise writes its own); a masked one with
+    no such target is refused."""
     stored: dict[str, list[NotifyTarget]] = {}
     for t in sorted(NotifyStore(store.redis, store.keys).list(), key=lambda t: t.id):
         stored.setdefault(t.scope, []).append(t)
@@ -301,9 +302,9 @@ def _plan_targets(
     for t in manifest.targets:
         left = stored.get(t.scope, [])
         same = next((s for s in left if s.url == t.url), None)
-        if same is None and not t.id:  # masked: the stored target it stands for
+        if same is None:  # as exported: the stored target it stands for
             same = next((s for s in left if s.shown == t.url), None)
-            if same is None:
+            if same is None and not t.id:  # masked, and nothing stored behind the mask
                 where = (*_scope_path(t.scope), "notify")
                 problems.append(
                     Problem(

@@ -91,11 +91,22 @@ class NotifyTarget:
 # --- validation -------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
+def quiet_apprise() -> None:
+    """Keep Apprise's log lines out of the process's log (and off stderr, where Python prints
+    an unconfigured logger's warnings): they may quote a URL and its token. What checkbeat
+    says about a target, it says itself, masked."""
+    import logging
+
+    logging.getLogger("apprise").propagate = False
+
+
 def _apprise_plugin(url: str) -> Any:
     """Apprise's plugin for ``url`` or None (Apprise is imported here, on first use: most
     processes never parse a target)."""
     import apprise
 
+    quiet_apprise()
     with apprise.LogCapture(level=apprise.logging.ERROR):  # its parse errors quote the URL
         return apprise.Apprise.instantiate(url, suppress_exceptions=True)
 
@@ -172,18 +183,40 @@ def validate_target(
 @lru_cache(maxsize=4096)
 def shown_url(url: str) -> str:
     """``url`` without its secrets: Apprise's privacy form (tokens in the path shortened to
-    ``a...z``), then URL passwords, credential-named query values and custom header values
-    (``+Header=value``) as :data:`MASK`."""
+    ``a...z``; of its query, only the parameters ``url`` gives), then URL passwords,
+    credential-named query values, custom header values (``+Header=value``) and path segments
+    that look like tokens (:func:`_token_like`) as :data:`MASK`."""
     scheme = url.split("://", 1)[0].lower()
     if scheme not in WEBHOOK_SCHEMES:
         plugin = _apprise_plugin(url)
         if plugin is None:
             return f"{scheme}://{MASK}"
-        url = plugin.url(privacy=True)
-    shown = redact_target(url)
+        given = {unquote(piece.partition("=")[0]) for piece in urlsplit(url).query.split("&")}
+        parts = urlsplit(plugin.url(privacy=True))
+        query = "&".join(
+            piece
+            for piece in parts.query.split("&")
+            if piece and unquote(piece.partition("=")[0]) in given
+        )
+        url = parts._replace(query=query).geturl()
+    parts = urlsplit(redact_target(url))
+    path = "/".join(MASK if _token_like(seg) else seg for seg in parts.path.split("/"))
     # Apprise writes custom headers as %2BName=value: every header value is masked, as the
     # http kind's headers are
-    return re.sub(r"((?:^|[?&])(?:%2B|\+)[^=&]*=)[^&]*", rf"\g<1>{MASK}", shown)
+    query = re.sub(r"((?:^|&)(?:%2B|\+)[^=&]*=)[^&]*", rf"\g<1>{MASK}", parts.query)
+    return parts._replace(path=path, query=query).geturl()
+
+
+def _token_like(segment: str) -> bool:
+    """Whether a path segment of a webhook URL is likely a credential (``/hooks/<token>``):
+    long, or mixing letters and digits; an e-mail address (a recipient) is not one. Service
+    tokens Apprise knows are already shortened."""
+    text = unquote(segment)
+    if "@" in text:
+        return False
+    if len(text) >= 16:
+        return True
+    return len(text) >= 8 and any(c.isdigit() for c in text) and any(c.isalpha() for c in text)
 
 
 def looks_masked(url: str) -> bool:
