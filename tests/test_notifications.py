@@ -152,6 +152,30 @@ def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target
     assert not r.hlen(keys.transition_failed())
 
 
+@pytest.mark.slow
+def test_a_receiver_down_for_a_minute_gets_every_transition_once_with_the_default_retries(
+    cli, r, store, deliverer, http_receiver
+):
+    add_check(cli)
+    port = http_receiver.port
+    cli("notify", "add", "--tenant", "acme", "--id", "down",
+        "--url", f"checkbeat+webhook://127.0.0.1:{port}/down?secret={SECRET}")  # fmt: skip
+    cli("notify", "add", "--tenant", "acme", "--id", "up", "--url", f"json://127.0.0.1:{port}/up")
+    http_receiver.failing_until["/down"] = time.monotonic() + 60.0
+    made = [deliverer(r, store, "web", ok=False), deliverer(r, store, "web", ok=True)]
+    keys = deliverer.keys
+    wait_for(lambda: len(http_receiver.got("/down")) == 2, 150, 0.5, what="delivered on recovery")
+    wait_for(lambda: pending(r, keys) == 0, 20, what="the outbox emptied")
+    assert http_receiver.refused["/down"] >= 2 * 6  # 0, 1, 3, 7, 15, 31 s: all inside the minute
+    assert sorted(verified(x, SECRET)["id"] for x in http_receiver.got("/down")) == sorted(made)
+    assert len(http_receiver.got("/up")) == 2  # the other target: once each, not per retry
+    for tid in made:
+        outcomes = read_outcomes(r, keys, tid)
+        assert outcomes["down"].ok and outcomes["down"].attempts >= 7
+        assert outcomes["up"].ok and outcomes["up"].attempts == 1
+    assert not r.hlen(keys.transition_failed())
+
+
 def test_targets_are_added_listed_masked_and_removed_from_the_command_line(cli, r, keys):
     add_check(cli)
     slack = "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from email import message_from_bytes
 from email.message import Message
@@ -20,13 +21,15 @@ class Received:
 
 
 class HttpReceiver:
-    """Records each request; answers 500 to a path while it is in :attr:`failing`, else 200
-    (a refused request is counted in :attr:`refused`, not recorded)."""
+    """Records each request; answers 500 to a path while it is in :attr:`failing` or before its
+    :attr:`failing_until` (``time.monotonic()``), else 200 (a refused request is counted in
+    :attr:`refused`, not recorded)."""
 
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.refused: dict[str, int] = {}
         self.failing: set[str] = set()
+        self.failing_until: dict[str, float] = {}
         self._lock = threading.Lock()
         outer = self
 
@@ -39,7 +42,8 @@ class HttpReceiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 path = self.path.split("?")[0]
                 with outer._lock:
-                    if path in outer.failing:
+                    down = time.monotonic() < outer.failing_until.get(path, 0.0)
+                    if path in outer.failing or down:
                         outer.refused[path] = outer.refused.get(path, 0) + 1
                         status, answer = 500, b"receiver down"
                     else:
