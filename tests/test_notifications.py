@@ -20,6 +20,7 @@ import pytest
 from support.health import run_once
 from support.polling import wait_for
 
+from celery_app.checks.hooks import on_transition
 from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
 from celery_app.checks.transitions import claim_and_publish, pending
 from celery_app.factory import settings_of
@@ -55,6 +56,7 @@ def deliverer(request, make_app, run_worker, test_kind):
         return made
 
     transition.keys = keys  # type: ignore[attr-defined]
+    transition.app = app  # type: ignore[attr-defined]
     return transition
 
 
@@ -127,6 +129,8 @@ def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target
     cli("notify", "add", "--check", "web", "--id", "flaky",
         "--url", f"json://127.0.0.1:{port}/flaky")  # fmt: skip
     http_receiver.failing.add("/flaky")
+    hooked: list[str] = []
+    on_transition(lambda t: hooked.append(t.id), name="count", app=deliverer.app)
 
     made = [deliverer(r, store, "web", ok=False), deliverer(r, store, "web", ok=True)]
     wait_for(lambda: http_receiver.refused.get("/flaky", 0) >= 4, 30, what="two attempts each")
@@ -149,6 +153,7 @@ def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target
         outcomes = read_outcomes(r, keys, tid)
         assert outcomes["flaky"].ok and outcomes["flaky"].attempts >= 2
         assert outcomes["flaky"].error is None and outcomes["good"].attempts == 1
+    assert sorted(hooked) == sorted(made)  # the hook returned the first time: not run again
     assert not r.hlen(keys.transition_failed())
 
 
