@@ -50,9 +50,10 @@ def deliverer(request, make_app, run_worker, test_kind):
     run_worker(app, [QUEUE], concurrency=2)
 
     def transition(r, store, uid: str, ok: bool) -> str:
-        _written, made = run_once(r, keys, settings, store.params, f"{uid}@eu", ok, time.time())
+        part = keys.of_check(uid)  # the worker that made it works in its partition
+        _written, made = run_once(r, part, settings, store.params, f"{uid}@eu", ok, time.time())
         assert made is not None
-        assert claim_and_publish(app, r, keys, settings, time.time(), [made]) == [made]
+        assert claim_and_publish(app, r, part, settings, time.time(), [made]) == [made]
         return made
 
     transition.keys = keys  # type: ignore[attr-defined]
@@ -154,7 +155,7 @@ def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target
         assert outcomes["flaky"].ok and outcomes["flaky"].attempts >= 2
         assert outcomes["flaky"].error is None and outcomes["good"].attempts == 1
     assert sorted(hooked) == sorted(made)  # the hook returned the first time: not run again
-    assert not r.hlen(keys.transition_failed())
+    assert not any(r.hlen(p.transition_failed()) for p in keys.every_partition())
 
 
 @pytest.mark.slow
@@ -178,7 +179,7 @@ def test_a_receiver_down_for_a_minute_gets_every_transition_once_with_the_defaul
         outcomes = read_outcomes(r, keys, tid)
         assert outcomes["down"].ok and outcomes["down"].attempts >= 7
         assert outcomes["up"].ok and outcomes["up"].attempts == 1
-    assert not r.hlen(keys.transition_failed())
+    assert not any(r.hlen(p.transition_failed()) for p in keys.every_partition())
 
 
 def test_targets_are_added_listed_masked_and_removed_from_the_command_line(cli, r, keys):
@@ -309,14 +310,15 @@ def test_a_failing_targets_secrets_are_in_no_record_log_or_output(
     with caplog.at_level("WARNING"):
         made = deliverer(r, store, "web", ok=False)
         keys = deliverer.keys
-        wait_for(lambda: r.hexists(keys.transition_failed(), made), 20, what="kept as failed")
+        failed = keys.of_transition(made).transition_failed()
+        wait_for(lambda: r.hexists(failed, made), 20, what="kept as failed")
     outcome = read_outcomes(r, keys, made)["leaky"]
     assert not outcome.ok and outcome.attempts == 1 and outcome.error
     logged = "\n".join(rec.getMessage() for rec in caplog.records)
     assert "not sent to json://user:***@127.0.0.1" in logged
     shown = [
         logged,
-        json.dumps(r.hgetall(keys.transition_failed())),
+        json.dumps(r.hgetall(failed)),
         json.dumps(r.hgetall(keys.notify_outcomes(made))),
         cli("transitions", "web"),
         cli("transitions", "web", "--json"),
