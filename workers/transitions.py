@@ -71,9 +71,10 @@ def _bad_id(transition_id: Any) -> str | None:
     ignore_result=True,
 )
 def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Run every registered hook with the transition, unless it was delivered or another
-    delivery holds it. A malformed message (forged: publish.py sends one keyword,
-    ``transition_id``, a string) is logged on one line and rejected, never retried."""
+    """Send the transition to its check's and tenant's notification targets and run every
+    registered hook with it, unless it was delivered or another delivery holds it. A
+    malformed message (forged: publish.py sends one keyword, ``transition_id``, a string) is
+    logged on one line and rejected, never retried."""
     # Any: a message's; _bad_id leaves only a string
     transition_id: Any = kwargs.get("transition_id") if not args else args[0]
     problem = _bad_id(transition_id)
@@ -93,7 +94,7 @@ def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     transition = Transition.from_json(payload)
     failures = notify_targets(client, keys, settings, transition, payload)
     hooks = registry_of(self.app).transition_hooks()
-    if hooks_done(client, keys, transition_id):
+    if hooks and hooks_done(client, keys, transition_id):
         hooks = {}  # they returned in an earlier attempt; a retry is for a target
     try:
         for hook in hooks.values():
