@@ -199,6 +199,11 @@ def test_targets_are_added_listed_masked_and_removed_from_the_command_line(cli, 
     ]
     # the stored URL is the one given (the delivery needs it)
     assert [t.url for t in NotifyStore(r, keys).list("check:web")] == [slack]
+    shown = json.loads(cli("show", "web", "--json"))["notify"]  # its own, then its tenant's
+    assert [(t["id"], t["scope"]) for t in shown] == [("s1", "check:web"), ("h1", "tenant:acme")]
+    text = cli("show", "web")
+    assert "notify         slack://T...2/A...D/T...Q/%23general/ (check:web)" in text
+    assert "TIiajkdnlazkcOXrIdevi7FQ" not in text + json.dumps(shown)
     cli("notify", "rm", "h1")
     assert "no notification target" in cli("notify", "rm", "h1", ok=False)
     cli("rm", "web")  # a deleted check's targets go with it

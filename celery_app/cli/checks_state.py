@@ -82,6 +82,8 @@ def echo_state(data: dict[str, Any]) -> None:
         click.echo(f"{'next window':14} {m['next_start']} ({escape(m['next_window'])})")
     elif not m["windows"]:
         click.echo(f"{'next window':14} none")
+    for target in data.get("notify", []):
+        click.echo(f"{'notify':14} {escape(target['url'])} ({escape(target['scope'])})")
     for t in data["transitions"][:5]:
         click.echo(f"{'transition':14} {_iso(t['at'])} {t['from']} -> {t['to']} ({t['id']})")
 
