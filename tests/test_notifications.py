@@ -25,6 +25,7 @@ from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
 from celery_app.checks.transitions import claim_and_publish, pending
 from celery_app.factory import settings_of
 from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import NOTIFY_RECORD_TTL_S
 
 QUEUE = "cbtest.notify"
 SECRET = "s3cret-signing-key-0123"
@@ -319,6 +320,7 @@ def test_a_failing_targets_secrets_are_in_no_record_log_or_output(
         wait_for(lambda: r.hexists(failed, made), 20, what="kept as failed")
     outcome = read_outcomes(r, keys, made)["leaky"]
     assert not outcome.ok and outcome.attempts == 1 and outcome.error
+    assert 0 < r.ttl(keys.notify_outcomes(made)) <= NOTIFY_RECORD_TTL_S  # the record expires
     logged = "\n".join(rec.getMessage() for rec in caplog.records)
     assert "not sent to json://user:***@127.0.0.1" in logged
     shown = [
