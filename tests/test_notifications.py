@@ -212,6 +212,24 @@ def test_targets_are_added_listed_masked_and_removed_from_the_command_line(cli, 
     assert r.scard(keys.notify_scopes()) == 0
 
 
+def test_notify_test_sends_a_made_up_transition_now_and_says_why_it_failed(cli, http_receiver):
+    add_check(cli)
+    port = http_receiver.port
+    cli("notify", "add", "--check", "web", "--id", "signed",
+        "--url", f"checkbeat+webhook://127.0.0.1:{port}/t?secret={SECRET}")  # fmt: skip
+    cli("notify", "add", "--tenant", "acme", "--id", "broken",
+        "--url", f"json://user:Canary-Pass-7781@127.0.0.1:{port}/broken")  # fmt: skip
+    assert "sent web#test to checkbeat+webhook://127.0.0.1:" in cli("notify", "test", "signed")
+    (got,) = http_receiver.got("/t")
+    body = verified(got, SECRET)
+    assert (body["id"], body["tenant"], body["to"]) == ("web#test", "acme", "down")
+    http_receiver.failing.add("/broken")
+    out = cli("notify", "test", "broken", ok=False)
+    assert cli.exit_code == 1 and "not sent to json://user:***@127.0.0.1" in out
+    assert "error=500" in out and "Canary-Pass-7781" not in out
+    assert "no notification target" in cli("notify", "test", "nope", ok=False)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

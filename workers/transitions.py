@@ -5,7 +5,7 @@ acks_late with reject_on_worker_lost: a delivery whose pool process dies is requ
 same message (same Celery task id, the lease owner) takes its lease over; a worker killed
 outright leaves the lease to expire, after which beat's sweep publishes the transition again.
 Before the hooks, the transition is sent to the notification targets of its check and tenant
-(``celery_app/checks/notify.py``, ``workers/notify.py``), each send's outcome recorded per
+(``celery_app/checks/notify.py``, ``notify_send.py``), each send's outcome recorded per
 target. A hook that raises or a target that fails is retried by the queue with exponential
 backoff, up to ``CHECKBEAT_TRANSITION_RETRIES``; a retry sends only to the targets not sent to
 yet, and runs the hooks only if they did not all return before. Then the transition is kept in
@@ -30,6 +30,7 @@ from celery_app.checks.notify import (
     record_outcome,
     scrubbed_error,
 )
+from celery_app.checks.notify_send import send
 from celery_app.checks.transitions import (
     TRANSITION_TASK,
     Transition,
@@ -44,7 +45,6 @@ from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import DeliveryOutcome, Keys, TransitionStart
 from celery_app.registry import registry_of
 from celery_app.settings import Settings
-from workers.notify import send
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ transition scripts, once per delivery.
 Shown (``checks notify list``, ``checks export`` without ``--include-secrets``, the outcome
 records of ``checks transitions``), a URL is :func:`shown_url`: Apprise's own privacy form
 (it knows which path part of each service is a token) with checkbeat's redaction on top (URL
-passwords, credential-named query values and headers). The sending code is the workers'
-(``workers/notify.py``); what is recorded here of each send is scrubbed by value of the
-target's secrets (:func:`target_secrets`).
+passwords, credential-named query values and headers). The sending code is
+``notify_send.py``; what is recorded here of each send is scrubbed by value of the target's
+secrets (:func:`target_secrets`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
-"""``checks notify add|rm|list``: the notification targets of a check or of a tenant
-(docs/notifications.md). A URL is shown with its secrets masked (``shown_url``)."""
+"""``checks notify add|rm|list|test``: the notification targets of a check or of a tenant
+(docs/notifications.md). A URL is shown with its secrets masked (``shown_url``); ``test`` sends
+a made-up transition from this process (not through the queue), to see a URL work."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import click
 
-from celery_app.checks.notify import NotifyStore, validate_target
+from celery_app.checks.notify import NotifyStore, scrubbed_error, validate_target
+from celery_app.checks.notify_send import send
 from celery_app.checks.store import CheckStore
+from celery_app.checks.transitions import Transition
 from celery_app.cli.common import BadInput, CheckbeatGroup, check_store, load_app
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckFieldError, CheckNotFound
-from celery_app.redis.schema import maintenance_scope
+from celery_app.redis.schema import TransitionField, maintenance_scope
 
 
 def _store(ctx: click.Context) -> CheckStore:
@@ -82,3 +86,43 @@ def list_targets(ctx: click.Context, uid: str | None, tenant: str | None, as_jso
     click.echo(f"{'ID':12} {'SCOPE':28} URL")
     for t in rows:
         click.echo(f"{escape(t['id']):12} {escape(t['scope']):28} {escape(t['url'])}")
+
+
+@notify.command("test")
+@click.argument("target_id")
+@click.pass_context
+def test(ctx: click.Context, target_id: str) -> None:
+    """Send a made-up transition (up -> down, id <uid>#test) to target TARGET_ID now; exit 1
+    with the error when the send fails."""
+    store = _store(ctx)
+    found = [t for t in NotifyStore(store.redis, store.keys).list() if t.id == target_id]
+    if not found:
+        raise click.ClickException(f"no notification target with id {target_id!r}")
+    target = found[0]
+    kind, _, name = target.scope.partition(":")
+    uid, tenant = (name, "") if kind == "check" else ("checkbeat-test", name)
+    if kind == "check":
+        stored = store.get(uid)
+        tenant = stored.definition.tenant if stored is not None else ""
+    transition = Transition(
+        id=f"{uid}#test", uid=uid, tenant=tenant, from_state="up", to_state="down",
+        at=time.time(),
+    )  # fmt: skip
+    payload = json.dumps(
+        {
+            TransitionField.ID: transition.id,
+            TransitionField.UID: uid,
+            TransitionField.TENANT: tenant,
+            TransitionField.FROM: transition.from_state,
+            TransitionField.TO: transition.to_state,
+            TransitionField.AT: transition.at,
+            TransitionField.HELD: False,
+            TransitionField.REGIONS: {},
+        }
+    )
+    try:
+        send(target, transition, payload, timeout=store.settings.transition_timeout)
+    except Exception as exc:  # any failure of the send is the answer: one line, scrubbed
+        error = scrubbed_error(f"{type(exc).__name__}: {exc}", target)
+        raise click.ClickException(f"not sent to {target.shown}: {error}") from None
+    click.echo(f"sent {transition.id} to {escape(target.shown)}")
