@@ -158,6 +158,12 @@ def validate_target(
         raise CheckFieldError("url", f"must be at most {MAX_URL} characters, got {len(url)}")
     if bad := refused_characters(url) or [c for c in url if c.isspace()]:
         raise CheckFieldError("url", f"must not contain {', '.join(map(repr, bad))}")
+    if looks_masked(url):
+        raise CheckFieldError(
+            "url",
+            f"holds {MASK!r} or a token shortened to 'a...z', as `checks notify list` and "
+            "`checks export` show a URL: give the URL itself",
+        )
     scheme = url.split("://", 1)[0].lower()
     if scheme in WEBHOOK_SCHEMES:
         try:
