@@ -41,6 +41,7 @@ pytest_plugins = [
     "ha_fixtures",  # sentinel_deployment, redis_cluster, redis_cluster_with_replicas
     "tls_fixtures",  # tls_redis_binary, tls_files, tls_redis, tls_sentinel_deployment
     "wheel_fixtures",  # distributions, wheel_venv
+    "notify_fixtures",  # http_receiver, smtp_receiver
 ]
 
 BROKER_DB = 0

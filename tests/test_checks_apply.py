@@ -71,7 +71,7 @@ def test_apply_then_the_same_file_again_changes_nothing(cli, r, keys, store, tmp
     out = cli("apply", "-f", path, "--dry-run", "--prune")
     assert (
         "0 to create, 0 to update, 0 to delete, 0 rate limit change(s), 0 window(s) to add, "
-        "0 to remove, 3 unchanged" in out
+        "0 to remove, 0 notification target(s) to add, 0 to remove, 3 unchanged" in out
     )
     assert state(r, keys) == before  # not even a version bump
 

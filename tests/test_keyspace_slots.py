@@ -73,10 +73,10 @@ NAVIGATION = {"at", "of_check", "of_job", "of_transition", "every_partition"}
 #: Keys methods named by one check (a uid, a job, a transition id): in that check's partition.
 OF_ONE_CHECK = {
     "check", "check_jobs", "job", "run_started", "results", "last_result", "check_state",
-    "check_transitions", "transition_delivery",
+    "check_transitions", "transition_delivery", "notify_outcomes",
 }  # fmt: skip
 #: Keys methods whose keys live in the first partition whatever the Keys' partition.
-FIRST_PARTITION = {"maintenance", "maintenance_scopes"}
+FIRST_PARTITION = {"maintenance", "maintenance_scopes", "notify_targets", "notify_scopes"}
 #: Keys methods whose key is where a one-partition check half keeps it, whatever the count.
 LAYOUT = {"check_layout"}
 

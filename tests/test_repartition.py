@@ -1,6 +1,7 @@
 """``checks reconcile`` moves the check half in place when ``CHECKBEAT_CHECK_PARTITIONS``
 changed (``celery_app/checks/repartition.py``): every check keeps its definition, run state,
-state, transitions and results, token buckets and maintenance windows come along, nothing is
+state, transitions and results, token buckets, maintenance windows and notification targets
+(with the outcomes of each transition's sends) come along, nothing is
 left under the old names, and it refuses while a worker is registered."""
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from celery_app.checks.health import read_tenant_transitions
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.layout import ensure_layout, stored_partitions
 from celery_app.checks.maintenance import MaintenanceStore, validate_window
+from celery_app.checks.notify import (
+    NotifyStore,
+    Outcome,
+    read_outcomes,
+    record_outcome,
+    validate_target,
+)
 from celery_app.checks.ratelimit import get_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.repartition import WorkersStillRunning, repartition
@@ -51,6 +59,8 @@ def test_reconcile_moves_every_check_with_its_state_and_back(r, redis_url, broke
     set_rate_limit(r, keys1, "t1", per_minute=120, burst=10)
     window = validate_window(tenant="t0", cron="0 3 * * *", duration=3600, timezone="UTC")
     MaintenanceStore(r, keys1).add(window)
+    target = validate_target(tenant="t0", url="json://hooks.example.com/in", target_id="n1")
+    NotifyStore(r, keys1).add(target)
     now = r.time()[0] + 0.0
     written, transition = run_once(r, keys1, one, Params.from_settings(one), "c2@eu", False, now)
     assert written and transition == "c2#1"
@@ -58,6 +68,8 @@ def test_reconcile_moves_every_check_with_its_state_and_back(r, redis_url, broke
     before = {uid: read_job(r, keys1, f"{uid}@eu") for uid in uids}
     undelivered = pending(r, keys1)
     assert undelivered == 1
+    sent = Outcome(target=target.shown, scope=target.scope, ok=True, at=now, attempts=1)
+    record_outcome(r, keys1, transition, "n1", sent)
 
     four = _settings(redis_url, broker_url, 4)
     keys4 = state_keys(four)
@@ -102,6 +114,8 @@ def test_reconcile_moves_every_check_with_its_state_and_back(r, redis_url, broke
     shares = {float(r.hget(p.rate_limit("t1"), BucketField.RATE)) for p in keys4.every_partition()}
     assert shares == {30.0}
     assert [w.id for w in MaintenanceStore(r, keys4).list()] == [window.id]
+    assert NotifyStore(r, keys4).list() == [target]
+    assert read_outcomes(r, keys4, "c2#1") == {"n1": sent}
     # nothing is left under the old names (the cron half and the layout record aside)
     kept = ("cbtest:{checks.", "cbtest:layout")
     assert [k for k in r.scan_iter("cbtest:*") if not k.startswith(kept)] == []
@@ -112,3 +126,5 @@ def test_reconcile_moves_every_check_with_its_state_and_back(r, redis_url, broke
     assert r.exists("cbtest:check:c2", "cbtest:job:c2@eu", "cbtest:state:c2") == 3
     assert [k for k in r.scan_iter("cbtest:{checks.*")] == []
     assert CheckStore(r, keys1, one).uids() == uids
+    assert NotifyStore(r, keys1).list() == [target]
+    assert read_outcomes(r, keys1, "c2#1") == {"n1": sent}

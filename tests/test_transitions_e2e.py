@@ -1,10 +1,12 @@
 """End to end with real processes: two ``celery beat`` and two workers per region, a target on
-127.0.0.1 that fails on command per region, and an ``@on_transition`` hook that records every
-delivery (tests/transition_hooks.py).
+127.0.0.1 that fails on command per region, an ``@on_transition`` hook that records every
+delivery (tests/transition_hooks.py), and the tenant's signed webhook notification target on a
+receiver on 127.0.0.1.
 
 What is proved: a region goes down only after ``failure_threshold`` failures and comes back
 after ``success_threshold`` successes; the check follows the region quorum; every transition is
-delivered to the hook exactly once, also when the worker delivering it is killed mid-hook.
+delivered to the hook and sent to the notification target exactly once, also when the worker
+delivering it is killed mid-hook.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from support.workers import REPO, worker_env
 
 from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_job
+from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
@@ -43,6 +46,18 @@ ENV = {
     "PYTHONPATH": f"{REPO}:{REPO / 'tests'}",
 }
 FAILURES, SUCCESSES = 2, 2
+SECRET = "e2e-signing-secret-0123"
+
+
+def notify_tenant(r, receiver) -> None:
+    """The tenant's checks' transitions go to ``receiver``'s /e2e, signed."""
+    url = f"checkbeat+webhook://127.0.0.1:{receiver.port}/e2e?secret={SECRET}"
+    NotifyStore(r, KEYS).add(validate_target(tenant="acme", url=url, target_id="e2e"))
+
+
+def notified(receiver) -> Counter:
+    """How many times each transition reached the receiver."""
+    return Counter(json.loads(x.body)["id"] for x in receiver.got("/e2e"))
 
 
 @pytest.fixture
@@ -133,8 +148,9 @@ def state(r, uid: str) -> str:
 
 
 @pytest.mark.timeout(180)
-def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
+def test_thresholds_quorum_and_one_delivery_per_transition(r, system, http_receiver):
     target, store, hooks = system["target"], system["store"], system["hooks"]
+    notify_tenant(r, http_receiver)
     add(store, "majority", target.url)  # quorum: 2 of 2 regions
     add(store, "any", target.url, quorum=1)
     wait_for(lambda: runs(r, "majority", "eu") >= 3 and runs(r, "any", "us") >= 3, 60,
@@ -190,10 +206,11 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system):
     counts = Counter(d["id"] for d in delivered(r, hooks))
     assert counts == Counter(made)  # each transition delivered once, none twice
     assert max(counts.values()) == 1
+    assert notified(http_receiver) == Counter(made)  # and sent to the tenant's target once
 
 
 @pytest.mark.timeout(180)
-def test_a_worker_killed_while_delivering_does_not_lose_or_repeat_it(r, system):
+def test_a_worker_killed_while_delivering_does_not_lose_or_repeat_it(r, system, http_receiver):
     target, store, hooks, workers = (
         system["target"],
         system["store"],
@@ -201,6 +218,7 @@ def test_a_worker_killed_while_delivering_does_not_lose_or_repeat_it(r, system):
         system["workers"],
     )
     r.set(hooks.BLOCK, "1")
+    notify_tenant(r, http_receiver)
     add(store, "kill", target.url, quorum=1)
     wait_for(lambda: runs(r, "kill", "eu") >= 2, 60, what="healthy runs")
     target.fail("eu")
@@ -219,6 +237,9 @@ def test_a_worker_killed_while_delivering_does_not_lose_or_repeat_it(r, system):
     wait_for(lambda: len(delivered(r, hooks)) == 2, 60, what="the recovery delivered")
     wait_for(lambda: r.zcard(KEYS.transition_outbox()) == 0, 30, what="an empty outbox")
     assert Counter(d["id"] for d in delivered(r, hooks)) == Counter({"kill#1": 1, "kill#2": 1})
+    # the target was sent to before the hook blocked: the redelivery did not send it again
+    assert notified(http_receiver) == Counter({"kill#1": 1, "kill#2": 1})
+    assert read_outcomes(r, KEYS, "kill#1")["e2e"].attempts == 1
     assert os.environ.get("CHECKBEAT_KEY_PREFIX") == "cbtest"
 
 

@@ -31,6 +31,7 @@ import yaml
 
 from celery_app.checks.definition import CheckDefinition, validate_definition
 from celery_app.checks.maintenance import Window, validate_window
+from celery_app.checks.notify import NotifyTarget, looks_masked, validate_target
 from celery_app.checks.ratelimit import default_burst, validate_rate_limit
 from celery_app.errors import CheckbeatError, CheckFieldError
 from celery_app.gc_pause import gc_paused
@@ -51,7 +52,7 @@ from celery_app.settings import Settings
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "tenants", "checks")
-TENANT_KEYS = ("rate_limit", "maintenance")
+TENANT_KEYS = ("rate_limit", "maintenance", "notify")
 RATE_LIMIT_KEYS = ("per_minute", "burst")
 WINDOW_KEYS = ("cron", "duration", "timezone")
 DURATION_TEXT = "or a text such as '90m', '2h', '1h30m', '1d'"
@@ -170,6 +171,11 @@ class Manifest:
     #: The maintenance scopes (``check:<uid>``, ``tenant:<t>``) the file gives a ``maintenance``
     #: key, even an empty list: their stored windows are made to match it.
     window_scopes: frozenset[str] = frozenset()
+    #: Every notification target of the file; one whose URL is masked (as ``checks export``
+    #: writes it) is not validated here: it stands for a stored target (``manifest_sync``).
+    targets: tuple[NotifyTarget, ...] = ()
+    #: The scopes the file gives a ``notify`` key, even an empty list.
+    target_scopes: frozenset[str] = frozenset()
 
     def scope(self) -> set[str]:
         """The tenants ``--prune`` may delete checks of: every tenant the file names."""
@@ -308,9 +314,54 @@ def _validate(
         problems.append(Problem(("version",), f"must be {FORMAT_VERSION}, got {version!r}"))
     windows: list[Window] = []
     scopes: set[str] = set()
-    tenants = _tenants(data.get("tenants"), settings, problems, windows, scopes)
-    checks = _checks(data.get("checks"), settings, registry, problems, windows, scopes)
-    return Manifest(tuple(checks), tenants, tuple(windows), frozenset(scopes))
+    notify = _Targets()
+    tenants = _tenants(data.get("tenants"), settings, problems, windows, scopes, notify)
+    checks = _checks(data.get("checks"), settings, registry, problems, windows, scopes, notify)
+    return Manifest(
+        tuple(checks),
+        tenants,
+        tuple(windows),
+        frozenset(scopes),
+        tuple(notify.targets),
+        frozenset(notify.scopes),
+    )
+
+
+@dataclass
+class _Targets:
+    """The notification targets of the file as they are read."""
+
+    targets: list[NotifyTarget] = field(default_factory=list)
+    scopes: set[str] = field(default_factory=set)
+
+    def read(self, raw: Any, owner: Mapping[str, str], at: Path, problems: list[Problem]) -> None:
+        """Validate a ``notify`` list of URLs with the target store's own validator; ``owner``
+        is ``{"uid": ...}`` or ``{"tenant": ...}``. A URL listed twice in one scope is refused."""
+        scope = maintenance_scope(**owner)
+        self.scopes.add(scope)
+        if raw is None:
+            return
+        if not isinstance(raw, list):
+            problems.append(Problem(at, "must be a list of notification URLs"))
+            return
+        seen: dict[str, int] = {}
+        for index, url in enumerate(raw):
+            here = (*at, index)
+            if isinstance(url, str) and looks_masked(url):
+                target = NotifyTarget("", scope, url.strip())  # resolved against the store
+            else:
+                try:
+                    target = validate_target(**owner, url=url, target_id="file")
+                except CheckFieldError as exc:
+                    problems.append(Problem(here, exc.reason))
+                    continue
+            if target.url in seen:
+                problems.append(
+                    Problem(here, f"duplicate URL (also {_path_text(at)}[{seen[target.url]}])")
+                )
+                continue
+            seen[target.url] = index
+            self.targets.append(target)
 
 
 def _tenants(
@@ -319,6 +370,7 @@ def _tenants(
     problems: list[Problem],
     windows: list[Window],
     scopes: set[str],
+    notify: _Targets,
 ) -> dict[str, TenantSpec]:
     if raw is None:
         return {}
@@ -344,6 +396,8 @@ def _tenants(
             scopes.add(maintenance_scope(tenant=name))
             owner = {"tenant": name}
             _windows(spec["maintenance"], owner, (*at, "maintenance"), settings, problems, windows)
+        if "notify" in spec:
+            notify.read(spec["notify"], {"tenant": name}, (*at, "notify"), problems)
         out[name] = TenantSpec(name, bucket)
     return out
 
@@ -440,6 +494,7 @@ def _checks(
     problems: list[Problem],
     windows: list[Window],
     scopes: set[str],
+    notify: _Targets,
 ) -> list[CheckDefinition]:
     if raw is None:
         return []
@@ -457,6 +512,8 @@ def _checks(
         uid = fields.get("uid") if isinstance(fields.get("uid"), str) else None
         has_windows = "maintenance" in fields
         check_windows = fields.pop("maintenance", None)
+        has_targets = "notify" in fields
+        check_targets = fields.pop("notify", None)
         try:
             defn = validate_definition(settings, registry=registry, **fields)
         except CheckFieldError as exc:
@@ -475,6 +532,8 @@ def _checks(
             _windows(
                 check_windows, {"uid": defn.uid}, (*at, "maintenance"), settings, problems, windows
             )
+        if has_targets:
+            notify.read(check_targets, {"uid": defn.uid}, (*at, "notify"), problems)
         out.append(defn)
     return out
 

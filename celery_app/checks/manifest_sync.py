@@ -10,7 +10,9 @@ is applied again check by check through the store (the file wins).
 
 A second apply of the same file changes nothing: a check is compared by its normalised
 definition (the kind's validator normalised both), a rate limit by its rate and burst, a
-maintenance window by its identity (scope, cron, duration, timezone; its id is the store's).
+maintenance window by its identity (scope, cron, duration, timezone; its id is the store's), a
+notification target by its scope and URL (a URL masked as ``checks export`` writes it stands for
+the stored target of its scope that shows so).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +36,7 @@ from celery_app.checks.jobs import from_unix, read_jobs
 from celery_app.checks.kinds import get_kind
 from celery_app.checks.maintenance import MaintenanceStore, Window
 from celery_app.checks.manifest import FORMAT_VERSION, Manifest, ManifestError, Problem
+from celery_app.checks.notify import NotifyStore, NotifyTarget
 from celery_app.checks.ratelimit import clear_rate_limit, get_rate_limit, set_rate_limit
 from celery_app.checks.redaction import (
     MASK,
@@ -78,6 +82,8 @@ class Plan:
     rate_changes: list[RateChange] = field(default_factory=list)
     window_adds: list[Window] = field(default_factory=list)
     window_removes: list[Window] = field(default_factory=list)
+    target_adds: list[NotifyTarget] = field(default_factory=list)
+    target_removes: list[NotifyTarget] = field(default_factory=list)
     unchanged: int = 0
 
     @property
@@ -89,6 +95,8 @@ class Plan:
             or self.rate_changes
             or self.window_adds
             or self.window_removes
+            or self.target_adds
+            or self.target_removes
         )
 
     def lines(self) -> Iterator[str]:
@@ -109,13 +117,18 @@ class Plan:
             yield f"- window {w.scope}: {_window_text(w)} (id {w.id})"
         for w in self.window_adds:
             yield f"+ window {w.scope}: {_window_text(w)}"
+        for t in self.target_removes:
+            yield f"- notify {t.scope}: {t.shown} (id {t.id})"
+        for t in self.target_adds:
+            yield f"+ notify {t.scope}: {t.shown}"
 
     def summary(self) -> str:
         return (
             f"{len(self.creates)} to create, {len(self.updates)} to update, "
             f"{len(self.deletes)} to delete, {len(self.rate_changes)} rate limit change(s), "
             f"{len(self.window_adds)} window(s) to add, {len(self.window_removes)} to remove, "
-            f"{self.unchanged} unchanged"
+            f"{len(self.target_adds)} notification target(s) to add, "
+            f"{len(self.target_removes)} to remove, {self.unchanged} unchanged"
         )
 
 
@@ -247,6 +260,7 @@ def _plan(store: CheckStore, manifest: Manifest, prune: bool, source: str) -> Pl
         elif spec.rate_limit is None and now is not None and prune:
             plan.rate_changes.append(RateChange(name, now, None))
     _plan_windows(store, manifest, prune, plan)
+    _plan_targets(store, manifest, prune, plan, source)
     return plan
 
 
@@ -274,6 +288,54 @@ def _plan_windows(store: CheckStore, manifest: Manifest, prune: bool, plan: Plan
     )
 
 
+def _plan_targets(
+    store: CheckStore, manifest: Manifest, prune: bool, plan: Plan, source: str
+) -> None:
+    """Notification targets as windows are planned (:func:`_plan_windows`), by (scope, URL);
+    a URL as ``checks export`` shows it keeps the stored target of its scope that shows so
+    (the shown form may differ without a secret: Apprise writes its own); a masked one with
+    no such target is refused."""
+    stored: dict[str, list[NotifyTarget]] = {}
+    for t in sorted(NotifyStore(store.redis, store.keys).list(), key=lambda t: t.id):
+        stored.setdefault(t.scope, []).append(t)
+    problems: list[Problem] = []
+    for t in manifest.targets:
+        left = stored.get(t.scope, [])
+        same = next((s for s in left if s.url == t.url), None)
+        if same is None:  # as exported: the stored target it stands for
+            same = next((s for s in left if s.shown == t.url), None)
+            if same is None and not t.id:  # masked, and nothing stored behind the mask
+                where = (*_scope_path(t.scope), "notify")
+                problems.append(
+                    Problem(
+                        where,
+                        f"{t.url!r} is masked as `checks export` writes it, and the store has "
+                        "no target of this scope it stands for: write the URL (or export with "
+                        "--include-secrets)",
+                    )
+                )
+                continue
+        if same is not None:
+            left.remove(same)  # already stored: kept as it is (its id too)
+        else:
+            plan.target_adds.append(dataclasses.replace(t, id=secrets.token_hex(4)))
+    if problems:
+        raise ManifestError(source, problems)
+    scopes = set(manifest.target_scopes)
+    if prune:
+        scopes |= manifest.pruned_window_scopes()
+        scopes |= {maintenance_scope(uid=old.definition.uid) for old in plan.deletes}
+    plan.target_removes = sorted(
+        (t for left in stored.values() for t in left if t.scope in scopes),
+        key=lambda t: (t.scope, t.id),
+    )
+
+
+def _scope_path(scope: str) -> tuple[str, ...]:
+    kind, _, name = scope.partition(":")
+    return ("tenants", name) if kind == "tenant" else ("checks", f"(uid {name})")
+
+
 # --- writing -----------------------------------------------------------------------------------
 
 
@@ -286,6 +348,8 @@ class Applied:
     windows_added: int
     windows_removed: int
     seconds: float
+    targets_added: int = 0
+    targets_removed: int = 0
 
 
 Pair = tuple[StoredCheck | None, CheckDefinition | None]
@@ -400,6 +464,7 @@ def _apply(store: CheckStore, plan: Plan, now: datetime | None) -> Applied:
             )
     # after the checks, so a check's window never names a check not (yet) stored
     MaintenanceStore(store.redis, store.keys).replace_many(plan.window_removes, plan.window_adds)
+    NotifyStore(store.redis, store.keys).replace_many(plan.target_removes, plan.target_adds)
     return Applied(
         len(plan.creates),
         len(plan.updates),
@@ -408,6 +473,8 @@ def _apply(store: CheckStore, plan: Plan, now: datetime | None) -> Applied:
         len(plan.window_adds),
         len(plan.window_removes),
         time.perf_counter() - started,
+        len(plan.target_adds),
+        len(plan.target_removes),
     )
 
 
@@ -469,6 +536,9 @@ def _export(store: CheckStore, tenant: str | None, include_secrets: bool) -> dic
     windows: dict[str, list[Window]] = {}
     for w in MaintenanceStore(store.redis, store.keys).list():
         windows.setdefault(w.scope, []).append(w)
+    targets: dict[str, list[str]] = {}
+    for t in NotifyStore(store.redis, store.keys).list():
+        targets.setdefault(t.scope, []).append(t.url if include_secrets else t.shown)
     checks = []
     for _uid, item in sorted(stored.items()):
         d = item.definition
@@ -493,12 +563,15 @@ def _export(store: CheckStore, tenant: str | None, include_secrets: bool) -> dic
             entry["config"] = config
         if own := windows.get(maintenance_scope(uid=d.uid)):
             entry["maintenance"] = _window_entries(own)
+        if urls := targets.get(maintenance_scope(uid=d.uid)):
+            entry["notify"] = sorted(urls)
         checks.append(entry)
     if tenant is not None:
         names = {tenant}
     else:
         names = set(cast("set[str]", store.redis.smembers(store.keys.rate_limited_tenants())))
         names |= {s.split(":", 1)[1] for s in windows if s.startswith("tenant:")}
+        names |= {s.split(":", 1)[1] for s in targets if s.startswith("tenant:")}
     tenants: dict[str, Any] = {}
     for name in sorted(names):
         spec: dict[str, Any] = {}
@@ -507,6 +580,8 @@ def _export(store: CheckStore, tenant: str | None, include_secrets: bool) -> dic
             spec["rate_limit"] = {"per_minute": bucket.per_minute, "burst": bucket.burst}
         if own := windows.get(maintenance_scope(tenant=name)):
             spec["maintenance"] = _window_entries(own)
+        if urls := targets.get(maintenance_scope(tenant=name)):
+            spec["notify"] = sorted(urls)
         if spec:
             tenants[name] = spec
     document: dict[str, Any] = {"version": FORMAT_VERSION}

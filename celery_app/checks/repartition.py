@@ -4,15 +4,16 @@
 What moves, and how:
 
 - each check's own keys (its definition, state, transition and result streams, last results,
-  and its job in every region, EWMAs and counters kept) are copied to their name in the new
-  partition (``DUMP``/``RESTORE``: any key type, across slots) and the old name deleted; a job
-  leaves its lease and quarantine record behind (the reconcile places it at its next tick);
+  the notification outcomes of its transitions, and its job in every region, EWMAs and counters
+  kept) are copied to their name in the new partition (``DUMP``/``RESTORE``: any key type,
+  across slots) and the old name deleted; a job leaves its lease and quarantine record behind
+  (the reconcile places it at its next tick);
 - what lives per partition is read whole first, its old keys deleted, then written into the new
   partitions: token buckets (set again, so each new partition gets its share), maintenance
-  windows and the version, undelivered transitions (the outbox, their payloads, claim counts and
-  failed deliveries, each to its check's partition), the maintenance holds, the tenants'
-  transition streams (merged by entry id), and the lease sequence (raised in every partition
-  above the highest number issued);
+  windows and the version, notification targets, undelivered transitions (the outbox, their
+  payloads, claim counts and failed deliveries, each to its check's partition), the maintenance
+  holds, the tenants' transition streams (merged by entry id), and the lease sequence (raised
+  in every partition above the highest number issued);
 - indexes (due, ready, leases, held, the check sets) and worker registrations are not carried:
   the reconcile rebuilds the first from the jobs, workers register again when they start.
 
@@ -24,12 +25,13 @@ name, as its registration lasts only its heartbeat's TTL after it stops.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery_app.checks.definition import decode_check
 from celery_app.checks.layout import stored_partitions
 from celery_app.checks.maintenance import MaintenanceStore
+from celery_app.checks.notify import NotifyStore, NotifyTarget
 from celery_app.checks.ratelimit import RateLimit, get_rate_limit, set_rate_limit
 from celery_app.checks.repair import check_uids
 from celery_app.errors import CheckbeatError
@@ -68,6 +70,7 @@ class _Carried:
     holds: dict[str, float]
     streams: dict[str, list[tuple[str, dict[str, str]]]]
     lease_seq: int
+    targets: list[NotifyTarget] = field(default_factory=list)
 
 
 def repartition(client: Any, keys: Keys, regions: list[str]) -> Repartitioned | None:
@@ -120,6 +123,7 @@ def _read_carried(client: Any, old: Keys, tenants: list[str]) -> _Carried:
     carried = _Carried(
         limits=limits,
         windows=MaintenanceStore(client, old).list(),
+        targets=NotifyStore(client, old).list(),
         outbox={}, payloads={}, claims={}, failed={}, holds={}, streams={}, lease_seq=0,
     )  # fmt: skip
     for part in old.every_partition():
@@ -150,6 +154,10 @@ def _move(client: Any, source: str, target: str) -> bool:
 def _move_check(client: Any, old: Keys, new: Keys, uid: str, definition: dict[str, str]) -> int:
     """Move one check's own keys to its new partition; 1 if its definition moved."""
     regions = decode_check(uid, definition).definition.regions
+    for _entry_id, fields in client.xrange(old.check_transitions(uid)):
+        tid = fields.get(TransitionField.ID) or ""
+        if tid:
+            _move(client, old.notify_outcomes(tid), new.notify_outcomes(tid))
     for name in ("check_state", "check_transitions", "results", "last_result"):
         _move(client, getattr(old, name)(uid), getattr(new, name)(uid))
     for region in regions:
@@ -166,7 +174,10 @@ def _drop_partition_keys(
 ) -> None:
     """Delete every per-partition key of the old count (the new count's, where a name is the
     same, is written again from what was carried or rebuilt by the reconcile)."""
-    names: set[str] = {old.at(0).maintenance_scopes()}
+    names: set[str] = {old.at(0).maintenance_scopes(), old.at(0).notify_scopes()}
+    names |= {
+        old.at(0).notify_targets(t_scope) for t_scope in client.smembers(old.at(0).notify_scopes())
+    }
     names |= {
         old.at(0).maintenance(w_scope)
         for w_scope in client.smembers(old.at(0).maintenance_scopes())
@@ -197,6 +208,8 @@ def _write_carried(client: Any, new: Keys, carried: _Carried) -> None:
         set_rate_limit(client, new, bucket.tenant, per_minute=bucket.per_minute, burst=bucket.burst)
     if carried.windows:
         MaintenanceStore(client, new).replace_many([], carried.windows)
+    if carried.targets:
+        NotifyStore(client, new).replace_many([], carried.targets)
     for tid, score in carried.outbox.items():
         part = new.of_transition(tid)
         client.zadd(part.transition_outbox(), {tid: score})

@@ -41,6 +41,7 @@ from celery_app.checks.definition import (
 from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
 from celery_app.checks.jobs import JobState, format_ts, from_unix, read_jobs, to_unix
 from celery_app.checks.maintenance import MaintenanceStore
+from celery_app.checks.notify import NotifyStore
 from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
 from celery_app.redis.keyspace import state_keys
@@ -340,11 +341,12 @@ class CheckStore:
         return result
 
     def delete(self, uid: str) -> bool:
-        """Delete the check, its jobs, leases, ready entries, results and maintenance windows;
-        False if absent."""
+        """Delete the check, its jobs, leases, ready entries, results, maintenance windows and
+        notification targets; False if absent."""
         try:
             self._write(uid, lambda old: None, None)
         except CheckNotFound:
             return False
         MaintenanceStore(self.redis, self.keys).drop_scope(maintenance_scope(uid=uid))
+        NotifyStore(self.redis, self.keys).drop_scope(maintenance_scope(uid=uid))
         return True

@@ -16,6 +16,7 @@ import click
 from celery_app.checks.capacity import diagnose_regions, read_capacity
 from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
+from celery_app.checks.notify import NotifyStore
 from celery_app.checks.quarantine import read_quarantine
 from celery_app.checks.ratelimit import (
     clear_rate_limit,
@@ -295,6 +296,10 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
             "version": stored.version,
             "state": read_check_health(store, uid).as_dict(),
             "maintenance": maintenance_summary(store, stored.definition),
+            "notify": [
+                t.as_dict()
+                for t in NotifyStore(store.redis, keys).for_check(uid, stored.definition.tenant)
+            ],
             "transitions": read_transitions(
                 store.redis, keys.check_transitions(uid), count=history
             ),
@@ -506,6 +511,15 @@ def _add_report() -> None:
 
 
 _add_report()
+
+
+def _add_notify() -> None:
+    from celery_app.cli.checks_notify import notify
+
+    checks.add_command(notify)
+
+
+_add_notify()
 
 
 def _add_checks_as_code() -> None:

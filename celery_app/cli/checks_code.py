@@ -89,7 +89,8 @@ def apply(ctx: click.Context, path: str, prune: bool, dry_run: bool) -> None:
         click.echo(
             f"applied: {done.created} created, {done.updated} updated, {done.deleted} deleted, "
             f"{done.rate_limits} rate limit(s) changed, {done.windows_added} window(s) added, "
-            f"{done.windows_removed} removed, {plan.unchanged} unchanged "
+            f"{done.windows_removed} removed, {done.targets_added} notification target(s) "
+            f"added, {done.targets_removed} removed, {plan.unchanged} unchanged "
             f"(read+validate {validated - started:.1f} s, diff {planned - validated:.1f} s, "
             f"write {done.seconds:.1f} s)"
         )

@@ -1,4 +1,5 @@
-"""``checks maintenance add|rm|list``, ``checks transitions``, and the state part of
+"""``checks maintenance add|rm|list``, ``checks transitions`` (with each transition's
+notification outcomes), and the state part of
 ``checks show`` (the state, the regions' states, the open or next maintenance window)."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from celery_app.checks.maintenance import (
     open_until,
     validate_window,
 )
+from celery_app.checks.notify import outcomes_of
 from celery_app.checks.store import CheckStore
 from celery_app.cli.common import (
     MAX_LISTED,
@@ -80,6 +82,8 @@ def echo_state(data: dict[str, Any]) -> None:
         click.echo(f"{'next window':14} {m['next_start']} ({escape(m['next_window'])})")
     elif not m["windows"]:
         click.echo(f"{'next window':14} none")
+    for target in data.get("notify", []):
+        click.echo(f"{'notify':14} {escape(target['url'])} ({escape(target['scope'])})")
     for t in data["transitions"][:5]:
         click.echo(f"{'transition':14} {_iso(t['at'])} {t['from']} -> {t['to']} ({t['id']})")
 
@@ -195,6 +199,9 @@ def transitions(
         rows = read_transitions(store.redis, store.keys.check_transitions(uid), count=count)
     else:
         rows = read_tenant_transitions(store.redis, store.keys, tenant or "", count=count)
+    sent = outcomes_of(store.redis, store.keys, [t["id"] for t in rows])
+    for t, outcomes in zip(rows, sent, strict=True):
+        t["notifications"] = [o.as_dict() for o in outcomes]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -207,3 +214,9 @@ def transitions(
         click.echo(
             f"{_iso(t['at'])} ({ago}) {escape(t['uid'])} {t['from']} -> {t['to']}{held} ({t['id']})"
         )
+        for o in t["notifications"]:
+            verdict = "sent" if o["ok"] else f"FAILED: {o.get('error', '')}"
+            click.echo(
+                f"    notify {escape(o['target'])} {verdict} at {_iso(o['at'])} "
+                f"(attempts {o['attempts']})"
+            )

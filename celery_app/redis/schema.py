@@ -562,6 +562,25 @@ class Keys:
         whose transition waits for the end (beat releases them)."""
         return f"{self._checks}:maintenance:held"
 
+    # --- notification targets (celery_app/checks/notify.py) ----------------------------------
+    def notify_targets(self, scope: str) -> str:
+        """In the first partition, whatever ``partition`` says (a tenant's targets are not any
+        one check's; the delivery reads them outside the transition scripts). Hash target id ->
+        JSON target (``url``) of a scope: ``check:<uid>`` or ``tenant:<tenant>``
+        (:func:`maintenance_scope`: the same scopes as maintenance windows)."""
+        return f"{self._head(0)}:notify:{scope}"
+
+    def notify_scopes(self) -> str:
+        """Set of the scopes that have notification targets (first partition)."""
+        return f"{self._head(0)}:notify-scopes"
+
+    def notify_outcomes(self, transition_id: str) -> str:
+        """Hash target id -> JSON :class:`NotifyOutcomeField` record: how the delivery of the
+        transition to each target went (a retry sends only to targets not ``ok``), and
+        :data:`HOOKS_DONE` once the ``@on_transition`` hooks returned. In the transition's
+        partition; it expires ``NOTIFY_RECORD_TTL_S`` after its last write."""
+        return f"{self.of_transition(transition_id)._checks}:notify:outcomes:{transition_id}"
+
 
 # --- cron tasks ----------------------------------------------------------------------------
 # Appended here (after Keys) so they stay apart from the check tables above; registered for
@@ -802,6 +821,24 @@ class DeliveryOutcome(StrEnum):
     DELIVERED = "delivered"  # the hooks returned: the transition leaves the outbox
     RETRY = "retry"  # a hook raised: the queue retries the same message
     FAILED = "failed"  # retries exhausted: kept in Keys.transition_failed
+
+
+class NotifyOutcomeField(StrEnum):
+    """Keys of a target's JSON record in ``Keys.notify_outcomes``."""
+
+    TARGET = "target"  # the target's URL, secrets masked (as shown)
+    SCOPE = "scope"  # check:<uid> or tenant:<tenant>
+    OK = "ok"  # true once it was sent
+    AT = "at"  # Unix s of the last attempt
+    ATTEMPTS = "attempts"  # sends tried so far
+    ERROR = "error"  # the last failure, scrubbed of the target's secrets; absent when ok
+
+
+#: The field of ``Keys.notify_outcomes`` set when every ``@on_transition`` hook returned (a
+#: retry for a failed target does not run them again); not a target id (ids are ``is_id``).
+HOOKS_DONE = "#hooks"
+#: Seconds a transition's delivery record outlives its last write (30 days).
+NOTIFY_RECORD_TTL_S = 30 * 86_400
 
 
 LUA_FIELD_TABLES.update(

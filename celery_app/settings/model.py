@@ -379,10 +379,11 @@ class Settings(BaseSettings):
         duration=True,
     )
     transition_retries: int = setting(
-        5,
+        10,
         description=(
-            "Retries of a delivery whose hook raised (exponential backoff, by the queue) before "
-            "it is kept as failed."
+            "Retries of a delivery whose notification target failed or whose hook raised "
+            "(backoff 1 s, 2 s, 4 s, ... at most 300 s, by the queue: 10 ride out a receiver "
+            "down for about 17 minutes) before it is kept as failed."
         ),
         bound=Bound(0, 1_000),
     )
