@@ -113,6 +113,27 @@ def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings,
     assert record_ping(r, keys, settings, uid, Ping(), token="t" * 20).written == 1
 
 
+def test_a_late_heartbeat_waiting_for_beat_is_indexed_for_the_repair(r, keys, settings, store):
+    from collections import Counter
+
+    from celery_app.checks.claiming import promote_due
+    from celery_app.checks.jobs import from_unix
+    from celery_app.checks.repair import repair
+    from celery_app.redis.clock import server_time
+    from scheduling_core import Params
+
+    now = server_time(r)
+    uid = "late"
+    store.create(uid=uid, tenant="acme", kind="heartbeat", target="a job", period=1,
+                 regions=["eu"], config={"grace": 0},
+                 now=from_unix(now - 30))  # fmt: skip  # its deadline passed
+    assert promote_due(r, keys.of_check(uid), now, 100, Counter()) == 1
+    assert r.zscore(keys.of_check(uid).heartbeats_late(), f"{uid}@eu") is not None
+    report = repair(r, keys, Params.from_settings(settings), from_unix(now))
+    assert f"{uid}@eu" not in report.placed  # waiting for beat's miss: not lost, not placed twice
+    assert r.zscore(keys.of_check(uid).due(), f"{uid}@eu") is None
+
+
 def test_config_is_validated_and_a_token_made_when_none_is_given(store):
     made = store.create(uid="hb", tenant="acme", kind="heartbeat", target="job", period=60)
     assert len(made.config["token"]) >= 16 and made.config["grace"] == 60

@@ -127,8 +127,9 @@ def plan_repair(
 def _read_indexed(
     client: redis.Redis, keys: Keys, job_ids: list[tuple[str, str]]
 ) -> tuple[dict[str, JobState | None], dict[str, bool]]:
-    """Each job's state, and whether it is in some index: due, ready, leased, or held by any
-    tenant (the region's held tenants, its definition's and its hash's): a job held by a tenant
+    """Each job's state, and whether it is in some index: due, a late heartbeat, ready, leased,
+    or held by any tenant (the region's held tenants, its definition's and its hash's): a job
+    held by a tenant
     it no longer has is indexed, not lost (placing it again would run it twice)."""
     regions = sorted({jid.rpartition("@")[2] for jid, _ in job_ids})
     pipe = client.pipeline(transaction=False)
@@ -136,13 +137,14 @@ def _read_indexed(
         region = jid.rpartition("@")[2]
         pipe.hgetall(keys.job(jid))
         pipe.zscore(keys.due(), jid)
+        pipe.zscore(keys.heartbeats_late(), jid)
         for lane in (LANE_FAST, LANE_SLOW):
             pipe.zscore(keys.ready(region, lane), jid)
             pipe.zscore(keys.leases(region, lane), jid)
     for region in regions:
         pipe.smembers(keys.held_tenants(region))
     replies = pipe.execute()
-    width = 6  # the hash, due, ready and leases of both lanes
+    width = 7  # the hash, due, late heartbeats, ready and leases of both lanes
     jobs: dict[str, JobState | None] = {}
     indexed: dict[str, bool] = {}
     tenants: dict[str, set[str]] = {}
