@@ -40,24 +40,18 @@ def _build_app() -> Celery:
     return built
 
 
-def ping_heartbeat(app: Celery, uid: str, kind: str = "success", **details: Any) -> Any:
-    """Ping heartbeat check ``uid`` from this process (it needs checkbeat's settings: its
-    Redis): ``kind`` is ``success``, ``start`` or ``fail``; ``details`` may give
-    ``exit_status``, ``duration_s`` and ``body``. An app without checkbeat's Redis sends the
-    task instead: ``app.send_task("checkbeat.heartbeat_ping", kwargs={"uid": uid})``.
-    Raises ``PingRefused`` naming what was refused (docs/heartbeats.md)."""
-    from celery_app.checks.heartbeat import ping
-
-    return ping(app, uid, kind, **details)
-
-
 def __getattr__(name: str) -> Any:
-    """``celery_app.app``: the ready-made app, built once, on first use; ``uptime_report``,
-    imported on first use (it pulls in the Redis client)."""
+    """``celery_app.app``: the ready-made app, built once, on first use; ``uptime_report`` and
+    ``ping_heartbeat`` (``checks.heartbeat.ping``), imported on first use (they pull in the
+    Redis client)."""
     if name == "uptime_report":
         from celery_app.checks.uptime import uptime_report
 
         return uptime_report
+    if name == "ping_heartbeat":
+        from celery_app.checks.heartbeat import ping
+
+        return ping
     if name != "app":
         raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
     with _build_lock:

@@ -15,7 +15,7 @@ import pytest
 from support.polling import wait_for
 from support.projects import run_module
 
-from celery_app.checks.heartbeat import PING_TASK
+from celery_app.checks.heartbeat import PING_TASK, PingRefused
 from celery_app.checks.jobs import read_job
 from celery_app.checks.ping_server import make_server, route
 
@@ -112,3 +112,14 @@ def test_a_task_sent_from_any_app_pings_through_a_worker(
                              queue="celery")  # fmt: skip
     wait_for(lambda: _last(r, keys) is not None, 30, what="the task's ping recorded")
     assert _last(r, keys)["detail"]["exit_status"] == 9
+
+
+def test_the_python_client_function_pings_and_publishes(r, keys, store, dispatcher_app):
+    from celery_app import ping_heartbeat
+
+    _heartbeat(store)
+    assert ping_heartbeat(dispatcher_app, "hb", "fail", exit_status=4).written == 1
+    assert _last(r, keys)["detail"] == {"ping": "fail", "exit_status": 4}
+    with pytest.raises(PingRefused) as refused:
+        ping_heartbeat(dispatcher_app, "hb", "finished")
+    assert refused.value.field == "kind"
