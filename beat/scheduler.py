@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from celery.beat import Scheduler
 
 from beat.cron_engine import CronEngine, settle_long_lived
+from beat.cron_monitor import CronMonitor
 from beat.dispatch_wake import WakeListener
 from beat.metrics_endpoint import BeatObserver
 from celery_app.checks.dispatch import Dispatcher
@@ -78,13 +79,14 @@ class Driver(Protocol):
 
 def build_drivers(app: Any) -> list[Driver]:
     """Every driver beat runs for ``app``: the check dispatcher of each partition of the check
-    half (every beat dispatches every partition; their claims are atomic)."""
+    half (every beat dispatches every partition; their claims are atomic), and the cron
+    monitor (``beat.cron_monitor``: given its tasks by setup)."""
     first = Dispatcher(app)
     rest = [
         Dispatcher(app, partition=p, publisher=first.publisher)
         for p in range(1, first.keys.partitions)
     ]
-    return [first, *rest]
+    return [first, *rest, CronMonitor(app)]
 
 
 @dataclass
@@ -147,6 +149,7 @@ class CronScheduler(Scheduler):
         self._last_heartbeat = float("-inf")
         self.observer: BeatObserver | None = None
         self.waker: WakeListener | None = None
+        self.monitor: CronMonitor | None = None
         # A caller that drives the clock also drives the ticks: tick() must return at once.
         self._may_wait = clock is None
         kwargs.pop("schedule_filename", None)
@@ -199,7 +202,11 @@ class CronScheduler(Scheduler):
             log.error("checks: beat not started")
             raise SystemExit(2) from None
         now = time.monotonic()
-        self.drivers = [_DriverSlot(d, now) for d in build_drivers(app)]
+        drivers = build_drivers(app)
+        self.monitor = next((d for d in drivers if isinstance(d, CronMonitor)), None)
+        if self.monitor is not None:
+            self.monitor.set_tasks(tasks)
+        self.drivers = [_DriverSlot(d, now) for d in drivers]
         channels = [c for s in self.drivers if (c := getattr(s.driver, "wake_channel", None))]
         self.waker = WakeListener(client, channels) if channels and self._may_wait else None
         load_all(client)  # no first call re-run after a NOSCRIPT (see load_all)
@@ -341,6 +348,8 @@ class CronScheduler(Scheduler):
             return
         self.sender.prepare(tasks)
         self.engine.set_tasks(tasks, now)
+        if self.monitor is not None:
+            self.monitor.set_tasks(tasks)
         self.engine.lead = fire_lead(self.app, tasks)
         self._runtime_version = version
         settle_long_lived()

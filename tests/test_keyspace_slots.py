@@ -65,6 +65,7 @@ ARGS = {
     "scope": ["check:u1"],
     "transition_id": ["u1#3"],
     "lease_token": ["17.2", "{t}"],
+    "phase": ["end"],
 }
 
 

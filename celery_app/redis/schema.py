@@ -363,6 +363,11 @@ class Keys:
         ``cron_runtime_version``, so every beat reloads its task list at its next tick."""
         return f"{self._cron}:cron:paused"
 
+    def cron_monitor_mark(self, task_id: str, tenant: str, window: str, phase: str) -> str:
+        """Taken with SET NX PX by the one beat that turns a run's start or end into a ping of
+        the task's heartbeat check (``beat/cron_monitor.py``), so two beats ping once."""
+        return f"{self._cron}:cron:monitored:{task_id}:{tenant}:{window}:{phase}"
+
     def cron_recorders(self) -> str:
         """Hash worker hostname -> Unix s it last said it records cron runs (a worker that runs
         ``celery_app.cron_tasks.recording``): whether a run that no one recorded was lost or

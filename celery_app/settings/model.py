@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from celery_app.cluster_url import ClusterUrlError, is_cluster_url, parse_cluster_url
+from celery_app.names import ID_RULE, is_id
 from celery_app.settings.declare import (
     DAY_MS,
     DAY_S,
@@ -215,6 +216,16 @@ class Settings(BaseSettings):
         ),
         bound=Bound(0, 0.5),
         duration=True,
+    )
+    cron_monitor: str = Field(
+        "all",
+        description=(
+            'Which cron tasks a heartbeat check watches (docs/heartbeats.md, "Cron tasks"): '
+            "'all' (every task with a fixed schedule that runs once per window: a crontab, a "
+            "cron spec or an interval of whole seconds), 'none', or a comma-separated list of "
+            "task ids. A missed window, a failed run or a run past its timeout moves the "
+            "check's state and makes a transition, delivered once."
+        ),
     )
     tenants_provider: str = Field(
         "auto",
@@ -548,6 +559,18 @@ class Settings(BaseSettings):
                 f"(e.g. {sample}, ...)"
             ) from None
         return value
+
+    @field_validator("cron_monitor")
+    @classmethod
+    def _cron_monitor(cls, value: str) -> str:
+        words = [w.strip() for w in value.split(",") if w.strip()]
+        if value.strip() in ("all", "none"):
+            return value.strip()
+        if not words or any(not is_id(w) or w in ("all", "none") for w in words):
+            raise ValueError(
+                f"must be 'all', 'none' or a comma-separated list of task ids ({ID_RULE})"
+            )
+        return ",".join(words)
 
     @field_validator("key_prefix")
     @classmethod
