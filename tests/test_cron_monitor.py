@@ -18,6 +18,7 @@ from support.projects import run_module
 from support.workers import REPO, worker_env
 
 from celery_app.checks.health import read_transitions
+from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.redis.schema import CheckStateField, JobField, Keys
 
 KEYS = Keys("cbtest")
@@ -53,10 +54,13 @@ def _delivered(r, hooks) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once(
-    r, broker, tmp_path, start_worker_process
+    r, broker, tmp_path, start_worker_process, http_receiver
 ):
     import cron_monitor_tasks
     import transition_hooks
+
+    receiver = f"json://127.0.0.1:{http_receiver.port}/cron"
+    NotifyStore(r, KEYS).add(validate_target(tenant="cron", url=receiver))
 
     added = run_module(
         "celery_app.cli", "-A", "celery_app", "schedule", "add", "nightly", "--task",
@@ -84,6 +88,9 @@ def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once
         made = [t["id"] for t in reversed(read_transitions(r, KEYS.check_transitions(UID)))]
         delivered = [d["id"] for d in _delivered(r, transition_hooks)]
         assert delivered == made == [f"{UID}#1", f"{UID}#2", f"{UID}#3"]
+        wait_for(lambda: len(http_receiver.got("/cron")) == 3, 30, what="3 notifications")
+        titles = [json.loads(got.body)["title"] for got in http_receiver.got("/cron")]
+        assert [t.rsplit(" ", 1)[1] for t in titles] == ["down", "up", "down"]
         last = json.loads(r.hget(KEYS.last_result(UID), "local"))
         assert "no success ping by" in last["error"]
     finally:

@@ -17,6 +17,7 @@ from support.polling import wait_for
 from support.workers import REPO, worker_env
 
 from celery_app.checks.health import read_transitions
+from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import CheckStateField, JobField, Keys
 from celery_app.settings import load_settings
@@ -63,9 +64,12 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
-    r, broker, tmp_path, start_worker_process
+    r, broker, tmp_path, start_worker_process, http_receiver
 ):
     import transition_hooks
+
+    receiver = f"json://127.0.0.1:{http_receiver.port}/hb"
+    NotifyStore(r, KEYS).add(validate_target(tenant="acme", url=receiver))
 
     store = CheckStore(r, KEYS, load_settings())
     store.create(
@@ -99,6 +103,11 @@ def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
         ]
         assert made == [("up", "down"), ("down", "up")]
         assert [d["id"] for d in _delivered(r, transition_hooks)] == ["loop#1", "loop#2"]
+        # and one notification each at the tenant's receiver
+        wait_for(lambda: len(_notified(http_receiver)) == 2, 20, what="two notifications")
+        assert _notified(http_receiver) == [
+            "[checkbeat] loop (acme) is down", "[checkbeat] loop (acme) is up",
+        ]  # fmt: skip
         # a wrong token is a 404 and changes nothing
         before = _runs(r)
         wrong = url.replace(TOKEN, "x" * 20)
@@ -112,6 +121,11 @@ def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
             _stop(pinging)
         _stop(beat)
         _stop(server)
+
+
+def _notified(receiver) -> list[str]:
+    """The titles the tenant's JSON webhook received, in order."""
+    return [json.loads(got.body)["title"] for got in receiver.got("/hb")]
 
 
 def _answers(url: str) -> bool:
