@@ -1,8 +1,10 @@
 """Cron tasks watched by heartbeat checks (``beat/cron_monitor.py``), end to end with real
 processes: two beats, a worker running a runtime schedule every 2 s, a worker delivering
-transitions to an ``@on_transition`` hook. A failing run takes the task's check down, a good
-one brings it back, and windows nobody runs (the worker stopped) take it down again: each
-transition made once and delivered once although two beats watch."""
+transitions to an ``@on_transition`` hook and a tenant's JSON webhook. A failing run takes the
+task's check down, a good one brings it back, windows nobody runs (the worker stopped) take it
+down again, and so do windows no beat fired (both beats away past the deadline, back together):
+each transition made once, delivered once to the hook and notified once, although two beats
+watch."""
 
 from __future__ import annotations
 
@@ -93,11 +95,31 @@ def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once
         assert [t.rsplit(" ", 1)[1] for t in titles] == ["down", "up", "down"]
         last = json.loads(r.hget(KEYS.last_result(UID), "local"))
         assert "no success ping by" in last["error"]
+
+        # windows no beat fired: both beats away past the deadline, then back together
+        start_worker_process("-P", "threads", "-c", "2", "-Q", "celery", "-n", "jobs2@m", **ENV)
+        wait_for(lambda: _state(r) == "up", 40, what="up again with a worker")
+        _stop_all(beats)
+        deadline = float(r.hget(KEYS.job(f"{UID}@local"), JobField.SCHEDULED_AT))
+        wait_for(lambda: float(r.time()[0]) > deadline + 1, 30, what="the deadline passed")
+        beats = [_beat(n + 2, tmp_path) for n in range(2)]
+        wait_for(lambda: len(_delivered(r, transition_hooks)) == 6, 60, what="6 deliveries")
+        made = [t["id"] for t in reversed(read_transitions(r, KEYS.check_transitions(UID)))]
+        assert [d["id"] for d in _delivered(r, transition_hooks)] == made
+        assert [t["to"] for t in reversed(read_transitions(r, KEYS.check_transitions(UID)))] == [
+            "down", "up", "down", "up", "down", "up",
+        ]  # fmt: skip
+        wait_for(lambda: len(http_receiver.got("/cron")) == 6, 30, what="6 notifications")
     finally:
-        for beat in beats:
-            beat.send_signal(signal.SIGTERM)
-        for beat in beats:
-            try:
-                beat.wait(15)
-            except subprocess.TimeoutExpired:
-                beat.kill()
+        _stop_all(beats)
+
+
+def _stop_all(beats: list[subprocess.Popen]) -> None:
+    for beat in beats:
+        beat.send_signal(signal.SIGTERM)
+    for beat in beats:
+        try:
+            beat.wait(15)
+        except subprocess.TimeoutExpired:
+            beat.kill()
+            beat.wait(5)
