@@ -105,7 +105,8 @@ def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once
         beats = [_beat(n + 2, tmp_path) for n in range(2)]
         wait_for(lambda: len(_delivered(r, transition_hooks)) == 6, 60, what="6 deliveries")
         made = [t["id"] for t in reversed(read_transitions(r, KEYS.check_transitions(UID)))]
-        assert [d["id"] for d in _delivered(r, transition_hooks)] == made
+        delivered = [d["id"] for d in _delivered(r, transition_hooks)]
+        assert sorted(delivered) == sorted(made) and len(set(delivered)) == 6  # in any order
         assert [t["to"] for t in reversed(read_transitions(r, KEYS.check_transitions(UID)))] == [
             "down", "up", "down", "up", "down", "up",
         ]  # fmt: skip
