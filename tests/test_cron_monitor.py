@@ -9,14 +9,13 @@ watch."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.polling import wait_for
-from support.projects import run_module
+from support.projects import run_module, stop
 from support.workers import REPO, worker_env
 
 from celery_app.checks.health import read_transitions
@@ -117,10 +116,4 @@ def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once
 
 def _stop_all(beats: list[subprocess.Popen]) -> None:
     for beat in beats:
-        beat.send_signal(signal.SIGTERM)
-    for beat in beats:
-        try:
-            beat.wait(15)
-        except subprocess.TimeoutExpired:
-            beat.kill()
-            beat.wait(5)
+        stop(beat, 15)

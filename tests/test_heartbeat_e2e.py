@@ -6,7 +6,6 @@ period and grace (one transition, delivered once); pinging again brings it up (o
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.polling import wait_for
+from support.projects import stop
 from support.workers import REPO, worker_env
 
 from celery_app.checks.health import read_transitions
@@ -52,15 +52,6 @@ def _pinging(url: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen(["sh", "-c", loop], stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
@@ -91,7 +82,7 @@ def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
         pinging = _pinging(url, tmp_path / "loop.log")
         wait_for(lambda: _runs(r) >= 5, 30, what="the loop's pings recorded")
         assert _state(r) == "up" and _delivered(r, transition_hooks) == []
-        _stop(pinging)
+        stop(pinging)
         wait_for(lambda: _state(r) == "down", 15, what="down after the period and grace")
         wait_for(lambda: len(_delivered(r, transition_hooks)) == 1, 20, what="one delivery")
         pinging = _pinging(url, tmp_path / "loop2.log")
@@ -118,9 +109,9 @@ def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
         assert _runs(r) >= before
     finally:
         if pinging is not None:
-            _stop(pinging)
-        _stop(beat)
-        _stop(server)
+            stop(pinging)
+        stop(beat)
+        stop(server)
 
 
 def _notified(receiver) -> list[str]:
