@@ -1,0 +1,77 @@
+"""The check half as beat drives it, for any ``CHECKBEAT_CHECK_PARTITIONS``: one dispatcher per
+partition (``beat`` runs one each), ticked together, and a worker's capacity registered in the
+partitions the test's checks live in.
+
+Tests that drive the dispatcher in-process use these, so they hold for the suite's
+``--check-partitions N`` as for one partition (with one, ``dispatchers`` is a list of one
+dispatcher and ``tick_all`` is its tick)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import redis
+from celery import Celery
+
+from celery_app.checks.dispatch import Claim, Dispatcher, TickReport
+from celery_app.factory import settings_of
+from celery_app.redis.keyspace import state_keys
+
+
+def partitions_of(app: Celery) -> int:
+    """How many partitions the app's check half has."""
+    return state_keys(settings_of(app)).partitions
+
+
+def dispatchers(
+    app: Celery,
+    client: redis.Redis | None = None,
+    *,
+    publisher=None,
+    regions: Sequence[str] | None = None,
+) -> list[Dispatcher]:
+    """One dispatcher per partition of the app's check half, sharing ``publisher`` (when
+    given), as beat runs them."""
+    return [
+        Dispatcher(app, client=client, publisher=publisher, regions=regions, partition=p)
+        for p in range(partitions_of(app))
+    ]
+
+
+@dataclass
+class Ticks:
+    """What one tick of every partition did: each partition's report, and their claims."""
+
+    reports: list[TickReport] = field(default_factory=list)
+
+    @property
+    def claims(self) -> tuple[Claim, ...]:
+        return tuple(c for report in self.reports for c in report.claims)
+
+    @property
+    def published(self) -> int:
+        return sum(report.published for report in self.reports)
+
+    @property
+    def reaped(self) -> int:
+        return sum(report.reaped for report in self.reports)
+
+    @property
+    def promoted(self) -> int:
+        return sum(report.promoted for report in self.reports)
+
+    @property
+    def rate_limited(self) -> int:
+        return sum(report.rate_limited for report in self.reports)
+
+    @property
+    def next_due(self) -> float | None:
+        due = [report.next_due for report in self.reports if report.next_due is not None]
+        return min(due) if due else None
+
+
+def tick_all(each: Sequence[Dispatcher], now: float | datetime | None = None) -> Ticks:
+    """Tick every dispatcher of ``each`` at ``now``, in partition order."""
+    return Ticks([d.tick(now) for d in each])
