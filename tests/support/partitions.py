@@ -18,6 +18,7 @@ from celery import Celery
 from celery_app.checks.dispatch import Claim, Dispatcher, TickReport
 from celery_app.factory import settings_of
 from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import Keys, partition_of
 
 
 def partitions_of(app: Celery) -> int:
@@ -75,3 +76,17 @@ class Ticks:
 def tick_all(each: Sequence[Dispatcher], now: float | datetime | None = None) -> Ticks:
     """Tick every dispatcher of ``each`` at ``now``, in partition order."""
     return Ticks([d.tick(now) for d in each])
+
+
+def pinned(keys: Keys, name: str, partition: int = 0) -> str:
+    """A check uid that lives in ``partition`` of ``keys``'s check half: ``name`` itself when
+    it does (always, with one partition), else ``name.<k>`` for the smallest k that does.
+
+    For tests about one partition's claim (its order, its slots, its indexes read through
+    ``keys``): their checks share the partition, as they share the one check half when there
+    is one partition."""
+    uid, k = name, 0
+    while partition_of(uid, keys.partitions) != partition:
+        k += 1
+        uid = f"{name}.{k}"
+    return uid
