@@ -19,6 +19,7 @@ from celery_app.checks.dispatch import Claim, Dispatcher, TickReport
 from celery_app.factory import settings_of
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys, partition_of
+from celery_app.settings import load_settings
 
 
 def partitions_of(app: Celery) -> int:
@@ -78,15 +79,23 @@ def tick_all(each: Sequence[Dispatcher], now: float | datetime | None = None) ->
     return Ticks([d.tick(now) for d in each])
 
 
-def pinned(keys: Keys, name: str, partition: int = 0) -> str:
-    """A check uid that lives in ``partition`` of ``keys``'s check half: ``name`` itself when
-    it does (always, with one partition), else ``name.<k>`` for the smallest k that does.
+def suite_partitions() -> int:
+    """The partition count of the suite's settings (``pytest --check-partitions``), for uids a
+    test module names before any fixture runs."""
+    return load_settings().check_partitions
+
+
+def pinned(keys: Keys | int, name: str, partition: int = 0) -> str:
+    """A check uid that lives in ``partition`` of ``keys``'s check half (or of one cut in
+    ``keys`` partitions): ``name`` itself when it does (always, with one partition), else
+    ``name.<k>`` for the smallest k that does.
 
     For tests about one partition's claim (its order, its slots, its indexes read through
     ``keys``): their checks share the partition, as they share the one check half when there
     is one partition."""
+    partitions = keys if isinstance(keys, int) else keys.partitions
     uid, k = name, 0
-    while partition_of(uid, keys.partitions) != partition:
+    while partition_of(uid, partitions) != partition:
         k += 1
         uid = f"{name}.{k}"
     return uid
