@@ -99,3 +99,9 @@ def pinned(keys: Keys | int, name: str, partition: int = 0) -> str:
         k += 1
         uid = f"{name}.{k}"
     return uid
+
+
+def suite_keys(prefix: str) -> Keys:
+    """The state keys under ``prefix`` with the suite's partition count, for a test module's
+    constants (its fixtures' ``keys`` is the same)."""
+    return state_keys(load_settings(key_prefix=prefix))
