@@ -8,7 +8,7 @@ dispatcher and ``tick_all`` is its tick)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -105,3 +105,9 @@ def suite_keys(prefix: str) -> Keys:
     """The state keys under ``prefix`` with the suite's partition count, for a test module's
     constants (its fixtures' ``keys`` is the same)."""
     return state_keys(load_settings(key_prefix=prefix))
+
+
+def count_in(client: redis.Redis, keys: Keys, index: Callable[[Keys], str]) -> int:
+    """How many members ``index`` (for example ``lambda k: k.due()``) holds, summed over every
+    partition of the check half."""
+    return sum(client.zcard(index(part)) for part in keys.every_partition())
