@@ -14,15 +14,16 @@ import time
 import pytest
 from celery.signals import task_postrun
 from support.checks import RECORD_KEYS, results
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import BadRunMessage, RunRequest
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 from celery_app.settings import load_settings
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 QUEUES = [check_queue("local", "fast"), check_queue("local", "slow")]
 
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.capacity import read_capacity
@@ -23,9 +24,9 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.kinds import check_kind, unregister_kind
 from celery_app.checks.store import CheckStore
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import Keys, WorkerField, check_queue, job_id
+from celery_app.redis.schema import WorkerField, check_queue, job_id
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 HOST = "stuck@t"
 SLOTS = 3
 REGION = "local"

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 from support.checks import RECORD_KEYS
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.schema import job_id
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 REPO = Path(__file__).resolve().parent.parent
 LIMITS = {"check_timeout": 1.0, "lease_margin": 0.5}
 WORKER_ENV = {

@@ -7,13 +7,13 @@ import threading
 
 import pytest
 import redis
+from support.partitions import suite_keys
 from support.polling import wait_for
 
-from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 from workers.roles import RoleError, plan_role, role_from_queues
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 ENV = {
     "CHECKBEAT_REGIONS": "eu,us",
     "CHECKBEAT_POOL_SIZE": "5",

@@ -23,17 +23,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.checks import results
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.processes import http_status, http_text
 
 from celery_app.checks.jobs import JobState, read_job
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
-from celery_app.redis.schema import CheckField, Keys, job_id
+from celery_app.redis.schema import CheckField, job_id
 
 pytestmark = pytest.mark.slow
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 REPO = Path(__file__).resolve().parent.parent
 PERIOD = 2
 WORKER_ENV = {

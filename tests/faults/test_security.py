@@ -26,6 +26,7 @@ import pytest
 import redis
 import yaml
 from fault_procs import LogLines, Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.recording_server import RecordingServer
 from support.redis_monitor import RedisMonitor
@@ -46,7 +47,7 @@ from workers import probes  # noqa: F401 - registers the http kind for the store
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 SECRET = "s3cr3t-Pa55word-7781"
 TENANT_SECRET = "t3nant-B4sic-9912"
 

@@ -20,16 +20,17 @@ import redis
 from crash_kinds import probe_events
 from fault_procs import Processes, children, process_env
 from support.checks import results
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, run_kwargs
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 HERE = Path(__file__).resolve().parent
 QUEUES = "checks.local.fast,checks.local.slow"
 TICK = 0.5  # CHECKBEAT_DISPATCH_INTERVAL (the default)
@@ -90,7 +91,7 @@ def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
         # fires first on a loaded machine, the kill: either way a run that never reported
         why = lost.get("error") or lost.get("reason") or ""
         assert "lost" in why or "killed" in why, why
-        assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
+        assert r.zscore(KEYS.of_job(job).due(), job) == pytest.approx(state.scheduled_at)
         # the job runs again, in the pool's replacement child, while the worker lives on
         wait_for(lambda: len(starts(r)) >= 2, 30, what="the job to run again")
         rerun = starts(r)[1]
@@ -129,7 +130,9 @@ def test_a_sigkilled_worker_is_reaped_and_a_copy_of_its_message_never_runs_twice
         (lost,) = results(r, KEYS, "victim")
         assert lost["status"] == "lost"
         state = read_job(r, KEYS, job)
-        assert state.runs == 1 and r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
+        assert state.runs == 1 and r.zscore(KEYS.of_job(job).due(), job) == pytest.approx(
+            state.scheduled_at
+        )
 
         # Consumed without acks: nothing of the killed worker's message is left to come back
         # after kombu's visibility timeout. A copy delivered anyway (a duplicated publish)

@@ -111,3 +111,9 @@ def count_in(client: redis.Redis, keys: Keys, index: Callable[[Keys], str]) -> i
     """How many members ``index`` (for example ``lambda k: k.due()``) holds, summed over every
     partition of the check half."""
     return sum(client.zcard(index(part)) for part in keys.every_partition())
+
+
+def members_in(client: redis.Redis, keys: Keys, index: Callable[[Keys], str]) -> set[str]:
+    """The members of the set ``index`` (for example ``lambda k: k.checks()``), over every
+    partition of the check half."""
+    return {m for part in keys.every_partition() for m in client.smembers(index(part))}

@@ -67,6 +67,7 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     from celery_app.redis.clock import server_time
     from celery_app.redis.schema import JobField, split_job_id
 
+    keys = keys.of_job(job_id)  # its lease and indexes are its check's partition's
     job = read_job(client, keys, job_id)
     assert job is not None, job_id
     _uid, region = split_job_id(job_id)
