@@ -117,3 +117,18 @@ def members_in(client: redis.Redis, keys: Keys, index: Callable[[Keys], str]) ->
     """The members of the set ``index`` (for example ``lambda k: k.checks()``), over every
     partition of the check half."""
     return {m for part in keys.every_partition() for m in client.smembers(index(part))}
+
+
+def first_partition_names(region: str = "eu") -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """(uid, job): the uid of check ``name`` moved to the first partition of the suite's check
+    half (:func:`pinned`), and its job in ``region``, for a module whose checks must share the
+    partition its ``keys`` and dispatcher read."""
+    partitions = suite_partitions()
+
+    def uid(name: str) -> str:
+        return pinned(partitions, name)
+
+    def job(name: str) -> str:
+        return f"{uid(name)}@{region}"
+
+    return uid, job
