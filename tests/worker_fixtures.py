@@ -88,7 +88,7 @@ def celery_worker_parameters(settings) -> dict:
     region = settings.regions[0]
     lanes = [check_queue(region, lane) for lane in ("fast", "slow")]
     return {
-        "concurrency": 2,
+        "concurrency": max(2, settings.check_partitions),  # a slot in every partition
         "perform_ping_check": False,
         "shutdown_timeout": 20,
         "queues": ["celery", *lanes],
