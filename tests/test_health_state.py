@@ -188,7 +188,7 @@ def test_a_lost_run_counts_as_a_failure(r, keys, store, dispatcher_app, broker):
     from support.workers import claim_by_hand
 
     claim_by_hand(r, keys, "c@eu", "lost", lease_s=1)
-    d = Dispatcher(dispatcher_app, client=r)
+    d = Dispatcher(dispatcher_app, client=r, partition=keys.of_check("c").partition)
     assert d.reap(time.time() + 100) == 1
     assert read_job(r, keys, "c@eu").health.state == State.DOWN
     assert state_of(r, keys, "c")[CheckStateField.STATE] == "down"
