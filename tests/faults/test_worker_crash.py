@@ -20,13 +20,13 @@ import redis
 from crash_kinds import probe_events
 from fault_procs import Processes, children, process_env
 from support.checks import results
-from support.partitions import pinned, suite_keys
+from support.partitions import pinned, served_partition, suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, run_kwargs
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import WorkerField, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
 
@@ -60,14 +60,8 @@ def _setup(tmp_path, make_app, r, worker_args, name):
     procs = Processes(tmp_path, process_env((HERE,), **ENV))
     worker = procs.worker(*worker_args, "-Q", QUEUES, "-n", name)
     wait_for(lambda: r.exists(KEYS.worker(name)), 30, what="the worker to register")
-    # The victim lives in a partition of the check half the worker has a slot in (a worker
-    # with fewer slots than partitions serves only some): the one its heartbeat gave a share.
-    (home, *_) = [
-        part.partition
-        for part in KEYS.every_partition()
-        if int(r.hget(part.worker(name), WorkerField.CONCURRENCY) or 0) > 0
-    ]
-    uid = pinned(KEYS, "victim", home)
+    # the victim lives in a partition of the check half the worker has a slot in
+    uid = pinned(KEYS, "victim", served_partition(r, KEYS, name))
     CheckStore(r, KEYS, app.conf.checkbeat_settings).create(
         uid=uid, tenant="t", kind="tracked", target="victim", config={"seconds": 30}, period=2
     )

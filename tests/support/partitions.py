@@ -141,3 +141,14 @@ def one_partition_only(why: str):
     import pytest
 
     return pytest.mark.skipif(suite_partitions() > 1, reason=f"one partition only: {why}")
+
+
+def served_partition(client: redis.Redis, keys: Keys, hostname: str) -> int:
+    """The first partition of the check half in which worker ``hostname``'s registration holds
+    a share of its slots (a worker with fewer slots than partitions serves only some)."""
+    from celery_app.redis.schema import WorkerField
+
+    for part in keys.every_partition():
+        if int(client.hget(part.worker(hostname), WorkerField.CONCURRENCY) or 0) > 0:
+            return part.partition
+    raise AssertionError(f"{hostname} holds no slot in any partition")
