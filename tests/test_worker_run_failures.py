@@ -199,7 +199,8 @@ def test_a_tick_wait_whose_sleep_raises_gives_every_claimed_tick_back_at_once(
     }  # fmt: skip
     port = free_port()
     process = start_worker_process(
-        *("-P", "threads", "-c", "2", "-Q", QUEUES, "-n", "w@sleepless"),
+        # a slot in every partition of the check half
+        *("-P", "threads", "-c", str(max(2, KEYS.partitions)), "-Q", QUEUES, "-n", "w@sleepless"),
         **WORKER_ENV, **lead, **broken_sleep, CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{port}",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
