@@ -13,6 +13,7 @@ import json
 import pytest
 from support.checks import at, register_fake_worker
 from support.completion import finish
+from support.partitions import pinned, suite_partitions
 
 from celery_app.checks.abandon import Abandoned, abandon_run
 from celery_app.checks.dispatch import Dispatcher
@@ -22,7 +23,9 @@ from celery_app.redis.clock import server_time
 from celery_app.redis.schema import job_id
 from scheduling_core import LANE_FAST, LANE_SLOW
 
-JOB = job_id("c1", "eu")
+#: c1, in the first partition of the check half (the one ``keys`` and the dispatcher read)
+UID = pinned(suite_partitions(), "c1")
+JOB = job_id(UID, "eu")
 PERIOD = 10
 
 
@@ -31,7 +34,7 @@ def claimed(r, keys, store, dispatcher_app) -> tuple[Dispatcher, str, float]:
     """``JOB`` claimed by the real dispatcher at Redis's time: (dispatcher, lease token, tick)."""
     now = server_time(r)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
-    store.create(uid="c1", tenant="t", kind="testprobe", target="x", period=PERIOD,
+    store.create(uid=UID, tenant="t", kind="testprobe", target="x", period=PERIOD,
                  regions=["eu"], now=at(now - 3 * PERIOD))  # fmt: skip
     d = Dispatcher(dispatcher_app, client=r)
     (claim,) = [c for c in d.tick(now).claims if c.job_id == JOB]
@@ -68,15 +71,15 @@ def test_the_lease_is_released_and_the_job_placed_at_its_next_tick_once(
     assert job.lease_token is None and job.lease_expiry is None and leased(r, keys) == 0
     # counted as a lost tick, not as a run (nothing was probed or recorded)
     assert (job.abandoned, job.runs) == (1, before.runs)
-    assert r.xlen(keys.results("c1")) == 0
+    assert r.xlen(keys.results(UID)) == 0
 
     # idempotent: a second call (a signal sent twice) finds the lease gone
     assert abandon(r, store, token, tick).result == Abandoned.LEASE_GONE
     assert read_job(r, keys, JOB).abandoned == 1
     # an operator sees the lost tick beside the runs
-    (shown,) = json.loads(cli("show", "c1", "--json"))["jobs"]
+    (shown,) = json.loads(cli("show", UID, "--json"))["jobs"]
     assert (shown["runs"], shown["abandoned_before_probe"]) == (before.runs, 1)
-    assert "abandoned=1" in cli("show", "c1")
+    assert "abandoned=1" in cli("show", UID)
 
 
 def test_a_clock_behind_the_claimed_tick_still_places_the_job_after_it(r, keys, store, claimed):
@@ -95,7 +98,7 @@ def test_ticks_passed_before_a_late_abandonment_are_counted_too(r, keys, store, 
     job = read_job(r, keys, JOB)
     assert job.scheduled_at == pytest.approx(tick + 3 * PERIOD)
     assert (job.abandoned, job.passed) == (1, 2)
-    assert "abandoned=1 passed=2" in cli("show", "c1")
+    assert "abandoned=1 passed=2" in cli("show", UID)
 
 
 def test_a_reaper_or_a_completion_that_got_there_first_wins(r, keys, store, claimed):
@@ -115,7 +118,7 @@ def test_a_reaper_or_a_completion_that_got_there_first_wins(r, keys, store, clai
 def test_only_the_delivery_that_started_the_lease_may_abandon_it(r, keys, store, claimed):
     _d, token, tick = claimed
     # the delivery "celery-1" read its start (and took the started marker): it is probing
-    assert read_start(r, keys, JOB, "c1", token, "celery-1", 60_000).first_delivery
+    assert read_start(r, keys, JOB, UID, token, "celery-1", 60_000).first_delivery
     # another delivery of the same lease whose start read failed must not free its slot
     assert abandon(r, store, token, tick, task_id="celery-2").result == Abandoned.STARTED_ELSEWHERE
     assert read_job(r, keys, JOB).lease_token == token and leased(r, keys) == 1
@@ -126,7 +129,7 @@ def test_only_the_delivery_that_started_the_lease_may_abandon_it(r, keys, store,
 
 def test_a_disabled_check_is_released_but_not_placed(r, keys, store, claimed):
     _d, token, tick = claimed
-    store.set_enabled("c1", False)
+    store.set_enabled(UID, False)
     assert read_job(r, keys, JOB).lease_token == token  # a disable leaves a running run be
     assert abandon(r, store, token, tick).result == Abandoned.RELEASED
     assert r.zscore(keys.due(), JOB) is None and leased(r, keys) == 0

@@ -66,7 +66,7 @@ def test_apply_then_the_same_file_again_changes_nothing(cli, r, keys, store, tmp
     bucket = get_rate_limit(r, keys, "acme")
     assert (bucket.per_minute, bucket.burst) == (120.0, 30.0)
     before = state(r, keys)
-    assert len(before) == 3 + 6 + 1  # checks, jobs, the bucket
+    assert len(before) == 3 + 6 + keys.partitions  # checks, jobs, the bucket in each partition
     assert "no changes (3 check(s) already match)" in cli("apply", "-f", path)
     out = cli("apply", "-f", path, "--dry-run", "--prune")
     assert (
@@ -337,7 +337,8 @@ def test_export_then_apply_changes_nothing(cli, r, keys, store, tmp_path):
         "delta": {"maintenance": [{"cron": "0 0 * * *", "duration": 60, "timezone": "Asia/Tokyo"}]},
     }
     before, stored_windows = state(r, keys), windows(r, keys)
-    assert len(before) == 3 + 5 + 1 + 3  # checks, jobs, the bucket, 3 window scopes
+    # checks, jobs, the bucket in each partition, 3 window scopes
+    assert len(before) == 3 + 5 + keys.partitions + 3
     path = tmp_path / "exported.yaml"
     path.write_text(exported)
     assert "user:***@h1.example" in exported and "user:pw@" not in exported

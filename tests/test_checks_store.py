@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from support.checks import at
 from support.completion import write
+from support.partitions import count_in
 from support.state_db import snapshot
 
 from celery_app.checks.jobs import CompletedRun, read_job
@@ -57,7 +58,7 @@ def test_create_places_one_job_per_region_on_its_phase(store, r, keys):
     jobs = store.jobs("c1")
     assert [j.region for j in jobs] == ["eu", "us", "ap"]
     for job in jobs:
-        assert job.scheduled_at == r.zscore(keys.due(), job.job_id)
+        assert job.scheduled_at == r.zscore(keys.of_job(job.job_id).due(), job.job_id)
         # a new job's first tick: now itself (inside its phase second) up to a period ahead
         assert NOW.timestamp() <= job.scheduled_at < NOW.timestamp() + 60
         # fresh job: effective deadline = scheduled_at; nothing learned yet
@@ -112,7 +113,7 @@ def test_adding_and_removing_regions_moves_phases_by_the_spread_keeping_ewmas(st
     (us,) = store.jobs("c1")
     assert us.region == "us" and us.region_spread_s == 10.0
     assert not r.exists(keys.job("c1@eu"))
-    assert r.zscore(keys.due(), "c1@eu") is None
+    assert r.zscore(keys.of_check("c1").due(), "c1@eu") is None
     # single region: index 0, so the phase is the jitter alone
     assert int(us.scheduled_at) % 60 == int(eu.scheduled_at) % 60
 
@@ -149,12 +150,12 @@ def test_invalid_update_writes_nothing(store, r):
 def test_disable_takes_jobs_out_of_every_index_and_enable_places_them(store, r, keys):
     add(store, regions=["eu", "us"])
     store.set_enabled("c1", False, now=NOW)
-    assert r.zcard(keys.due()) == 0
+    assert count_in(r, keys, lambda k: k.due()) == 0
     assert all(not j.enabled for j in store.jobs("c1"))
     store.set_enabled("c1", True, now=at(NOW.timestamp() + 120))
     jobs = store.jobs("c1")
     assert all(j.enabled for j in jobs)
-    assert r.zcard(keys.due()) == 2
+    assert count_in(r, keys, lambda k: k.due()) == 2
     assert all(j.scheduled_at > NOW.timestamp() + 120 for j in jobs)
 
 
@@ -171,8 +172,8 @@ def test_delete_removes_jobs_leases_and_discards_a_started_run(store, r, keys):
     eu = read_job(r, keys, "c1@eu")
     # the job is claimed (leased) and running when the check is deleted
     r.hset(keys.job("c1@eu"), mapping={"lt": "tok", "lx": str(NOW.timestamp() + 20)})
-    r.zadd(keys.leases("eu", 0), {"c1@eu": NOW.timestamp() + 20})
-    r.zrem(keys.due(), "c1@eu")
+    r.zadd(keys.of_check("c1").leases("eu", 0), {"c1@eu": NOW.timestamp() + 20})
+    r.zrem(keys.of_check("c1").due(), "c1@eu")
     assert store.delete("c1") is True
     assert store.get("c1") is None
     assert r.dbsize() == 0, r.keys("*")
@@ -201,8 +202,8 @@ def test_create_many_is_batched_and_all_or_nothing(store, r, keys):
         for i in range(1200)
     ]
     assert store.create_many(defs, now=NOW, chunk=500) == 1200
-    assert r.zcard(keys.due()) == 2400
-    assert r.scard(keys.checks()) == 1200
+    assert count_in(r, keys, lambda k: k.due()) == 2400
+    assert sum(r.scard(part.checks()) for part in keys.every_partition()) == 1200
     with pytest.raises(CheckExists):
         store.create_many([defs[0]], now=NOW)
 
@@ -217,13 +218,13 @@ def test_next_tick_of_a_job_matches_its_definition(store, r, keys):
 
 def test_reconcile_leaves_a_running_job_to_its_completion(store, r, keys):
     add(store, regions=["eu"])
-    r.zrem(keys.due(), "c1@eu")
+    r.zrem(keys.of_check("c1").due(), "c1@eu")
     r.hset(keys.job("c1@eu"), mapping={"lt": "run-1", "lx": str(NOW.timestamp() + 20)})
-    r.zadd(keys.leases("eu", 0), {"c1@eu": NOW.timestamp() + 20})
+    r.zadd(keys.of_check("c1").leases("eu", 0), {"c1@eu": NOW.timestamp() + 20})
     store.update("c1", now=NOW, period=30, regions=["eu", "us"])
     # the running job keeps its lease and is not placed twice; the new region's job is placed
-    assert r.zscore(keys.due(), "c1@eu") is None
-    assert r.zscore(keys.due(), "c1@us") is not None
+    assert r.zscore(keys.of_check("c1").due(), "c1@eu") is None
+    assert r.zscore(keys.of_check("c1").due(), "c1@us") is not None
     job = read_job(r, keys, "c1@eu")
     assert job.lease_token == "run-1" and job.period_s == 30 and job.regions == ("eu", "us")
     # its completion places it on the new phase (the worker computes it from the job's fields)
@@ -247,7 +248,7 @@ def test_a_check_created_inside_its_phase_second_is_due_at_once(store, r, keys):
     (job,) = store.jobs("c1")
     # not a whole period later: a new job has not just fired in this second
     assert job.scheduled_at == pytest.approx(inside.timestamp(), abs=1e-3)
-    assert r.zscore(keys.due(), job.job_id) == job.scheduled_at
+    assert r.zscore(keys.of_job(job.job_id).due(), job.job_id) == job.scheduled_at
     # a job placed again (its phase moved) still never ticks twice within a second
     later = defn.next_tick("eu", inside)
     assert later.timestamp() == pytest.approx(inside.timestamp() + 60, abs=1e-3)

@@ -14,6 +14,7 @@ import redis
 from support.at_once import at_once
 from support.checks import at, learned, register_fake_worker
 from support.completion import finish
+from support.partitions import pinned, suite_partitions
 
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
 from celery_app.checks.dispatch import Dispatcher
@@ -21,14 +22,18 @@ from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.redis.schema import JobField
 
 T0 = 1_780_000_000.0
+#: A partition's share of a tenant's bucket is its rate and burst / P: the buckets below are P
+#: times the one each test reasons about (its checks share the first partition).
+P = suite_partitions()
 EXPIRY = T0 + 60
 
 
 def make_jobs(store, r, keys, n: int, *, tenant: str = "acme", slow_every: int = 0) -> list[str]:
-    """n checks in eu, due at T0 + i ms (so the claim order is the creation order)."""
+    """n checks in eu, due at T0 + i ms (so the claim order is the creation order), all in the
+    first partition of the check half (the claims below are one partition's)."""
     ids = []
     for i in range(n):
-        uid = f"{tenant[0]}{i:03d}"
+        uid = pinned(keys, f"{tenant[0]}{i:03d}")
         store.create(
             now=at(T0 - 100), uid=uid, tenant=tenant, kind="testprobe", target="x", period=60
         )
@@ -132,7 +137,7 @@ def test_a_tenant_limited_after_the_read_is_not_claimed_past_its_bucket(r, keys,
     a = RegionClaimer(r, keys, "eu")
     state = a._state()  # acme had no bucket when A read: A declares none
     read = a._read(state, 32, T0 + 1)
-    set_rate_limit(r, keys, "acme", per_minute=1, burst=2)
+    set_rate_limit(r, keys, "acme", per_minute=1 * P, burst=2 * P)
     _slots, stop, got, _ = a._round(state, read, T0 + 1, EXPIRY, 6, 100)
     assert (got, stop) == ([], ClaimStop.MORE)  # the undeclared bucket: nothing taken, read again
     again = a.claim(T0 + 1, EXPIRY, batch=6, max_holds=100)
@@ -160,7 +165,7 @@ def test_concurrent_dispatchers_and_refills_never_double_claim_nor_overfill(
     lane over its capacity, every lease token distinct."""
     make_jobs(store, r, keys, 60, slow_every=3)
     make_jobs(store, r, keys, 20, tenant="zeta")
-    set_rate_limit(r, keys, "zeta", per_minute=30, burst=3)
+    set_rate_limit(r, keys, "zeta", per_minute=30 * P, burst=3 * P)
     register_fake_worker(r, keys, "fast", region="eu", role="fast", concurrency=4)
     register_fake_worker(r, keys, "shared", region="eu", role="shared", concurrency=8)
     clients = [redis.Redis.from_url(redis_url, decode_responses=True) for _ in range(4)]
@@ -291,7 +296,7 @@ def test_a_cached_claim_follows_a_rate_limit_set_or_cleared_since(r, keys, store
     a = RegionClaimer(r, keys, "eu")
     assert a.claim(T0 + 1, EXPIRY, batch=10, max_holds=100).claims == []  # nothing ready yet
     version = r.get(keys.claim_tenants_version())
-    set_rate_limit(r, keys, "acme", per_minute=1, burst=2)
+    set_rate_limit(r, keys, "acme", per_minute=1 * P, burst=2 * P)
     assert r.get(keys.claim_tenants_version()) != version
     promote_due(r, keys, T0 + 1, 5000)
     got = a.claim(T0 + 1, EXPIRY, batch=10, max_holds=100)
@@ -306,7 +311,7 @@ def test_held_jobs_another_claimer_held_are_released_by_a_warm_claimer(r, keys, 
     """Claimer B (a worker's refill) holds acme's jobs; claimer A (beat) read the held tenants
     before that: the held set's change moves the version, so A offers their release."""
     ids = make_jobs(store, r, keys, 3)
-    set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
+    set_rate_limit(r, keys, "acme", per_minute=1 * P, burst=1 * P)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10)
     a, b = RegionClaimer(r, keys, "eu"), RegionClaimer(r, keys, "eu")
     assert a.claim(T0 - 50, EXPIRY, batch=10, max_holds=100).claims == []  # A's cache: none held

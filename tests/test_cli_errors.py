@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from support.checks import register_fake_worker
+from support.partitions import suite_keys
 from support.projects import run_module
 
 from celery_app.cli.common import EXIT_CANNOT_RUN, CannotRun, reported_as_cannot_run
-from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,7 +144,8 @@ def test_checks_diagnose_exits_1_when_it_reports_a_problem_and_0_when_healthy(tm
     )
     assert f"PROBLEM: {problem['message']}" in no_worker.stdout  # the text form prints the message
 
-    register_fake_worker(r, Keys("cbtest"), "w1", region="local", role="shared", concurrency=2)
+    for part in suite_keys("cbtest").every_partition():  # slots in every partition: healthy
+        register_fake_worker(r, part, "w1", region="local", role="shared", concurrency=2)
     healthy = celery(tmp_path, "checks", "diagnose")
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "no problems" in healthy.stdout

@@ -92,7 +92,11 @@ def test_wait_replicas_are_refused_on_a_cluster():
     ["redis://127.0.0.1:6379/1", "rediss://h:6380/0", "sentinel://h:26379;sentinel://g:26379/1"],
 )
 def test_plain_and_sentinel_urls_keep_todays_key_names(url):
-    keys = state_keys(load_settings(redis_url=url, broker_url=BROKER, key_prefix="checkbeat"))
+    # with one partition (the default, whatever the suite's --check-partitions): today's names
+    settings = load_settings(
+        redis_url=url, broker_url=BROKER, key_prefix="checkbeat", check_partitions=1
+    )
+    keys = state_keys(settings)
     assert not keys.cluster
     assert keys.job("u@eu") == "checkbeat:job:u@eu"
     assert keys.cron_window("t", "x", "w") == "checkbeat:cron:win:t:x:w"

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 from support.capacity import register_capacity
 from support.checks import at
+from support.partitions import pinned, suite_partitions
 from support.workers import claim_by_hand
 
 from celery_app.checks.claiming import promote_due
@@ -20,6 +21,9 @@ from celery_app.redis.schema import JobField, WorkerField
 from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
 REGION = "eu"
+#: c1, c2 and c3 share the first partition of the check half, whatever the suite's count: a
+#: hand-off is one partition's (its ready index, its leases, its worker share).
+C1, C2, C3 = (pinned(suite_partitions(), name) for name in ("c1", "c2", "c3"))
 WORKER = "w1@test"
 LEASE_S = 30.0
 
@@ -27,12 +31,12 @@ LEASE_S = 30.0
 @pytest.fixture
 def checks(store, r, keys):
     """c1 leased (its run about to complete), c2 and c3 due and promoted to the ready index."""
-    for uid in ("c1", "c2", "c3"):
+    for uid in (C1, C2, C3):
         store.create(uid=uid, tenant="acme", kind="testprobe", target="x", period=60,
                      regions=[REGION])  # fmt: skip
     register_capacity(r, keys, WORKER, REGION, 4)
     now = server_time(r)
-    for uid in ("c1", "c2", "c3"):  # their first ticks are within the period: make them due
+    for uid in (C1, C2, C3):  # their first ticks are within the period: make them due
         r.zadd(keys.due(), {f"{uid}@{REGION}": now - 1})
     return now
 
@@ -50,7 +54,7 @@ def measured(r, keys, uid: str) -> None:
     r.hset(keys.job(f"{uid}@{REGION}"), JobField.RUNS, "1")
 
 
-def complete(r, keys, uid: str = "c1", worker: str = WORKER, lease_lane: int | None = None):
+def complete(r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | None = None):
     job_id = f"{uid}@{REGION}"
     h = r.hgetall(keys.job(job_id))
     job = JobState.from_hash(job_id, h)
@@ -67,10 +71,10 @@ def complete(r, keys, uid: str = "c1", worker: str = WORKER, lease_lane: int | N
 
 
 def test_a_freed_fast_slot_goes_to_the_next_measured_fast_job(r, keys, checks):
-    lease(r, keys, "c1", LANE_FAST)
-    measured(r, keys, "c2")
-    measured(r, keys, "c3")
-    r.zadd(keys.due(), {"c3@eu": checks - 5})  # c3 due first: the lower effective deadline?
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    measured(r, keys, C3)
+    r.zadd(keys.due(), {f"{C3}@eu": checks - 5})  # c3 due first: the lower effective deadline?
     promote(r, keys, checks)
     ready = r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True)
     handoff, done = complete(r, keys)
@@ -83,28 +87,28 @@ def test_a_freed_fast_slot_goes_to_the_next_measured_fast_job(r, keys, checks):
     assert job.lease_expiry == pytest.approx(max(server_time(r), job.scheduled_at) + LEASE_S, 1)
     assert r.zscore(keys.ready(REGION, LANE_FAST), claim.job_id) is None
     assert r.zcard(keys.leases(REGION, LANE_FAST)) == 1  # c1's lease went, the new one came
-    assert read_job(r, keys, "c1@eu").lease_token is None
+    assert read_job(r, keys, f"{C1}@eu").lease_token is None
 
 
 def test_a_fast_job_never_measured_takes_a_shared_slot_only(r, keys, checks):
-    lease(r, keys, "c1", LANE_FAST)
+    lease(r, keys, C1, LANE_FAST)
     promote(r, keys, checks)
     handoff, done = complete(r, keys)  # c2, c3 never ran: a fast slot is not theirs
     assert done.handed == "" and done.refill_needs[0][2] >= 1  # the refill finds them
     assert r.zcard(keys.ready(REGION, LANE_FAST)) == 2
     # a slot freed in the slow lane is shared: the unmeasured job runs there, in the slow lane
-    lease(r, keys, "c2", LANE_SLOW)
-    r.zrem(keys.ready(REGION, LANE_FAST), "c2@eu")
-    handoff, done = complete(r, keys, "c2")
+    lease(r, keys, C2, LANE_SLOW)
+    r.zrem(keys.ready(REGION, LANE_FAST), f"{C2}@eu")
+    handoff, done = complete(r, keys, C2)
     claim = handoff.claim_of(done.handed)
-    assert claim is not None and claim.job_id == "c3@eu" and claim.lane == LANE_SLOW
-    assert r.zscore(keys.leases(REGION, LANE_SLOW), "c3@eu") is not None
+    assert claim is not None and claim.job_id == f"{C3}@eu" and claim.lane == LANE_SLOW
+    assert r.zscore(keys.leases(REGION, LANE_SLOW), f"{C3}@eu") is not None
 
 
 def test_a_shared_slot_goes_to_the_lower_deadline_of_both_lanes(r, keys, checks):
-    lease(r, keys, "c1", LANE_SLOW)
-    measured(r, keys, "c2")
-    r.hset(keys.job("c3@eu"), mapping={JobField.RUNS: "1", JobField.LANE: str(LANE_SLOW)})
+    lease(r, keys, C1, LANE_SLOW)
+    measured(r, keys, C2)
+    r.hset(keys.job(f"{C3}@eu"), mapping={JobField.RUNS: "1", JobField.LANE: str(LANE_SLOW)})
     promote(r, keys, checks)
     fast = r.zrange(keys.ready(REGION, LANE_FAST), 0, 0, withscores=True)[0]
     slow = r.zrange(keys.ready(REGION, LANE_SLOW), 0, 0, withscores=True)[0]
@@ -122,38 +126,40 @@ def test_a_shared_slot_goes_to_the_lower_deadline_of_both_lanes(r, keys, checks)
         pytest.param(lambda r, k: r.hset(k.worker(WORKER), WorkerField.STUCK, "1"), id="stuck"),
         pytest.param(lambda r, k: r.sadd(k.held_tenants(REGION), "other"), id="tenant-held"),
         pytest.param(lambda r, k: r.sadd(k.rate_limited_tenants(), "acme"), id="rate-limited"),
-        pytest.param(lambda r, k: r.hset(k.job("c2@eu"), JobField.LEASE_TOKEN, "x"), id="leased"),
-        pytest.param(lambda r, k: r.delete(k.job("c2@eu")), id="deleted"),
+        pytest.param(
+            lambda r, k: r.hset(k.job(f"{C2}@eu"), JobField.LEASE_TOKEN, "x"), id="leased"
+        ),
+        pytest.param(lambda r, k: r.delete(k.job(f"{C2}@eu")), id="deleted"),
     ],
 )
 def test_nothing_is_handed_when_a_full_claim_must_weigh_it(r, keys, checks, why):
-    lease(r, keys, "c1", LANE_FAST)
-    measured(r, keys, "c2")
-    r.zrem(keys.due(), "c3@eu")
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
     promote(r, keys, checks)
     why(r, keys)
     _handoff, done = complete(r, keys)
     assert done.handed == "" and done.refill_needs[0][2] >= 1  # the refill claims it fully
-    assert read_job(r, keys, "c1@eu").lease_token is None  # the run itself is written
+    assert read_job(r, keys, f"{C1}@eu").lease_token is None  # the run itself is written
     assert r.zcard(keys.leases(REGION, LANE_FAST)) == 0
 
 
 def test_nothing_ready_hands_nothing_and_says_what_is_due(r, keys, checks):
-    lease(r, keys, "c1", LANE_FAST)
+    lease(r, keys, C1, LANE_FAST)
     _handoff, done = complete(r, keys)
     [(_time, first_due, waiting)] = done.refill_needs
     assert done.handed == "" and waiting == 0
-    assert first_due[0] in ("c2@eu", "c3@eu") and float(first_due[1]) < server_time(r)
+    assert first_due[0] in (f"{C2}@eu", f"{C3}@eu") and float(first_due[1]) < server_time(r)
 
 
 @pytest.mark.parametrize("hint", [LANE_FAST, LANE_SLOW, None], ids=["right", "wrong", "none"])
 def test_the_lease_goes_whatever_the_lane_its_queue_says(r, keys, checks, hint):
-    lease(r, keys, "c1", LANE_FAST)
-    measured(r, keys, "c2")
-    r.zrem(keys.due(), "c3@eu")
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
     promote(r, keys, checks)
     handoff, done = complete(r, keys, lease_lane=hint)
     claim = handoff.claim_of(done.handed)  # a fast slot was freed: c2 takes it
-    assert claim is not None and claim.job_id == "c2@eu" and claim.lane == LANE_FAST
-    assert r.zrange(keys.leases(REGION, LANE_FAST), 0, -1) == ["c2@eu"]
+    assert claim is not None and claim.job_id == f"{C2}@eu" and claim.lane == LANE_FAST
+    assert r.zrange(keys.leases(REGION, LANE_FAST), 0, -1) == [f"{C2}@eu"]
     assert r.zcard(keys.leases(REGION, LANE_SLOW)) == 0

@@ -90,7 +90,7 @@ def test_a_broken_subscription_sleeps_instead_and_subscribes_again(r, keys, capl
 
 @pytest.mark.parametrize("write", ["create", "create_many", "update", "delete"])
 def test_every_write_of_the_store_wakes_the_dispatcher(r, keys, store, test_kind, write):
-    channel = keys.dispatch_wake()
+    channel = keys.of_check("w1").dispatch_wake()  # its partition's dispatcher
     fields = dict(uid="w1", tenant="acme", kind=test_kind, target="x", period=60)
     if write in ("update", "delete"):
         store.create(**fields)
@@ -115,7 +115,7 @@ def test_every_write_of_the_store_wakes_the_dispatcher(r, keys, store, test_kind
 def test_a_refused_write_wakes_no_one(r, keys, store, test_kind):
     """The publish is part of the write's own ``store.lua`` call: a batch refused (here: the
     uid is taken) writes nothing and publishes nothing."""
-    channel = keys.dispatch_wake()
+    channel = keys.of_check("w1").dispatch_wake()  # its partition's dispatcher
     fields = dict(uid="w1", tenant="acme", kind=test_kind, target="x", period=60)
     store.create(**fields)
     subscriber = r.pubsub(ignore_subscribe_messages=True)
@@ -147,6 +147,7 @@ def test_a_check_created_while_beat_sleeps_is_claimed_on_its_first_tick(
     )
     keys = state_keys(settings)
     store = CheckStore(r, keys, settings)
+    keys = keys.of_check("fresh")  # its partition's worker share, wake-ups and dispatcher
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2, ttl=120)
     procs = Processes(tmp_path)
     try:

@@ -7,9 +7,9 @@ import time
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from support.partitions import dispatchers, tick_all
 from support.polling import wait_for
 
-from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.factory import create_app
 from celery_app.publish import KombuBatchPublisher, RedisBatchPublisher, TaskMessage
@@ -45,27 +45,34 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
             regions=["eu"],
             now=from_unix(now - 70),
         )
-    # every job is due: dispatch at a clock 70 s ahead of their creation
-    d = Dispatcher(app, client=r)
+    # every job is due: dispatch at a clock 70 s ahead of their creation, in every partition
+    each = dispatchers(app, r)
+    slots = max(4, keys.partitions)  # at least one slot in every partition
     with start_worker(
         app,
         pool="threads",
-        concurrency=4,
+        concurrency=slots,
         perform_ping_check=False,
         queues=QUEUES,
         shutdown_timeout=20,
     ):
-        # The real worker registers its 4 slots itself (workers.worker_step).
-        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+        # The real worker registers its slots itself (workers.worker_step), a share in every
+        # partition.
+        wait_for(
+            lambda: all(r.scard(part.region_workers("eu")) == 1 for part in keys.every_partition()),
+            20,
+            what="registration",
+        )
         # The worker refills the slots it frees (workers.post_exec -> refill_after_run), so
         # beat's ticks claim only part of the work; either way capacity is never exceeded.
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not all(
             read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)
         ):
-            d.tick(now)
-            # capacity: never more claimed and unfinished than the 4 registered slots
-            assert r.zcard(keys.leases("eu", 0)) + r.zcard(keys.leases("eu", 1)) <= 4
+            tick_all(each, now)
+            # capacity: never more claimed and unfinished than the registered slots
+            leased = [part.leases("eu", lane) for part in keys.every_partition() for lane in (0, 1)]
+            assert sum(r.zcard(lease) for lease in leased) <= slots
             time.sleep(0.05)
         wait_for(
             lambda: all(read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)),
@@ -75,7 +82,9 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
     for i in range(12):
         job = read_job(r, keys, f"w{i}@eu")
         assert job.lease_token is None
-        assert r.zscore(keys.due(), job.job_id) == pytest.approx(job.scheduled_at)
+        assert r.zscore(keys.of_job(job.job_id).due(), job.job_id) == pytest.approx(
+            job.scheduled_at
+        )
         last = json.loads(r.hget(keys.last_result(f"w{i}"), "eu"))
         assert (last["status"], last["region"]) == ("up", "eu")
     assert broker.llen(QUEUES[0]) == 0

@@ -33,18 +33,21 @@ def test_r_empties_what_an_earlier_test_left_in_the_state_db(redis_url, request)
     assert r.get("leftover") is None
 
 
-def test_a_test_sees_only_the_suites_checkbeat_variables(redis_server):
+def test_a_test_sees_only_the_suites_checkbeat_variables(redis_server, pytestconfig):
     """Whatever the outer environment or an earlier test set, a test starts from these three
-    (and the bundled redis-server, the one binary of the suite)."""
+    (and the bundled redis-server, the one binary of the suite, and the partition count of
+    ``--check-partitions`` when it is above one)."""
     from celery_app.local.embedded_redis import bundled_redis_server
 
     seen = {name: value for name, value in os.environ.items() if name.startswith("CHECKBEAT_")}
     bundled = bundled_redis_server()
+    partitions = pytestconfig.getoption("check_partitions")
     assert seen == {
         "CHECKBEAT_REDIS_URL": redis_server.url(1),
         "CHECKBEAT_BROKER_URL": redis_server.url(0),
         "CHECKBEAT_KEY_PREFIX": "cbtest",
         **({"CHECKBEAT_REDIS_SERVER": bundled} if bundled else {}),
+        **({"CHECKBEAT_CHECK_PARTITIONS": str(partitions)} if partitions > 1 else {}),
     }
     assert redis_server.binary == (bundled or redis_server.binary)
     settings = load_settings()

@@ -13,7 +13,8 @@ from celery_app.checks.jobs import read_job
 from celery_app.checks.kinds import check_kind, unregister_kind
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import RedisServer
-from celery_app.redis.schema import CheckStateField, Keys
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import CheckStateField
 from celery_app.settings import load_settings
 
 
@@ -24,7 +25,7 @@ def test_state_and_undelivered_transitions_survive_a_restart(tmp_path: Path):
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), regions=["eu", "us"]
         )
-        keys = Keys(settings.key_prefix)
+        keys = state_keys(settings)
         client = redis.Redis.from_url(server.url(1), decode_responses=True)
         store = CheckStore(client, keys, settings)
         store.create(
@@ -42,7 +43,7 @@ def test_state_and_undelivered_transitions_survive_a_restart(tmp_path: Path):
         health = read_job(client, keys, "c@eu").health
         assert (health.state, health.streak_state, health.streak) == ("down", "up", 1)
         assert client.hget(keys.check_state("c"), CheckStateField.STATE) == "down"
-        assert client.zrange(keys.transition_outbox(), 0, -1) == ["c#1"]
+        assert client.zrange(keys.of_check("c").transition_outbox(), 0, -1) == ["c#1"]
         assert client.xlen(keys.check_transitions("c")) == 1
         # the streak continues: the second success in a row recovers
         assert run_once(client, keys, settings, store.params, "c@eu", True, now + 3)[1] == "c#2"

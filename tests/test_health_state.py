@@ -43,6 +43,7 @@ def state_of(r, keys, uid):
 
 
 def test_down_only_after_failure_threshold_and_up_after_success_threshold(r, keys, store):
+    keys = keys.of_check("c")  # its outbox, claims and indexes are its partition's
     make(store, failure_threshold=3, success_threshold=2)
     go = lambda ok, i: run_once(r, keys, store.settings, store.params, "c@eu", ok, T0 + i)  # noqa: E731
     assert go(False, 1) == (True, None)
@@ -164,6 +165,7 @@ def test_bad_thresholds_are_refused_naming_the_field_and_write_nothing(
 
 
 def test_updates_and_the_repair_keep_the_state(r, keys, store):
+    keys = keys.of_check("c")  # its outbox, claims and indexes are its partition's
     make(store, regions=("eu", "us"), failure_threshold=1, quorum=1)
     s, p = store.settings, store.params
     assert run_once(r, keys, s, p, "c@eu", False, T0)[1] == "c#1"
@@ -186,13 +188,14 @@ def test_a_lost_run_counts_as_a_failure(r, keys, store, dispatcher_app, broker):
     from support.workers import claim_by_hand
 
     claim_by_hand(r, keys, "c@eu", "lost", lease_s=1)
-    d = Dispatcher(dispatcher_app, client=r)
+    d = Dispatcher(dispatcher_app, client=r, partition=keys.of_check("c").partition)
     assert d.reap(time.time() + 100) == 1
     assert read_job(r, keys, "c@eu").health.state == State.DOWN
     assert state_of(r, keys, "c")[CheckStateField.STATE] == "down"
 
 
 def test_one_claim_one_run_per_transition(r, keys, store):
+    keys = keys.of_check("c")  # its outbox, claims and indexes are its partition's
     make(store, failure_threshold=1)
     s = store.settings
     tid = run_once(r, keys, s, store.params, "c@eu", False, T0)[1]
@@ -212,6 +215,7 @@ def test_one_claim_one_run_per_transition(r, keys, store):
 
 
 def test_a_lapsed_claim_is_claimed_again(r, keys, store):
+    keys = keys.of_check("c")  # its outbox, claims and indexes are its partition's
     make(store, failure_threshold=1)
     s = store.settings
     tid = run_once(r, keys, s, store.params, "c@eu", False, T0)[1]
@@ -233,6 +237,7 @@ def test_a_lapsed_claim_is_claimed_again(r, keys, store):
 
 
 def test_a_transition_inside_a_window_is_held_and_delivered_at_its_end(r, keys, store):
+    keys = keys.of_check("c")  # its outbox, claims and indexes are its partition's
     make(store, failure_threshold=1, success_threshold=1)
     s, p = store.settings, store.params
     # every hour at :00 for 30 minutes; T0 is inside one: find its end

@@ -22,6 +22,11 @@ read straight from Redis:
 - every tick and refill returns without raising, except a tick whose publish is made to fail,
   which raises the publisher's error when it claimed something, and gives those claims back.
 
+With partitions of the check half (the suite's ``--check-partitions``, and a second run with
+three whatever the suite's), a tick is one tick of each partition's dispatcher, the refill after
+a run is the run's partition's, and each job is looked for in its own partition's indexes (a
+job found in another partition's would be in none of the places read).
+
 Liveness, formulated on model time: each enabled job has an anchor, the last model time it was
 placed (create, enable, a placing update, reconcile after the loss), claimed, completed, reaped
 or its tenant's rate limit was cleared. A successful tick at ``now > anchor + period + lease +
@@ -49,16 +54,18 @@ from hypothesis.stateful import (
 )
 from support.checks import at, register_fake_worker
 from support.completion import finish
+from support.partitions import Ticks, dispatchers
 
 from celery_app.checks import dispatch
 from celery_app.checks.abandon import Abandoned, abandon_run
-from celery_app.checks.dispatch import Dispatcher, refill_after_run
+from celery_app.checks.dispatch import refill_after_run
 from celery_app.checks.jobs import read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.store import CheckStore
 from celery_app.publish import TaskMessage
-from celery_app.redis.schema import JobField, Keys, job_id
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import JobField, job_id
 from celery_app.settings import Settings, load_settings
 from scheduling_core import LANE_FAST, LANE_SLOW
 
@@ -123,7 +130,7 @@ class Model:
 
 
 def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBasedStateMachine]:
-    keys = Keys(cfg.key_prefix)
+    keys = state_keys(cfg)
 
     class JobLifecycle(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -131,16 +138,21 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             client.flushdb()
             self.store = CheckStore(client, keys, cfg)
             self.publisher = RecordingPublisher()
-            self.dispatcher = Dispatcher(app, client=client, publisher=self.publisher)
-            # refill_after_run's own dispatcher, publishing through the same recorder
-            dispatch._refillers[app] = {0: Dispatcher(app, client=client, publisher=self.publisher)}
-            self.lease_s = self.dispatcher.lease_s
+            # beat's: one dispatcher per partition
+            self.dispatchers = dispatchers(app, client, publisher=self.publisher)
+            # refill_after_run's own dispatchers, publishing through the same recorder
+            dispatch._refillers[app] = dict(
+                enumerate(dispatchers(app, client, publisher=self.publisher))
+            )
+            self.lease_s = self.dispatchers[0].lease_s
+            self.interval = self.dispatchers[0].interval
             self.m = Model()
-            for region in REGIONS:
-                register_fake_worker(
-                    client, keys, f"w-{region}", region=region, role="shared", concurrency=50,
-                    ttl=None,
-                )  # fmt: skip
+            for part in keys.every_partition():
+                for region in REGIONS:
+                    register_fake_worker(
+                        client, part, f"w-{region}", region=region, role="shared",
+                        concurrency=50, ttl=None,
+                    )  # fmt: skip
 
         # --- helpers --------------------------------------------------------------------------
         def _when(self):
@@ -174,20 +186,24 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self._anchor(reaped)
             self.publisher.fail = fail
             if fail:
-                try:
-                    report = self.dispatcher.tick(now)
-                except BrokerDown:
-                    pass  # there were claims to publish
-                else:
-                    assert report.claims == (), "claims were published through a dead broker"
+                for dispatcher in self.dispatchers:
+                    try:
+                        report = dispatcher.tick(now)
+                    except BrokerDown:
+                        pass  # there were claims to publish
+                    else:
+                        assert report.claims == (), "claims were published through a dead broker"
                 for lease_lane in self._lease_keys():
                     # every claim of this tick was given back: only earlier leases remain
                     assert set(client.zrange(lease_lane, 0, -1)) <= set(self.m.live)
                 return
-            try:
-                report = self.dispatcher.tick(now)
-            except Exception as exc:  # no job's state may make a tick raise
-                raise AssertionError(f"the tick at {now} raised {exc!r}") from exc
+            reports = Ticks()
+            for dispatcher in self.dispatchers:
+                try:
+                    reports.reports.append(dispatcher.tick(now))
+                except Exception as exc:  # no job's state may make a tick raise
+                    raise AssertionError(f"the tick at {now} raised {exc!r}") from exc
+            report = reports
             assert report.published == len(report.claims)
             self._record_claims([(c.job_id, c.region, c.lease_token) for c in report.claims])
             self._check_liveness(now)
@@ -209,7 +225,7 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
                 self.m.anchor[j] = self.m.now
 
         def _check_liveness(self, now: float) -> None:
-            slack = self.lease_s + self.dispatcher.interval + 1.0
+            slack = self.lease_s + self.interval + 1.0
             for uid, check in self.m.checks.items():
                 if not check.enabled:
                     continue
@@ -224,7 +240,12 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
                     )
 
         def _lease_keys(self) -> list[str]:
-            return [keys.leases(region, lane) for region in REGIONS for lane in LANES]
+            return [
+                part.leases(region, lane)
+                for part in keys.every_partition()
+                for region in REGIONS
+                for lane in LANES
+            ]
 
         def _snapshot(self) -> dict[str, tuple[list[str], bool, str | None]]:
             """Every possible job: (the indexes that hold it, whether its hash exists, its lease
@@ -240,14 +261,15 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             pipe = client.pipeline(transaction=False)
             for j, name in probes:
                 region = j.rpartition("@")[2]
+                home = keys.of_job(j)  # the job's indexes are its check's partition's
                 if name == "due":
-                    key = keys.due()
+                    key = home.due()
                 elif name.startswith("ready"):
-                    key = keys.ready(region, int(name[5]))
+                    key = home.ready(region, int(name[5]))
                 elif name.startswith("leases"):
-                    key = keys.leases(region, int(name[6]))
+                    key = home.leases(region, int(name[6]))
                 else:
-                    key = keys.held(region, int(name[4]), name.partition(":")[2])
+                    key = home.held(region, int(name[4]), name.partition(":")[2])
                 pipe.zscore(key, j)
             for j in ids:
                 pipe.exists(keys.job(j))
@@ -472,7 +494,9 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self.publisher.fail = False
             region = j.rpartition("@")[2]
             try:
-                count = refill_after_run(app, region, self.m.now)
+                count = refill_after_run(
+                    app, region, self.m.now, partition=keys.of_job(j).partition
+                )
             except Exception as exc:
                 raise AssertionError(f"the refill at {self.m.now} raised {exc!r}") from exc
             published = [m.kwargs for m in self.publisher.messages[sent:]]
@@ -522,8 +546,8 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             job = read_job(client, keys, claim.job_id)
             tick = job.scheduled_at if job is not None else self.m.now
             return abandon_run(
-                client, keys, self.store.params, claim.job_id, claim.token, "celery-id",
-                scheduled_at=tick, now=self.m.now,
+                client, keys.of_job(claim.job_id), self.store.params, claim.job_id, claim.token,
+                "celery-id", scheduled_at=tick, now=self.m.now,
             )  # fmt: skip
 
         # --- repair ---------------------------------------------------------------------------
@@ -537,13 +561,15 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
         def flush_and_reconcile(self):
             """Every job and index key lost (a restore from an old snapshot): definitions,
             buckets, workers and the lease sequence survive; reconcile rebuilds the jobs."""
-            lost = [keys.due(), *self._lease_keys()]
-            for region in REGIONS:
-                lost.append(keys.held_tenants(region))
-                for lane in LANES:
-                    lost.append(keys.ready(region, lane))
-                    lost += [keys.held(region, lane, t) for t in TENANTS]
-            lost += list(client.scan_iter(match=keys.job("*"), count=1000))
+            lost = [*self._lease_keys()]
+            for part in keys.every_partition():
+                lost.append(part.due())
+                for region in REGIONS:
+                    lost.append(part.held_tenants(region))
+                    for lane in LANES:
+                        lost.append(part.ready(region, lane))
+                        lost += [part.held(region, lane, t) for t in TENANTS]
+            lost += [keys.job(job_id(uid, region)) for uid in UIDS for region in REGIONS]
             client.delete(*lost)
             self._lose(list(self.m.live))
             report = repair(client, keys, self.store.params, self._when())
@@ -580,9 +606,25 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
 
 @pytest.fixture
 def lifecycle_settings(redis_url: str, broker_url: str) -> Settings:
+    """The suite's settings (its ``--check-partitions``)."""
     return load_settings(
         redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=list(REGIONS)
     )
+
+
+@pytest.fixture
+def partitioned_settings(redis_url: str, broker_url: str) -> Settings:
+    """Three partitions of the check half, whatever the suite's: c0 and c3 live in partition 0,
+    c2 in 1, c1 in 2, so every partition holds a check and c0's regions and c1's share none."""
+    cfg = load_settings(
+        redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=list(REGIONS),
+        check_partitions=3,
+    )  # fmt: skip
+    keys = state_keys(cfg)
+    assert {uid: keys.of_check(uid).partition for uid in UIDS} == {
+        "c0": 0, "c1": 2, "c2": 1, "c3": 0,
+    }  # fmt: skip
+    return cfg
 
 
 def _run(r, lifecycle_settings, examples: int, steps: int) -> None:
@@ -603,6 +645,12 @@ def _run(r, lifecycle_settings, examples: int, steps: int) -> None:
 
 def test_job_lifecycle_keeps_its_invariants(r, lifecycle_settings, test_kind):
     _run(r, lifecycle_settings, examples=40, steps=30)
+
+
+def test_job_lifecycle_keeps_its_invariants_over_partitions(r, partitioned_settings, test_kind):
+    """The same model over three partitions: one dispatcher and one refill dispatcher per
+    partition, each check's job, indexes and lease in its own partition's keys."""
+    _run(r, partitioned_settings, examples=25, steps=30)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from support.checks import at, register_fake_worker
 from support.completion import finish
+from support.partitions import pinned, suite_partitions
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
@@ -19,7 +20,10 @@ from celery_app.checks.repair import repair
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import JobField, job_id
 
-JOB = job_id("c1", "eu")
+#: c1 and c2 live in the first partition of the check half: one lease sequence, the one
+#: ``keys`` and the dispatcher read
+C1, C2 = (pinned(suite_partitions(), name) for name in ("c1", "c2"))
+JOB = job_id(C1, "eu")
 
 
 def sequence(token: str) -> int:
@@ -44,7 +48,7 @@ def complete(r, store, token: str, now: float) -> bool:
 def setup(r, keys, store, dispatcher_app) -> tuple[Dispatcher, float]:
     now = server_time(r)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
-    store.create(uid="c1", tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
+    store.create(uid=C1, tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
                  now=at(now - 30))  # fmt: skip
     return Dispatcher(dispatcher_app, client=r), now
 
@@ -88,9 +92,9 @@ def test_a_lost_counter_starts_above_the_clock_and_reconcile_above_every_held_to
     r.delete(keys.lease_seq())
     repair(r, keys, store.params, at(now))
     assert int(r.get(keys.lease_seq())) == ahead
-    store.create(uid="c2", tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
+    store.create(uid=C2, tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
                  now=at(now - 30))  # fmt: skip
-    token = claim(d, r, job_id("c2", "eu"), now + 1)
+    token = claim(d, r, job_id(C2, "eu"), now + 1)
     assert sequence(token) > ahead
     # reconcile never lowers the counter
     repair(r, keys, store.params, at(now))

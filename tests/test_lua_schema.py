@@ -19,6 +19,7 @@ from redis.commands.core import Script
 from support.checks import at, learned, register_fake_worker
 from support.completion import finish
 from support.health import drive_transition_scripts
+from support.partitions import first_partition_names
 
 from celery_app.checks import claiming
 from celery_app.checks.abandon import Abandoned, abandon_run
@@ -31,6 +32,10 @@ from celery_app.redis.schema import LUA_FIELD_TABLES, JobField, split_job_id
 from scheduling_core import LANE_FAST
 
 T0 = 1_780_000_000.0
+#: The checks below share the first partition, the one its keys and dispatcher read (each
+#: script then touches the slot the guard declares).
+U, J = first_partition_names()
+
 SCRIPTS = scripts.script_names()
 
 # Literals a script may spell: Redis commands and their options, its own reply words, Lua
@@ -212,7 +217,7 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     for i in range(4):
         store.create(
             now=at(T0 - 100),
-            uid=f"a{i}",
+            uid=U(f"a{i}"),
             tenant="acme",
             kind="testprobe",
             target="x",
@@ -221,19 +226,19 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
         )
     defs = [
         store.create(
-            now=at(T0 - 100), uid=f"b{i}", tenant="beta", kind="testprobe", target="x", period=60
+            now=at(T0 - 100), uid=U(f"b{i}"), tenant="beta", kind="testprobe", target="x", period=60
         )
         for i in range(2)
     ]
-    store.delete("b1")
+    store.delete(U("b1"))
     store.create_many([defs[1]], now=at(T0 - 100))
-    store.update("b0", now=at(T0 - 100), tenant="gamma", regions=["eu", "us"], plan_weight=2)
-    store.set_enabled("a3", False, now=at(T0 - 100))
-    store.set_enabled("a3", True, now=at(T0 - 100))
+    store.update(U("b0"), now=at(T0 - 100), tenant="gamma", regions=["eu", "us"], plan_weight=2)
+    store.set_enabled(U("a3"), False, now=at(T0 - 100))
+    store.set_enabled(U("a3"), True, now=at(T0 - 100))
     # complete.lua (a learned cost), then rate limits, workers
-    learned(r, keys, store.params, "a0@eu", scheduled_at=T0, cost_ms=3000.0, lane=1)
+    learned(r, keys, store.params, J("a0"), scheduled_at=T0, cost_ms=3000.0, lane=1)
     for i in (1, 2, 3):
-        learned(r, keys, store.params, f"a{i}@eu", scheduled_at=T0 + i * 0.1)
+        learned(r, keys, store.params, J(f"a{i}"), scheduled_at=T0 + i * 0.1)
     set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
     register_fake_worker(r, keys, "fast", region="eu", role="fast", concurrency=2)
     register_fake_worker(r, keys, "shared", region="eu", role="shared", concurrency=4)
@@ -282,19 +287,19 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     # tenants.lua: too many rate-limited tenants to declare them all
     set_rate_limit(r, keys, "acme", per_minute=60, burst=5)
     monkeypatch.setattr(claiming, "MAX_DECLARED_TENANTS", 0)
-    learned(r, keys, store.params, "a1@eu", scheduled_at=T0 + 195)
-    assert "a1@eu" in [c.job_id for c in d.tick(T0 + 200).claims]
+    learned(r, keys, store.params, J("a1"), scheduled_at=T0 + 195)
+    assert J("a1") in [c.job_id for c in d.tick(T0 + 200).claims]
     # the reaper finishes expired leases through complete.lua; the repair re-places jobs
     d.reap(T0 + 200 + d.lease_s + 1)
-    r.zrem(keys.due(), "a1@eu")
-    r.zrem(keys.ready("eu", LANE_FAST), "a1@eu")
+    r.zrem(keys.due(), J("a1"))
+    r.zrem(keys.ready("eu", LANE_FAST), J("a1"))
     repair(r, keys, store.params, at(T0 + 300))
     # quarantine.lua: a job whose data breaks the promote is set aside
-    r.hset(keys.job("a3@eu"), JobField.EFFECTIVE_AT, "not-a-number")
-    r.zadd(keys.due(), {"a3@eu": T0})
+    r.hset(keys.job(J("a3")), JobField.EFFECTIVE_AT, "not-a-number")
+    r.zadd(keys.due(), {J("a3"): T0})
     d.tick(T0 + 400)
-    assert r.sismember(keys.quarantine(), "a3@eu")
-    store.delete("a2")
+    assert r.sismember(keys.quarantine(), J("a3"))
+    store.delete(U("a2"))
     # state, transitions and maintenance: complete.lua's health part and the transition scripts
     drive_transition_scripts(r, keys, store, dispatcher_app, T0 + 400)
 

@@ -15,6 +15,7 @@ import redis
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from support.checks import learned, register_fake_worker
+from support.partitions import pinned
 from support.polling import wait_for
 
 from beat.cron_engine import Fired, Skipped, TickReport
@@ -123,10 +124,12 @@ def test_the_checks_page_refuses_a_bad_page_number(r, keys):
 def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
     r, keys, store, test_kind, settings, dispatcher_app, broker
 ):
-    for i in range(3):
-        store.create(uid=f"s{i}", tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
+    # in the first partition of the check half, the one the dispatcher below claims from
+    uids = [pinned(keys, f"s{i}") for i in range(3)]
+    for i, uid in enumerate(uids):
+        store.create(uid=uid, tenant="t", kind=test_kind, target="x", period=60, regions=["eu"])
         # measured fast checks (a never-measured one would take a shared slot, as slow)
-        learned(r, keys, store.params, job_id(f"s{i}", "eu"), scheduled_at=1_999_999_990.0 + i)
+        learned(r, keys, store.params, job_id(uid, "eu"), scheduled_at=1_999_999_990.0 + i)
     register_fake_worker(r, keys, "w-eu", region="eu", role="shared", concurrency=2, ttl=None)
     before = {
         name: value(name, region="eu", lane="fast")
@@ -161,7 +164,7 @@ def test_state_gauges_and_dispatch_counters_follow_a_real_claim(
 
     # A job set aside is counted (and leaves the ready index it was in).
     assert samples(collector.collect())["checkbeat_checks_quarantined", ()] == 0
-    assert quarantine(r, keys, job_id("s0", "eu"), QuarantineStep.CLAIM, "torn", 2_000_000_000.0)
+    assert quarantine(r, keys, job_id(uids[0], "eu"), QuarantineStep.CLAIM, "torn", 2_000_000_000.0)
     got = samples(collector.collect())
     assert got["checkbeat_checks_quarantined", ()] == 1
     assert got["checkbeat_checks_ready", eu_fast] == 2

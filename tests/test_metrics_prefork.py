@@ -12,17 +12,18 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.processes import http_status, http_text
 
 from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
-from celery_app.redis.schema import LANE_NAMES, Keys, check_queue, job_id
+from celery_app.redis.schema import LANE_NAMES, check_queue, job_id
 
 pytestmark = pytest.mark.slow
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 UIDS = ("p1", "p2", "p3", "p4")
 
 

@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.processes import Processes, http_status
 from support.prometheus import PROMETHEUS, PROMTOOL, Prometheus, ScrapeJob, metric_names
 
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
-from celery_app.redis.schema import Keys
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [
@@ -37,7 +37,7 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[1]
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "checkbeat.json"
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 TASKS = """
 from celery_app import cron
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.checks import learned, register_fake_worker
+from support.partitions import first_partition_names
 
 from celery_app.checks.dispatch import Dispatcher, TickReport
 from celery_app.checks.jobs import read_job
@@ -32,14 +33,16 @@ def test_tick_wait_uses_a_lower_bound_of_the_server_time_and_is_bounded():
 
 
 pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.2)
+#: Its checks share the first partition, the one its dispatcher and ``keys`` read.
+U, J = first_partition_names()
 
 
 def _check(r, keys, app, uid: str, scheduled_at: float) -> None:
     store = CheckStore(r, keys, settings_of(app))
     store.create(
-        uid=uid, tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"]
+        uid=U(uid), tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"]
     )  # fmt: skip
-    learned(r, keys, store.params, f"{uid}@eu", scheduled_at=scheduled_at)
+    learned(r, keys, store.params, J(uid), scheduled_at=scheduled_at)
 
 
 def test_a_job_due_within_the_lead_is_claimed_with_its_lease_from_its_tick(r, keys, app, broker):
@@ -48,10 +51,10 @@ def test_a_job_due_within_the_lead_is_claimed_with_its_lease_from_its_tick(r, ke
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     dispatcher = Dispatcher(app, client=r)
     report = dispatcher.tick(T0)
-    assert [c.job_id for c in report.claims] == ["soon@eu"]
+    assert [c.job_id for c in report.claims] == [J("soon")]
     settings = settings_of(app)
     lease_s = lease_seconds(dispatcher.params, settings.lease_margin)
-    job = read_job(r, keys, "soon@eu")
+    job = read_job(r, keys, J("soon"))
     # the worker waits until the tick, so the lease (and the reaper's patience) starts there
     assert job.lease_expiry == pytest.approx(T0 + 0.15 + lease_s, abs=1e-5)
     assert report.next_due == pytest.approx(T0 + 0.3)
@@ -66,7 +69,7 @@ def test_a_due_job_keeps_its_lease_from_the_claim(r, keys, app, broker):
     (_claim,) = dispatcher.tick(T0).claims
     settings = settings_of(app)
     lease_s = lease_seconds(dispatcher.params, settings.lease_margin)
-    assert read_job(r, keys, "late@eu").lease_expiry == pytest.approx(T0 + lease_s, abs=1e-5)
+    assert read_job(r, keys, J("late")).lease_expiry == pytest.approx(T0 + lease_s, abs=1e-5)
     assert dispatcher.next_wait(TickReport(now=T0)) == settings.dispatch_interval
 
 
@@ -75,9 +78,9 @@ def test_no_slot_waits_for_a_tick_while_due_work_waits(r, keys, app, broker):
     _check(r, keys, app, "soon", T0 + 0.1)  # inside the lead
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
     dispatcher = Dispatcher(app, client=r)
-    assert [c.job_id for c in dispatcher.tick(T0).claims] == ["overdue@eu"]
+    assert [c.job_id for c in dispatcher.tick(T0).claims] == [J("overdue")]
     # the due job got the only slot, and the one not yet due was not even promoted
-    assert r.zscore(keys.due(), "soon@eu") is not None
+    assert r.zscore(keys.due(), J("soon")) is not None
 
 
 def test_a_refill_takes_what_waits_and_leaves_the_lead_to_beat(r, keys, app, broker):
@@ -90,12 +93,12 @@ def test_a_refill_takes_what_waits_and_leaves_the_lead_to_beat(r, keys, app, bro
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
     dispatcher = Dispatcher(app, client=r)
     # due work waits: the refill claims it, then (slots left) the lead's job after it
-    assert [c.job_id for c in dispatcher.refill("eu")] == ["overdue@eu", "soon@eu"]
+    assert [c.job_id for c in dispatcher.refill("eu")] == [J("overdue"), J("soon")]
     _check(r, keys, app, "soon2", server_time(r) + 0.15)
     # only work due within the lead: beat's, which wakes for it; the refill claims nothing
     assert dispatcher.refill("eu") == ()
-    assert r.zscore(keys.due(), "soon2@eu") is not None
-    assert r.zscore(keys.due(), "later@eu") is not None
+    assert r.zscore(keys.due(), J("soon2")) is not None
+    assert r.zscore(keys.due(), J("later")) is not None
 
 
 def test_a_lead_claim_on_a_server_without_its_scripts_still_takes_what_it_promoted(
@@ -109,4 +112,4 @@ def test_a_lead_claim_on_a_server_without_its_scripts_still_takes_what_it_promot
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
     dispatcher = Dispatcher(app)  # checkbeat's own client: pipelines queue bare EVALSHAs
     r.script_flush()  # a restarted server: no script loaded
-    assert [c.job_id for c in dispatcher.tick(T0).claims] == ["soon@eu"]
+    assert [c.job_id for c in dispatcher.tick(T0).claims] == [J("soon")]

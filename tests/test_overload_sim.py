@@ -20,6 +20,7 @@ from statistics import quantiles
 import pytest
 from support.checks import at, register_fake_worker
 from support.completion import finish
+from support.partitions import pinned
 
 from celery_app.checks.dispatch import Dispatcher
 
@@ -34,7 +35,8 @@ def test_fast_checks_stay_on_time_under_overload(r, keys, store, dispatcher_app,
     defs = [
         validate_definition(
             store.settings,
-            uid=f"{'slow' if i < 40 else 'fast'}{i:03d}",
+            # in the first partition: the one its worker slots and dispatcher are
+            uid=pinned(keys, f"{'slow' if i < 40 else 'fast'}{i:03d}"),
             tenant="acme",
             kind="testprobe",
             target="x",

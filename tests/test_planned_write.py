@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from support.checks import at
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.workers import claim_by_hand
 
@@ -13,7 +14,7 @@ from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import JobField, Keys, check_queue, job_id
+from celery_app.redis.schema import JobField, check_queue, job_id
 from scheduling_core import Params
 
 JOB = "c1@eu"
@@ -112,7 +113,7 @@ def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
     """A failing run planned from the start read would keep the region up (threshold 3); the
     threshold was lowered to 1 while it ran, so the write is planned again: the region is down."""
     app = make_app(allow_private_targets=True)
-    keys = Keys("cbtest")
+    keys = suite_keys("cbtest")
     store = CheckStore(r, keys, app.conf.checkbeat_settings)
     store.create(
         uid="edited", tenant="acme", kind="http", target=target.url("/delay/700"), period=60,
@@ -136,7 +137,7 @@ def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target,
     two scripts only (run_start.lua, with the check's kind, target and config by HMGET; and
     complete.lua's guard, inside its own call), never by a read of its own after the probe."""
     app = make_app(allow_private_targets=True)
-    keys = Keys("cbtest")
+    keys = suite_keys("cbtest")
     store = CheckStore(r, keys, app.conf.checkbeat_settings)
     store.create(uid="once", tenant="acme", kind="http", target=target.url("/delay/0"), period=60)
     kwargs = claim(r, keys, job_id("once", "local"), "tok-1")

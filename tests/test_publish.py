@@ -223,7 +223,8 @@ def test_a_real_worker_runs_a_cron_window_and_a_check_from_one_publish(
             return self.ids[1:]
 
     both = WithTheCronWindow()
-    dispatcher = Dispatcher(celery_app, client=r, publisher=both)
+    home = keys.of_check("c1").partition
+    dispatcher = Dispatcher(celery_app, client=r, publisher=both, partition=home)
     # The in-process worker (celery.contrib.pytest's celery_worker) starts once pub.nightly is
     # registered: a worker builds its task table when it starts.
     request.getfixturevalue("celery_worker")

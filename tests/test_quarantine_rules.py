@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import redis
 from support.checks import at, register_fake_worker
+from support.partitions import first_partition_names
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.quarantine import failing_alone, is_job_error, read_quarantine
@@ -24,6 +25,9 @@ OOM = redis.ResponseError(  # as Redis 6.2 reports it from a script
 BAD_FLOAT = redis.ResponseError(
     "Error running script (call to f_1): @user_script:54: ERR value is not a valid float"
 )
+
+#: Its checks share the first partition, the one its dispatcher and ``keys`` read.
+U, J = first_partition_names()
 
 
 def test_only_errors_of_the_jobs_own_data_are_blamed_on_it():
@@ -41,9 +45,9 @@ def test_only_errors_of_the_jobs_own_data_are_blamed_on_it():
 
 
 def make(store, uid: str, now: float, **extra) -> str:
-    store.create(uid=uid, tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
+    store.create(uid=U(uid), tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
                  now=at(now - 30), **extra)  # fmt: skip
-    return f"{uid}@eu"
+    return J(uid)
 
 
 @pytest.fixture
@@ -84,10 +88,10 @@ def test_reconcile_rebuilds_an_unreadable_job_hash_and_keeps_an_unreadable_defin
     claims = dispatcher.tick(now).claims  # "a" claimed, "b" quarantined by the claim
     assert [c.job_id for c in claims] == [torn]
     assert [(q.job_id, q.step) for q in read_quarantine(r, keys)] == [(kept, QuarantineStep.CLAIM)]
-    r.hset(keys.check("b"), CheckField.PERIOD, "often")  # its definition torn too
+    r.hset(keys.check(U("b")), CheckField.PERIOD, "often")  # its definition torn too
 
     report = repair(r, keys, store.params, at(now))
-    assert report.undecodable == ("b",)
+    assert report.undecodable == (U("b"),)
     assert r.sismember(keys.quarantine(), kept)  # stays aside: nothing valid to rebuild from
     # "a": its leased hash could not be read: rebuilt as a new job, placed at its next tick
     assert torn in report.placed
@@ -104,11 +108,11 @@ def test_enable_and_delete_release_quarantined_jobs(r, keys, store, dispatcher):
         r.hset(keys.job(job), JobField.EFFECTIVE_AT, "torn")
     assert dispatcher.tick(now).claims == ()  # both set aside by the promote
     assert {q.job_id for q in read_quarantine(r, keys)} == {on, gone}
-    store.set_enabled("on", False, now=at(now))
+    store.set_enabled(U("on"), False, now=at(now))
     assert r.sismember(keys.quarantine(), on) == 0  # released, rebuilt disabled: in no index
     assert r.hget(keys.job(on), JobField.DISABLED) == "1"
-    store.set_enabled("on", True, now=at(now))
+    store.set_enabled(U("on"), True, now=at(now))
     assert r.zscore(keys.due(), on) is not None
-    assert store.delete("gone")
+    assert store.delete(U("gone"))
     assert r.scard(keys.quarantine()) == 0 and not r.exists(keys.job(gone))
     assert dispatcher.tick(now + 30).claims  # the rebuilt job is claimed like any other

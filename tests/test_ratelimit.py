@@ -7,6 +7,7 @@ from collections import defaultdict
 import pytest
 from support.checks import at, learned, register_fake_worker
 from support.completion import finish
+from support.partitions import pinned, suite_partitions
 
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
@@ -15,6 +16,20 @@ from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.errors import CheckFieldError
 
 T0 = 1_780_000_000.0
+#: The checks of these tests share the first partition of the check half, whose share of a
+#: tenant's bucket is its rate and burst / P: the buckets below are P times theirs, so the first
+#: partition's is the bucket each test reasons about, whatever the suite's partition count.
+P = suite_partitions()
+
+
+def U(name: str) -> str:
+    """The uid of check ``name``, in the first partition."""
+    return pinned(P, name)
+
+
+def J(name: str) -> str:
+    """The job of check ``name`` in region eu."""
+    return f"{U(name)}@eu"
 
 
 def test_bucket_settings_are_validated(r, keys):
@@ -57,7 +72,7 @@ def _one_minute_checks(store, tenant: str, uids: list[str]) -> None:
     """Checks every 60 s in region eu, created at T0."""
     for uid in uids:
         store.create(
-            now=at(T0), uid=uid, tenant=tenant, kind="testprobe", target="x", period=60,
+            now=at(T0), uid=U(uid), tenant=tenant, kind="testprobe", target="x", period=60,
             regions=["eu"],
         )  # fmt: skip
 
@@ -69,7 +84,7 @@ def test_a_tenant_over_its_bucket_runs_every_check_within_three_windows(
     _one_minute_checks(store, "acme", [f"rl{i:02d}" for i in range(60)])
     # another tenant without a bucket is not held back by acme's
     _one_minute_checks(store, "globex", [f"free{i}" for i in range(5)])
-    set_rate_limit(r, keys, "acme", per_minute=20, burst=20)
+    set_rate_limit(r, keys, "acme", per_minute=20 * P, burst=20 * P)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=100, ttl=None)
     minutes = 30
     runs = simulate(r, keys, store, dispatcher_app, minutes)
@@ -84,7 +99,7 @@ def test_a_tenant_over_its_bucket_runs_every_check_within_three_windows(
         gaps = [b - a for a, b in zip([T0, *times], [*times, end], strict=True)]
         assert max(gaps) <= 3 * 60 + 2, f"{job} waited {max(gaps)} s between runs"
     for i in range(5):
-        assert len(runs[f"free{i}@eu"]) >= minutes - 1
+        assert len(runs[J(f"free{i}")]) >= minutes - 1
     # deferred jobs counted the ticks they skipped
     assert sum(read_job(r, keys, j).skipped for j in acme) > 0
 
@@ -93,17 +108,17 @@ def test_a_deferred_job_keeps_its_old_effective_deadline(r, keys, store, dispatc
     for uid in ("a", "b"):
         store.create(
             now=at(T0),
-            uid=uid,
+            uid=U(uid),
             tenant="acme",
             kind="testprobe",
             target="x",
             period=60,
             regions=["eu"],
         )
-    set_rate_limit(r, keys, "acme", per_minute=0.4, burst=1)  # one token per 150 s
+    set_rate_limit(r, keys, "acme", per_minute=0.4 * P, burst=P)  # one token per 150 s
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
     d = Dispatcher(dispatcher_app, client=r)
-    jobs = {j: read_job(r, keys, j) for j in ("a@eu", "b@eu")}
+    jobs = {j: read_job(r, keys, j) for j in (J("a"), J("b"))}
     first, second = sorted(jobs.values(), key=lambda j: j.effective_scheduled_at)
     start = second.scheduled_at + 0.5
     report = d.tick(start)
@@ -145,15 +160,15 @@ def test_a_limited_tenant_ahead_in_line_does_not_hold_back_others(
     _one_minute_checks(store, "acme", [f"a{i:03d}" for i in range(100)])
     _one_minute_checks(store, "globex", [f"b{i}" for i in range(5)])
     for i in range(100):  # acme's jobs are all older than globex's
-        learned(r, keys, store.params, f"a{i:03d}@eu", scheduled_at=T0 + i * 0.01)
+        learned(r, keys, store.params, J(f"a{i:03d}"), scheduled_at=T0 + i * 0.01)
     for i in range(5):
-        learned(r, keys, store.params, f"b{i}@eu", scheduled_at=T0 + 10)
-    set_rate_limit(r, keys, "acme", per_minute=2, burst=2)
+        learned(r, keys, store.params, J(f"b{i}"), scheduled_at=T0 + 10)
+    set_rate_limit(r, keys, "acme", per_minute=2 * P, burst=2 * P)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=7, ttl=None)
     report = Dispatcher(dispatcher_app, client=r).tick(T0 + 11)
     claimed = sorted(c.job_id for c in report.claims)
     # acme's burst (2, its oldest) and then globex's 5, found past 98 limited acme jobs
-    assert claimed == ["a000@eu", "a001@eu"] + [f"b{i}@eu" for i in range(5)]
+    assert claimed == [J("a000"), J("a001")] + [J(f"b{i}") for i in range(5)]
     assert report.rate_limited == 98
     assert r.zcard(keys.held("eu", 0, "acme")) == 98
 
@@ -163,16 +178,16 @@ def test_removing_the_bucket_releases_held_jobs_and_deleting_a_check_unholds_it(
 ):
     _one_minute_checks(store, "acme", [f"h{i}" for i in range(4)])
     for i in range(4):
-        learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
-    set_rate_limit(r, keys, "acme", per_minute=1, burst=1)
+        learned(r, keys, store.params, J(f"h{i}"), scheduled_at=T0 + i)
+    set_rate_limit(r, keys, "acme", per_minute=1 * P, burst=P)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
     d = Dispatcher(dispatcher_app, client=r)
-    assert [c.job_id for c in d.tick(T0 + 5).claims] == ["h0@eu"]
+    assert [c.job_id for c in d.tick(T0 + 5).claims] == [J("h0")]
     assert r.zcard(keys.held("eu", 0, "acme")) == 3
-    store.delete("h3")
-    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == ["h1@eu", "h2@eu"]
+    store.delete(U("h3"))
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == [J("h1"), J("h2")]
     clear_rate_limit(r, keys, "acme")
-    assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu", "h2@eu"]
+    assert [c.job_id for c in d.tick(T0 + 6).claims] == [J("h1"), J("h2")]
     assert not r.exists(keys.held("eu", 0, "acme"))
     assert not r.sismember(keys.held_tenants("eu"), "acme")
 
@@ -181,13 +196,13 @@ def _hold_one(r, keys, store, app):
     """h0 and h1 of acme due, acme's bucket one token: h0 is claimed, h1 held. The dispatcher."""
     _one_minute_checks(store, "acme", ["h0", "h1"])
     for i in range(2):
-        learned(r, keys, store.params, f"h{i}@eu", scheduled_at=T0 + i)
-    set_rate_limit(r, keys, "acme", per_minute=0.01, burst=1)
+        learned(r, keys, store.params, J(f"h{i}"), scheduled_at=T0 + i)
+    set_rate_limit(r, keys, "acme", per_minute=0.01 * P, burst=P)
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=10, ttl=None)
     d = Dispatcher(app, client=r)
     report = d.tick(T0 + 5)
-    assert [c.job_id for c in report.claims] == ["h0@eu"]
-    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == ["h1@eu"]
+    assert [c.job_id for c in report.claims] == [J("h0")]
+    assert r.zrange(keys.held("eu", 0, "acme"), 0, -1) == [J("h1")]
     return d, report.claims[0]
 
 
@@ -195,11 +210,11 @@ def test_a_held_job_moved_to_another_tenant_leaves_the_old_held_index_and_runs_o
     r, keys, store, dispatcher_app, broker
 ):
     d, _ = _hold_one(r, keys, store, dispatcher_app)
-    score = r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
-    store.update("h1", now=at(T0 + 6), tenant="globex")
-    assert r.zscore(keys.held("eu", 0, "acme"), "h1@eu") is None
-    assert r.zscore(keys.ready("eu", 0), "h1@eu") == score  # its old deadline, unlimited now
-    assert [c.job_id for c in d.tick(T0 + 7).claims] == ["h1@eu"]
+    score = r.zscore(keys.held("eu", 0, "acme"), J("h1"))
+    store.update(U("h1"), now=at(T0 + 6), tenant="globex")
+    assert r.zscore(keys.held("eu", 0, "acme"), J("h1")) is None
+    assert r.zscore(keys.ready("eu", 0), J("h1")) == score  # its old deadline, unlimited now
+    assert [c.job_id for c in d.tick(T0 + 7).claims] == [J("h1")]
     clear_rate_limit(r, keys, "acme")  # acme's held jobs are released: h1 is none of them
     assert d.tick(T0 + 8).claims == ()
 
@@ -210,14 +225,14 @@ def test_reconcile_counts_a_job_held_by_another_tenant_as_indexed(
     from celery_app.checks.repair import repair
 
     _hold_one(r, keys, store, dispatcher_app)
-    store.update("h1", now=at(T0 + 6), tenant="globex")
+    store.update(U("h1"), now=at(T0 + 6), tenant="globex")
     # the state a tenant change left before it moved held jobs: held by the old tenant
-    score = r.zscore(keys.ready("eu", 0), "h1@eu") or r.zscore(keys.held("eu", 0, "acme"), "h1@eu")
-    r.zrem(keys.ready("eu", 0), "h1@eu")
-    r.zadd(keys.held("eu", 0, "acme"), {"h1@eu": score})
+    score = r.zscore(keys.ready("eu", 0), J("h1")) or r.zscore(keys.held("eu", 0, "acme"), J("h1"))
+    r.zrem(keys.ready("eu", 0), J("h1"))
+    r.zadd(keys.held("eu", 0, "acme"), {J("h1"): score})
     report = repair(r, keys, store.params, at(T0 + 7))
-    assert "h1@eu" not in report.placed
-    assert r.zscore(keys.due(), "h1@eu") is None
+    assert J("h1") not in report.placed
+    assert r.zscore(keys.due(), J("h1")) is None
 
 
 def test_the_held_release_never_claims_a_job_with_a_live_lease(
@@ -225,9 +240,9 @@ def test_the_held_release_never_claims_a_job_with_a_live_lease(
 ):
     d, claim = _hold_one(r, keys, store, dispatcher_app)
     # a stray held entry of the leased h0 (what a tenant change plus reconcile once left)
-    r.zadd(keys.held("eu", 0, "acme"), {"h0@eu": 0.0})
+    r.zadd(keys.held("eu", 0, "acme"), {J("h0"): 0.0})
     clear_rate_limit(r, keys, "acme")
-    assert [c.job_id for c in d.tick(T0 + 6).claims] == ["h1@eu"]
-    assert read_job(r, keys, "h0@eu").lease_token == claim.lease_token
-    assert r.zscore(keys.ready("eu", 0), "h0@eu") is None
+    assert [c.job_id for c in d.tick(T0 + 6).claims] == [J("h1")]
+    assert read_job(r, keys, J("h0")).lease_token == claim.lease_token
+    assert r.zscore(keys.ready("eu", 0), J("h0")) is None
     assert not r.exists(keys.held("eu", 0, "acme"))

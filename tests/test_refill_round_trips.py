@@ -9,6 +9,7 @@ import pytest
 import redis
 from support.at_once import at_once
 from support.checks import learned, register_fake_worker
+from support.partitions import first_partition_names
 from support.round_trips import counting_client, preload_scripts, state_round_trips
 
 from celery_app.checks.claiming import promote_due
@@ -23,14 +24,17 @@ SCRIPTS = ("due", "promote", "top", "claim")
 
 pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.5)
 
+#: Its checks share the first partition, the one its dispatcher and ``keys`` read.
+U, J = first_partition_names()
+
 
 def _checks(r, keys, app, uids: list[str], scheduled_at: float) -> None:
     store = CheckStore(r, keys, settings_of(app))
     for uid in uids:
         store.create(
-            uid=uid, tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"]
+            uid=U(uid), tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"]
         )
-        learned(r, keys, store.params, f"{uid}@eu", scheduled_at=scheduled_at)
+        learned(r, keys, store.params, J(uid), scheduled_at=scheduled_at)
 
 
 def _needs(r, keys) -> RefillNeeds:
@@ -54,7 +58,7 @@ def test_a_refill_with_only_lead_work_makes_no_round_trip_and_claims_nothing(
     sends.clear()
     assert dispatcher.refill("eu", needs=_needs(r, keys)) == ()
     assert sends == []
-    assert r.zscore(keys.due(), "soon@eu") is not None  # left for beat's lead claim
+    assert r.zscore(keys.due(), J("soon")) is not None  # left for beat's lead claim
 
 
 def test_a_refill_of_due_work_makes_three_round_trips(r, keys, app, broker, redis_url):
@@ -67,10 +71,10 @@ def test_a_refill_of_due_work_makes_three_round_trips(r, keys, app, broker, redi
     dispatcher.claim(now, ("eu",))
     sends.clear()
     claims = dispatcher.refill("eu", needs=_needs(r, keys))
-    assert [c.job_id for c in claims] == ["late@eu"]
+    assert [c.job_id for c in claims] == [J("late")]
     # due ids + state; promote + candidates; the claim (no lead claim: no slot left)
     assert len(state_round_trips(sends)) == 3
-    assert r.zscore(keys.leases("eu", claims[0].lane), "late@eu") is not None
+    assert r.zscore(keys.leases("eu", claims[0].lane), J("late")) is not None
 
 
 def test_a_refill_of_work_promoted_meanwhile_skips_the_promote(r, keys, app, broker, redis_url):
@@ -85,7 +89,7 @@ def test_a_refill_of_work_promoted_meanwhile_skips_the_promote(r, keys, app, bro
     promote_due(r, keys, now + 0.5, PROMOTE_BATCH)
     needs = _needs(r, keys)  # says: ready work waits
     sends.clear()
-    assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == ["ready@eu"]
+    assert [c.job_id for c in dispatcher.refill("eu", needs=needs)] == [J("ready")]
     promote_sha = _script("promote").sha.encode()
     assert not any(promote_sha in s for s in sends)
     assert len(state_round_trips(sends)) == 3

@@ -14,15 +14,16 @@ import time
 import pytest
 from celery.signals import task_postrun
 from support.checks import RECORD_KEYS, results
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import BadRunMessage, RunRequest
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 from celery_app.settings import load_settings
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 QUEUES = [check_queue("local", "fast"), check_queue("local", "slow")]
 
 
@@ -68,8 +69,8 @@ def test_a_run_records_its_result_and_folds_its_cost(
     assert state.lease_token is None and state.runs == 1
     assert 60 <= state.cost_ewma_ms < 2000  # the first sample seeds the EWMA
     assert state.scheduled_at > before  # placed at its next tick
-    assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at, abs=0.01)
-    assert r.zcard(KEYS.leases("local", 0)) == 0
+    assert r.zscore(KEYS.of_job(job).due(), job) == pytest.approx(state.scheduled_at, abs=0.01)
+    assert r.zcard(KEYS.of_job(job).leases("local", 0)) == 0
     (result,) = results(r, KEYS, "web")
     assert result["status"] == "up" and result["error_class"] is None
     assert result["latency_ms"] >= 60

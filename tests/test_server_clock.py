@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 from support.checks import at, learned, register_fake_worker
 from support.completion import finish
+from support.partitions import first_partition_names
 
 from beat import CronScheduler
 from celery_app.checks.dispatch import Dispatcher, refill_after_run
@@ -22,6 +23,11 @@ from celery_app.checks.run_contract import lease_seconds
 from celery_app.redis.clock import server_time
 
 NOW = 1_780_000_000.0
+
+
+#: Its checks live in the first partition of the check half, the one its keys and dispatcher
+#: read.
+U, J = first_partition_names()
 
 
 @pytest.fixture
@@ -36,11 +42,13 @@ def clock_off(monkeypatch):
 
 
 def create(store, uid: str, now: float, period: int = 60) -> str:
+    """Create check ``uid`` (in the first partition, the one ``keys``, the refill and the
+    dispatcher below read) and return its job in eu."""
     store.create(
-        now=at(now), uid=uid, tenant="acme", kind="testprobe", target="x", period=period,
+        now=at(now), uid=U(uid), tenant="acme", kind="testprobe", target="x", period=period,
         regions=["eu"],
     )  # fmt: skip
-    return f"{uid}@eu"
+    return J(uid)
 
 
 def claim_by_hand(r, keys, job: str, *, tick: float, lease_expiry: float) -> None:

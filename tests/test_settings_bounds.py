@@ -12,7 +12,7 @@ import pytest
 
 from celery_app.checks.repair import check_uids
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys
+from celery_app.redis.keyspace import state_keys
 from celery_app.settings import BOUNDS, Settings, SettingsError, load_settings
 from celery_app.settings.declare import declared, described
 
@@ -154,9 +154,9 @@ def test_an_allowed_prefix_works_in_reconciles_scan_pattern(r, redis_url, monkey
     check_kind("prefixprobe")(lambda target, config: {"ok": True})
     try:
         settings = load_settings(redis_url=redis_url, key_prefix="team.a:cb-1_x")
-        store = CheckStore(r, Keys(settings.key_prefix), settings)
+        store = CheckStore(r, state_keys(settings), settings)
         store.create(uid="c1", tenant="acme", kind="prefixprobe", target="x", period=60)
-        assert list(check_uids(r, store.keys)) == ["c1"]
+        assert list(check_uids(r, store.keys.of_check("c1"))) == ["c1"]  # its partition's scan
     finally:
         unregister_kind("prefixprobe")
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from support.partitions import one_partition_only, suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.capacity import read_capacity
@@ -23,9 +24,9 @@ from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.kinds import check_kind, unregister_kind
 from celery_app.checks.store import CheckStore
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import Keys, WorkerField, check_queue, job_id
+from celery_app.redis.schema import WorkerField, check_queue, job_id
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 HOST = "stuck@t"
 SLOTS = 3
 REGION = "local"
@@ -62,6 +63,10 @@ def claim_all(d: Dispatcher, r) -> int:
 
 
 @pytest.mark.timeout(90)
+@one_partition_only(
+    "one dispatcher counts the worker's free slots; with partitions the stuck slot is taken "
+    "from one partition's share (take_from_shares, tests/test_partition_shares.py)"
+)
 def test_a_stuck_probe_thread_holds_its_slot_until_it_returns(
     r, make_app, run_worker, test_kind, gate
 ):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from support.checks import results
 from support.flip_server import FlipServer
+from support.partitions import count_in, suite_keys
 from support.polling import wait_for
 from support.workers import REPO, worker_env
 
@@ -29,10 +30,9 @@ from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 REGIONS = ("eu", "us")
 HOOK_QUEUE = "cbtest.transitions"
 ENV = {
@@ -202,7 +202,9 @@ def test_thresholds_quorum_and_one_delivery_per_transition(r, system, http_recei
     ]
     assert len(made) == 4
     wait_for(lambda: len(delivered(r, hooks)) >= 4, 30, what="every delivery")
-    wait_for(lambda: r.zcard(KEYS.transition_outbox()) == 0, 30, what="an empty outbox")
+    wait_for(
+        lambda: count_in(r, KEYS, lambda k: k.transition_outbox()) == 0, 30, what="an empty outbox"
+    )
     counts = Counter(d["id"] for d in delivered(r, hooks))
     assert counts == Counter(made)  # each transition delivered once, none twice
     assert max(counts.values()) == 1
@@ -235,7 +237,9 @@ def test_a_worker_killed_while_delivering_does_not_lose_or_repeat_it(r, system, 
     assert r.llen(hooks.STARTS) == 2  # started twice, completed once
     target.heal("eu")
     wait_for(lambda: len(delivered(r, hooks)) == 2, 60, what="the recovery delivered")
-    wait_for(lambda: r.zcard(KEYS.transition_outbox()) == 0, 30, what="an empty outbox")
+    wait_for(
+        lambda: count_in(r, KEYS, lambda k: k.transition_outbox()) == 0, 30, what="an empty outbox"
+    )
     assert Counter(d["id"] for d in delivered(r, hooks)) == Counter({"kill#1": 1, "kill#2": 1})
     # the target was sent to before the hook blocked: the redelivery did not send it again
     assert notified(http_receiver) == Counter({"kill#1": 1, "kill#2": 1})
@@ -295,5 +299,7 @@ def test_a_hook_that_raises_is_retried_by_the_queue_and_completes_once(r, system
     (done,) = delivered(r, hooks)
     assert done["id"] == "retry#1"
     assert [json.loads(x)["id"] for x in r.lrange(hooks.STARTS, 0, -1)] == ["retry#1"] * 3
-    wait_for(lambda: r.zcard(KEYS.transition_outbox()) == 0, 30, what="an empty outbox")
-    assert not r.hexists(KEYS.transition_failed(), "retry#1")
+    wait_for(
+        lambda: count_in(r, KEYS, lambda k: k.transition_outbox()) == 0, 30, what="an empty outbox"
+    )
+    assert not r.hexists(KEYS.of_transition("retry#1").transition_failed(), "retry#1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.checks import learned, register_fake_worker
+from support.partitions import first_partition_names
 
 from celery_app.checks.claiming import MIN_READ
 from celery_app.checks.dispatch import Dispatcher
@@ -16,16 +17,19 @@ from scheduling_core import LANE_FAST, LANE_SLOW
 
 pytestmark = pytest.mark.app_settings(regions=["eu"], pool_size=2, fast_lane_reserved=1)
 
+#: Its checks share the first partition, the one its dispatcher and ``keys`` read.
+U, J = first_partition_names()
+
 
 def _create(r, keys, app, uid: str, *, measured: bool, at: float) -> None:
     store = CheckStore(r, keys, settings_of(app))
-    store.create(uid=uid, tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"])
+    store.create(uid=U(uid), tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"])
     if measured:
-        learned(r, keys, store.params, f"{uid}@eu", scheduled_at=at, cost_ms=10.0)
+        learned(r, keys, store.params, J(uid), scheduled_at=at, cost_ms=10.0)
     else:  # a new job, due at ``at`` (its WFQ order too), with no run behind it
-        r.zadd(keys.due(), {f"{uid}@eu": at})
+        r.zadd(keys.due(), {J(uid): at})
         r.hset(
-            keys.job(f"{uid}@eu"),
+            keys.job(J(uid)),
             mapping={JobField.SCHEDULED_AT: repr(at), JobField.EFFECTIVE_AT: repr(at)},
         )
 
@@ -42,9 +46,9 @@ def test_unmeasured_jobs_take_only_shared_slots_and_measured_fast_ones_the_reser
     claims = Dispatcher(app, client=r).tick(now).claims
     # FIFO among the new ones: new1 gets the shared slot, new2 waits; the reserved slot goes to
     # the measured fast check behind them, not to new2
-    assert [(c.job_id, c.lane) for c in claims] == [("new1@eu", LANE_SLOW), ("known@eu", LANE_FAST)]
-    assert r.zscore(keys.leases("eu", LANE_SLOW), "new1@eu") is not None
-    assert r.zscore(keys.ready("eu", LANE_FAST), "new2@eu") is not None
+    assert [(c.job_id, c.lane) for c in claims] == [(J("new1"), LANE_SLOW), (J("known"), LANE_FAST)]
+    assert r.zscore(keys.leases("eu", LANE_SLOW), J("new1")) is not None
+    assert r.zscore(keys.ready("eu", LANE_FAST), J("new2")) is not None
     assert broker.llen("checks.eu.slow") == 1 and broker.llen("checks.eu.fast") == 1
 
 
@@ -62,7 +66,7 @@ def test_measured_fast_job_behind_more_new_jobs_than_a_read_still_gets_the_reser
     register_fake_worker(r, keys, "s", region="eu", role="shared", concurrency=1)
     claims = Dispatcher(app, client=r).tick(now).claims
     assert [(c.job_id, c.lane) for c in claims] == [
-        ("new00@eu", LANE_SLOW),
-        ("known@eu", LANE_FAST),
+        (J("new00"), LANE_SLOW),
+        (J("known"), LANE_FAST),
     ]
     assert r.zcard(keys.ready("eu", LANE_FAST)) == len(news) - 1

@@ -11,20 +11,23 @@ from datetime import UTC, datetime
 from itertools import pairwise
 
 import pytest
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 from scheduling_core import LANE_FAST, LANE_SLOW, Params, classify_lane, update_ewma
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 FAST_Q, SLOW_Q = check_queue("local", "fast"), check_queue("local", "slow")
+#: One reserved fast slot and two shared ones in each partition of the check half (the slots
+#: of a worker are shared out among the partitions).
 LANES = {
     "lane_slow_threshold_ms": 300.0,
     "lane_fast_threshold_ms": 150.0,
-    "pool_size": 3,
-    "fast_lane_reserved": 1,
+    "pool_size": 3 * KEYS.partitions,
+    "fast_lane_reserved": KEYS.partitions,
 }
 
 

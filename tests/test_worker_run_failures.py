@@ -23,17 +23,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.checks import results
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.processes import http_status, http_text
 
 from celery_app.checks.jobs import JobState, read_job
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
-from celery_app.redis.schema import CheckField, Keys, job_id
+from celery_app.redis.schema import CheckField, job_id
 
 pytestmark = pytest.mark.slow
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 REPO = Path(__file__).resolve().parent.parent
 PERIOD = 2
 WORKER_ENV = {
@@ -198,7 +199,8 @@ def test_a_tick_wait_whose_sleep_raises_gives_every_claimed_tick_back_at_once(
     }  # fmt: skip
     port = free_port()
     process = start_worker_process(
-        *("-P", "threads", "-c", "2", "-Q", QUEUES, "-n", "w@sleepless"),
+        # a slot in every partition of the check half
+        *("-P", "threads", "-c", str(max(2, KEYS.partitions)), "-Q", QUEUES, "-n", "w@sleepless"),
         **WORKER_ENV, **lead, **broken_sleep, CHECKBEAT_METRICS_ADDR=f"127.0.0.1:{port}",
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

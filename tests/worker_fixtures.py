@@ -88,7 +88,7 @@ def celery_worker_parameters(settings) -> dict:
     region = settings.regions[0]
     lanes = [check_queue(region, lane) for lane in ("fast", "slow")]
     return {
-        "concurrency": 2,
+        "concurrency": max(2, settings.check_partitions),  # a slot in every partition
         "perform_ping_check": False,
         "shutdown_timeout": 20,
         "queues": ["celery", *lanes],
@@ -132,7 +132,8 @@ def make_app(broker_url: str, redis_url: str) -> Iterator:
 
 @pytest.fixture
 def run_worker() -> Iterator:
-    """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker;
+    """Factory: run_worker(app, queues, concurrency) starts an in-process threads-pool worker
+    (with at least one slot per partition of the check half);
     ``run_worker.stop()`` stops every worker it started so far (any left stop after the test).
 
     Stop one worker before starting the next. Two in-process workers share kombu's event loop
@@ -151,11 +152,15 @@ def run_worker() -> Iterator:
     with ExitStack() as stack:
 
         def run(app, queues: list[str], concurrency: int = 2, hostname: str | None = None):
+            from support.partitions import partitions_of
+
             return stack.enter_context(
                 start_worker(
                     app,
                     pool="threads",
-                    concurrency=concurrency,
+                    # a slot in every partition of the check half (a worker's slots are shared
+                    # out among them): with one partition, exactly ``concurrency``
+                    concurrency=max(concurrency, partitions_of(app)),
                     perform_ping_check=False,
                     shutdown_timeout=30,
                     queues=queues,
@@ -187,13 +192,14 @@ def claim():
 
 @pytest.fixture
 def dispatching() -> Iterator:
-    """Factory: dispatching(app, interval=0.1) -> a started Ticker, stopped after the test."""
-    from celery_app.checks.dispatch import Dispatcher
+    """Factory: dispatching(app, interval=0.1) -> a started Ticker of every partition's
+    dispatcher, stopped after the test."""
+    from support.partitions import dispatchers
 
     tickers: list[Ticker] = []
 
     def start(app, interval: float = 0.1) -> Ticker:
-        ticker = Ticker(Dispatcher(app), interval).start()
+        ticker = Ticker(dispatchers(app), interval).start()
         tickers.append(ticker)
         return ticker
 

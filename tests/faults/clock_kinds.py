@@ -17,12 +17,14 @@ import time
 import redis
 
 from celery_app.checks.kinds import check_kind
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import job_id
+from celery_app.settings import load_settings
 from workers.deadline import honours_deadline
 
 STAMPS = "faulttest:stamps"
 _client = redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"], decode_responses=True)
-_keys = Keys(os.environ.get("CHECKBEAT_KEY_PREFIX", "cbtest"))
+_keys = state_keys(load_settings())  # the process's prefix and partitions
 
 
 def validate_stamped(target: str, config: dict) -> dict:

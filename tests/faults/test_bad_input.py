@@ -15,6 +15,7 @@ import pytest
 from fault_procs import LogLines
 from support.completion import finish
 from support.cron_spec_errors import FIELD_ERRORS
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.state_db import snapshot
 
@@ -24,12 +25,12 @@ from celery_app.checks.store import CheckStore
 from celery_app.checks.transitions import TRANSITION_TASK
 from celery_app.cron_tasks.registration import CronSpecError, cron, cron_tasks
 from celery_app.errors import CheckFieldError
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.schema import job_id
 from scheduling_core import Params, PostExecInput
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 
 # Forms the parser refuses besides FIELD_ERRORS' (tests/test_cron_errors.py tests each message).
 OTHER_BAD_SPECS = [

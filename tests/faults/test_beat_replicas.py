@@ -20,16 +20,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import run_counts
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
-from celery_app.redis.schema import CronStatsField, Keys
+from celery_app.redis.schema import CronStatsField
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 SINGLETONS = 12
 TENANTS = [f"t{i}" for i in range(4)]
 RATE = 30.0  # one window = 2 real seconds

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import recorded_runs
 
@@ -29,13 +30,13 @@ from celery_app.cron_tasks.registration import window_id, window_start
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
-from celery_app.redis.schema import CronGapField, Keys
+from celery_app.redis.schema import CronGapField
 from celery_app.settings import load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 MIN = timedelta(minutes=1)
 RATE = 60.0  # a one-minute window is one real second
 GRACE_S = 20  # simulated seconds: a third of a real second

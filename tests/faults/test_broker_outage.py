@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import recorded_runs, run_counts
 
@@ -27,13 +28,12 @@ from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
-from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 HERE = Path(__file__).resolve().parent
 RATE = 10.0  # one window = 6 real seconds
 TASKS = 3

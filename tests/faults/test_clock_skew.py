@@ -36,19 +36,19 @@ import redis
 from clock_kinds import stamps
 from faketime_env import FAKETIME_LIBS, faked
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.run_contract import lease_seconds
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import Keys
 from scheduling_core import Params
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 QUEUES = "checks.local.fast,checks.local.slow"
 
 CHECKS = 20
@@ -164,7 +164,8 @@ def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_
     names = [f"skew{i}@clocks" for i in range(len(worker_skews))]
     try:
         for name, skew in zip(names, worker_skews, strict=True):
-            procs.worker("-P", "threads", "-c", "3", "-Q", QUEUES, "-n", name, **faked(skew, env))
+            slots = str(max(3, KEYS.partitions))  # a slot in every partition of the check half
+            procs.worker("-P", "threads", "-c", slots, "-Q", QUEUES, "-n", name, **faked(skew, env))
         procs.beat(**faked(beat_skew, env))
         wait_for(
             lambda: all(r.exists(KEYS.worker(n)) for n in names) and r.hlen(KEYS.beat_heartbeat()),

@@ -20,13 +20,20 @@ import redis
 from fault_procs import Processes, process_env
 from ha_kinds import WITNESS_ENV, cron_runs
 from redis.crc import key_slot
+from support.partitions import count_in
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import CHECKS_TAG, CRON_TAG, CheckStateField, JobField
+from celery_app.redis.schema import (
+    CHECKS_TAG,
+    CRON_TAG,
+    CheckStateField,
+    JobField,
+    partition_tags,
+)
 from celery_app.settings import load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
@@ -119,7 +126,7 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
         wait_for(
             lambda: (
                 client.xlen(keys.check_transitions("down")) >= 1
-                and client.zcard(keys.transition_outbox()) == 0
+                and count_in(client, keys, lambda k: k.transition_outbox()) == 0
             ),
             60,
             what="the down check's transition recorded and delivered",
@@ -140,22 +147,32 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
     assert len(per_window) >= WINDOWS
     assert set(per_window.values()) == {1}, per_window
 
-    # the two halves, each in its slot, on the node that owns it
-    check_slot, cron_slot = key_slot(CHECKS_TAG.encode()), key_slot(CRON_TAG.encode())
-    assert check_slot != cron_slot
+    # the two halves, each in its slot (the check half: one per partition), on the node that
+    # owns it
+    cron_slot = key_slot(CRON_TAG.encode())
+    halves = {tag: key_slot(tag.encode()) for tag in partition_tags(keys.partitions)}
+    assert keys.partitions > 1 or set(halves) == {CHECKS_TAG}
+    assert cron_slot not in halves.values()
+    halves[CRON_TAG] = cron_slot
+    # the partition count (Keys.check_layout) is found under the one-partition head by any count
+    halves.setdefault(CHECKS_TAG, key_slot(CHECKS_TAG.encode()))
     written = sorted(client.scan_iter(match=f"{settings.key_prefix}:*", count=1000))
-    halves = {CHECKS_TAG: check_slot, CRON_TAG: cron_slot}
     seen: Counter[str] = Counter()
     for key in written:
-        tag = CHECKS_TAG if key.startswith(f"{settings.key_prefix}:{CHECKS_TAG}") else CRON_TAG
-        assert key.startswith(f"{settings.key_prefix}:{tag}"), key
+        (tag,) = [t for t in halves if key.startswith(f"{settings.key_prefix}:{t}:")] or [key]
+        assert tag in halves, key
         assert key_slot(key.encode()) == halves[tag], key
-        seen[tag] += 1
-    assert seen[CHECKS_TAG] > CHECKS and seen[CRON_TAG] > 0, seen
-    stable = {
-        CHECKS_TAG: [keys.due(), keys.checks(), *(keys.job(f"{uid}@local") for uid in uids)],
-        CRON_TAG: [keys.cron_stats(CRON_TASK), keys.cron_state(CRON_TASK, GLOBAL_TENANT)],
+        assert tag != CHECKS_TAG or keys.partitions == 1 or key == keys.check_layout(), key
+        seen["cron" if tag == CRON_TAG else "checks"] += 1
+    assert seen["checks"] > CHECKS and seen["cron"] > 0, seen
+    stable: dict[str, list[str]] = {
+        CRON_TAG: [keys.cron_stats(CRON_TASK), keys.cron_state(CRON_TASK, GLOBAL_TENANT)]
     }
+    for uid in uids:  # each check's job and the indexes of its partition, under its tag
+        home = keys.of_check(uid)
+        tag = partition_tags(keys.partitions)[home.partition]
+        stable.setdefault(tag, [])
+        stable[tag] = sorted({*stable[tag], home.due(), home.checks(), keys.job(f"{uid}@local")})
     for tag, names in stable.items():
         owner = redis_cluster.node_of_slot(halves[tag])
         with owner.client() as direct:  # a node answers MOVED for a key of another's slot

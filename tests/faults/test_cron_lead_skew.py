@@ -28,17 +28,18 @@ import pytest
 import redis
 from faketime_env import FAKETIME_LIBS, faked
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, interval_window_id
 from celery_app.cron_tasks.runtime import add_schedule
 from celery_app.redis.clock import server_time
-from celery_app.redis.schema import CronStateField, Keys
+from celery_app.redis.schema import CronStateField
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 STAMPS = "faulttest:lead-stamps"
 SCHEDULES = [f"lead{i}" for i in range(3)]
 BEHIND = {"behind@lead": -2.0}

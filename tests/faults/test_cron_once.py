@@ -20,6 +20,7 @@ import redis
 from fault_procs import Processes, process_env
 from support.clock_steps import run_stepped
 from support.cron import T0, sends
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import run_counts
 
@@ -34,12 +35,12 @@ from celery_app.cron_tasks.registration import (
 )
 from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import settings_of
-from celery_app.redis.schema import CronGapField, CronStateField, CronStatsField, Keys
+from celery_app.redis.schema import CronGapField, CronStateField, CronStatsField
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 MIN = timedelta(minutes=1)
 TENANTS = ["t0", "t1"]
 

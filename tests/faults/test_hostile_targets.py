@@ -38,11 +38,12 @@ from hostile_servers import (
     silent,
     tls_drip,
 )
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.stall_watch import StallWatch
 
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 from workers.probes import ProbeContext, ProbeResult, http_probe, tcp_probe, validate_http_config
 from workers.probes.bounded import MAX_JSON_DEPTH, MAX_TO_STRING_CHARS
 from workers.probes.http import MAX_BODY_BYTES
@@ -52,7 +53,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(60)]
 
 GRACE_S = 0.5  # a built-in probe never runs past timeout + this
 LOOPBACK = AddressPolicy(allowed=frozenset({ipaddress.ip_address("127.0.0.1")}))
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 
 
 def allowing(*addresses: str) -> AddressPolicy:

@@ -18,17 +18,18 @@ from pathlib import Path
 import pytest
 from celery.bin.base import CLIContext
 from click.testing import CliRunner
+from support.partitions import members_in, suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import from_unix
 from celery_app.checks.quarantine import read_quarantine
 from celery_app.checks.store import CheckStore
 from celery_app.cli.checks import checks
-from celery_app.redis.schema import JobField, Keys, QuarantineStep, job_id, split_job_id
+from celery_app.redis.schema import JobField, QuarantineStep, job_id, split_job_id
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 REPO = Path(__file__).resolve().parents[2]
 REGIONS = ["eu", "us"]
 WORKER_ENV = {
@@ -90,8 +91,8 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
             r.hset(
                 KEYS.job(job), mapping={JobField.LEASE_TOKEN: "1.1", JobField.LEASE_EXPIRY: expired}
             )
-            r.zrem(KEYS.due(), job)
-            r.zadd(KEYS.leases("us", 0), {job: expired})
+            r.zrem(KEYS.of_job(job).due(), job)
+            r.zadd(KEYS.of_job(job).leases("us", 0), {job: expired})
     for region in REGIONS:
         start_worker_process(
             "--role", "shared", "--region", region, "-P", "threads", "-n", f"q-{region}@t",
@@ -106,11 +107,12 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
     r.hset(KEYS.job(torn_mid_run), field, value)
     every = [j for d in store.list() for j in d.job_ids()]
     healthy = [j for j in every if j not in TORN]
-    wait_for(
-        lambda: all(runs(r, j) >= 1 for j in healthy) and r.scard(KEYS.quarantine()) == len(TORN),
-        60,
-        what="every healthy job run and every torn one quarantined",
-    )
+
+    def settled() -> bool:
+        quarantined = members_in(r, KEYS, lambda k: k.quarantine())
+        return all(runs(r, j) >= 1 for j in healthy) and len(quarantined) == len(TORN)
+
+    wait_for(settled, 60, what="every healthy job run and every torn one quarantined")
     assert ticker.error is None, ticker.error
     ticks = ticker.ticks
     wait_for(lambda: ticker.ticks >= ticks + 5, 10, what="more ticks after the quarantine")
@@ -122,10 +124,11 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
         assert quarantined[job].step == step, (job, quarantined[job])
         assert quarantined[job].reason and quarantined[job].at > 0
         # out of every index, no lease: nothing claims it again
-        assert r.zscore(KEYS.due(), job) is None
+        home = KEYS.of_job(job)
+        assert r.zscore(home.due(), job) is None
         for lane in (0, 1):
             region = split_job_id(job)[1]
-            for key in (KEYS.ready(region, lane), KEYS.leases(region, lane)):
+            for key in (home.ready(region, lane), home.leases(region, lane)):
                 assert r.zscore(key, job) is None
         assert not r.hexists(KEYS.job(job), JobField.LEASE_TOKEN)
     code, out = diagnose(app)
@@ -138,16 +141,16 @@ def test_torn_jobs_are_quarantined_and_every_other_job_runs(
 
     # Release: an update of c0 rebuilds its job; reconcile rebuilds the rest.
     store.update("c0", period=10)  # placed at its next aligned tick: within 10 s
-    assert not r.sismember(KEYS.quarantine(), "c0@eu")
+    assert not r.sismember(KEYS.of_check("c0").quarantine(), "c0@eu")
     assert not r.hexists(KEYS.job("c0@eu"), JobField.QUARANTINE)
     wait_for(lambda: runs(r, "c0@eu") >= 1, 20, what="c0@eu runs after the update")
     obj = CLIContext(app=app, no_color=True, workdir=None, quiet=False)
     result = CliRunner().invoke(checks, ["reconcile"], obj=obj, catch_exceptions=False)
     assert f"{len(TORN) - 1} quarantined job(s) rebuilt" in result.output, result.output
-    assert r.scard(KEYS.quarantine()) == 0
+    assert members_in(r, KEYS, lambda k: k.quarantine()) == set()
     # rebuilt at their next aligned tick (within a period): due again, healthy hashes
     for job in set(TORN) - {"c0@eu"}:
-        assert r.zscore(KEYS.due(), job) is not None
+        assert r.zscore(KEYS.of_job(job).due(), job) is not None
         assert not r.hexists(KEYS.job(job), JobField.QUARANTINE)
     code, out = diagnose(app)
     assert [f for f in json.loads(out) if f["kind"] == "quarantined"] == []

@@ -17,18 +17,18 @@ from datetime import UTC, datetime
 
 import pytest
 from fault_procs import ROOT, process_env
+from support.partitions import count_in, dispatchers, members_in, suite_keys
 
-from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import read_job
 from celery_app.checks.repair import repair
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import RedisServer
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.schema import job_id
 from scheduling_core import Params
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 
 
 def _create(store: CheckStore, n: int, regions=("local",)) -> list[str]:
@@ -51,14 +51,16 @@ def test_reconcile_rebuilds_lost_jobs_indexes_sets_and_leases(make_app, r):
     # What a partial restore leaves: lost job hashes, a job in no index, lost sets, and a
     # job holding a lease the lease index forgot.
     r.delete(KEYS.job(job_id("c0", "local")), KEYS.job(job_id("c0", "eu")))
-    r.zrem(KEYS.due(), job_id("c0", "local"), job_id("c0", "eu"), job_id("c1", "local"))
-    r.delete(KEYS.checks(), KEYS.tenant_checks("t0"))
-    r.zrem(KEYS.due(), job_id("c2", "eu"))
+    r.zrem(KEYS.of_check("c0").due(), job_id("c0", "local"), job_id("c0", "eu"))
+    r.zrem(KEYS.of_check("c1").due(), job_id("c1", "local"))
+    for part in KEYS.every_partition():
+        r.delete(part.checks(), part.tenant_checks("t0"))
+    r.zrem(KEYS.of_check("c2").due(), job_id("c2", "eu"))
     r.hset(KEYS.job(job_id("c2", "eu")), mapping={"lt": "99.1", "lx": f"{time.time() - 1:.3f}"})
     # a rate-limited job waits in its tenant's held index: that is a place, left alone
     held = job_id("c3", "local")
-    r.zrem(KEYS.due(), held)
-    r.zadd(KEYS.held("local", 0, "t0"), {held: time.time()})
+    r.zrem(KEYS.of_check("c3").due(), held)
+    r.zadd(KEYS.of_check("c3").held("local", 0, "t0"), {held: time.time()})
 
     report = repair(r, KEYS, params, datetime.now(UTC))
     assert report.checks == 6 and not report.conflicts
@@ -66,21 +68,21 @@ def test_reconcile_rebuilds_lost_jobs_indexes_sets_and_leases(make_app, r):
         [job_id("c0", "local"), job_id("c0", "eu"), job_id("c1", "local")]
     )
     assert report.leases_restored == (job_id("c2", "eu"),)
-    assert r.smembers(KEYS.checks()) == set(uids)
-    assert r.smembers(KEYS.tenant_checks("t0")) == {"c0", "c3"}
+    assert members_in(r, KEYS, lambda k: k.checks()) == set(uids)
+    assert members_in(r, KEYS, lambda k: k.tenant_checks("t0")) == {"c0", "c3"}
     for uid in uids:
         for region in ("local", "eu"):
-            jid = job_id(uid, region)
+            jid, home = job_id(uid, region), KEYS.of_check(uid)
             indexed = (
-                r.zscore(KEYS.due(), jid) is not None
-                or r.zscore(KEYS.leases(region, 0), jid) is not None
-                or r.zscore(KEYS.held(region, 0, "t0"), jid) is not None
+                r.zscore(home.due(), jid) is not None
+                or r.zscore(home.leases(region, 0), jid) is not None
+                or r.zscore(home.held(region, 0, "t0"), jid) is not None
             )
             assert indexed, jid
     assert read_job(r, KEYS, job_id("c1", "local")).cost_ewma_ms == pytest.approx(420.0)
-    assert r.zscore(KEYS.due(), held) is None  # not placed twice
-    # the restored lease is reaped as a lost run by the real dispatcher
-    assert Dispatcher(app, client=r).reap(time.time()) == 1
+    assert r.zscore(KEYS.of_check("c3").due(), held) is None  # not placed twice
+    # the restored lease is reaped as a lost run by the real dispatchers (one per partition)
+    assert sum(d.reap(time.time()) for d in dispatchers(app, r)) == 1
     assert read_job(r, KEYS, job_id("c2", "eu")).lease_token is None
     # idempotent: a second pass changes nothing
     again = repair(r, KEYS, params, datetime.now(UTC))
@@ -122,8 +124,8 @@ def test_aof_off_restart_loses_state_and_reconcile_rebuilds_from_backed_up_defin
         rebuilt = time.monotonic() - started
         report = json.loads(done.stdout)
         assert report["checks"] == 20 and len(report["placed"]) == 20
-        assert client.smembers(KEYS.checks()) == set(uids)
-        assert client.zcard(KEYS.due()) == 20
+        assert members_in(client, KEYS, lambda k: k.checks()) == set(uids)
+        assert count_in(client, KEYS, lambda k: k.due()) == 20
         fault_report.add(
             "redis restart, AOF off: rebuild from definitions",
             runs=20,

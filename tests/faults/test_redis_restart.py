@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 from fault_procs import Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_jobs
@@ -26,14 +27,14 @@ from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.schema import job_id
 from celery_app.settings import load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
 HERE = Path(__file__).resolve().parent
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 RATE = 10.0  # one window = 6 real seconds
 GRACE_S = 20  # simulated seconds
 DOWN_S = 14.0  # 140 simulated seconds: longer than a window plus its grace

@@ -26,6 +26,7 @@ import pytest
 import redis
 import yaml
 from fault_procs import LogLines, Processes, process_env
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.recording_server import RecordingServer
 from support.redis_monitor import RedisMonitor
@@ -38,7 +39,8 @@ from celery_app.errors import CheckFieldError
 from celery_app.factory import create_app
 from celery_app.local.embedded_redis import RedisServer, free_port
 from celery_app.publish import make_publisher
-from celery_app.redis.schema import Keys, job_id
+from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import job_id
 from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import SettingsError, load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
@@ -46,7 +48,7 @@ from workers import probes  # noqa: F401 - registers the http kind for the store
 
 pytestmark = pytest.mark.faults
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 SECRET = "s3cr3t-Pa55word-7781"
 TENANT_SECRET = "t3nant-B4sic-9912"
 
@@ -211,7 +213,7 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), allow_private_targets=True
         )
-        store = CheckStore(state, Keys(settings.key_prefix), settings)
+        store = CheckStore(state, state_keys(settings), settings)
         store.create(
             uid="authcheck", tenant="acme", kind="http", target=target.url("/delay/1"), period=1
         )
@@ -229,7 +231,7 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
             # one plain worker for the cron queue and both check lanes (registered as shared)
             procs.worker("-P", "threads", "-c", "4", "-Q", QUEUES)
             procs.beat()
-            keys = Keys(settings.key_prefix)
+            keys = state_keys(settings)
             wait_for(lambda: state.xlen(keys.results("authcheck")) >= 2, 60, what="check results")
             wait_for(lambda: state.xlen(keys.results("tenantcreds")) >= 1, 60, what="its results")
             wait_for(
@@ -258,7 +260,7 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
         assert any(":**@127.0.0.1" in log for log in logs)  # celery's banner masks it
         fault_report.add(
             "redis AUTH: beat + worker, secret in output",
-            runs=state.xlen(Keys(settings.key_prefix).results("authcheck")),
+            runs=state.xlen(state_keys(settings).results("authcheck")),
             secret_leaks=0,
         )
     finally:
@@ -354,7 +356,7 @@ def test_a_canary_secret_in_every_field_leaves_through_no_channel(
             CHECKBEAT_DISPATCH_INTERVAL="0.2",
         )
         settings = load_settings(allow_private_targets=True)
-        store = CheckStore(r, Keys(settings.key_prefix), settings)
+        store = CheckStore(r, state_keys(settings), settings)
         keys = store.keys
         store.create(
             uid="canary",

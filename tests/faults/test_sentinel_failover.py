@@ -25,6 +25,7 @@ import pytest
 import redis
 from fault_procs import Processes, process_env
 from ha_kinds import WITNESS_ENV, check_runs, cron_runs
+from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
@@ -33,14 +34,13 @@ from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.client import get_redis
-from celery_app.redis.schema import Keys
 from celery_app.settings import load_settings
 from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(240)]
 
 HERE = Path(__file__).resolve().parent
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 #: (clock rate, cron grace in simulated seconds): one-minute windows of 6 real seconds with 1 s
 #: of grace absorb a failover (its window fires late, once); windows of 1 real second with
 #: 0.08 s of grace do not (the windows of the failover are lost, and must be reported).

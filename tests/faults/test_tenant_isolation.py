@@ -42,17 +42,17 @@ from hostile_servers import (
     many_headers,
     redirecting,
 )
+from support.partitions import suite_keys
 from support.polling import wait_for
 from support.processes import http_status
 from support.recording_server import RecordingServer
 
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import free_port
-from celery_app.redis.schema import Keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 SETTINGS = {
     "pool_size": 16,
     "fast_lane_reserved": 0,

@@ -20,16 +20,17 @@ import redis
 from crash_kinds import probe_events
 from fault_procs import Processes, children, process_env
 from support.checks import results
+from support.partitions import pinned, served_partition, suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK, run_kwargs
 from celery_app.checks.store import CheckStore
-from celery_app.redis.schema import Keys, check_queue, job_id
+from celery_app.redis.schema import check_queue, job_id
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(90)]
 
-KEYS = Keys("cbtest")
+KEYS = suite_keys("cbtest")
 HERE = Path(__file__).resolve().parent
 QUEUES = "checks.local.fast,checks.local.slow"
 TICK = 0.5  # CHECKBEAT_DISPATCH_INTERVAL (the default)
@@ -59,17 +60,21 @@ def _setup(tmp_path, make_app, r, worker_args, name):
     procs = Processes(tmp_path, process_env((HERE,), **ENV))
     worker = procs.worker(*worker_args, "-Q", QUEUES, "-n", name)
     wait_for(lambda: r.exists(KEYS.worker(name)), 30, what="the worker to register")
+    # the victim lives in a partition of the check half the worker has a slot in
+    uid = pinned(KEYS, "victim", served_partition(r, KEYS, name))
     CheckStore(r, KEYS, app.conf.checkbeat_settings).create(
-        uid="victim", tenant="t", kind="tracked", target="victim", config={"seconds": 30}, period=2
+        uid=uid, tenant="t", kind="tracked", target="victim", config={"seconds": 30}, period=2
     )
-    return app, procs, worker
+    return app, procs, worker, uid
 
 
 def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
     tmp_path, make_app, r, dispatching, fault_report
 ):
-    app, procs, worker = _setup(tmp_path, make_app, r, ["-P", "prefork", "-c", "1"], "pf@crash")
-    job = job_id("victim", "local")
+    app, procs, worker, uid = _setup(
+        tmp_path, make_app, r, ["-P", "prefork", "-c", "1"], "pf@crash"
+    )
+    job = job_id(uid, "local")
     try:
         dispatching(app, interval=TICK)
         wait_for(lambda: starts(r), 30, what="the probe to start")
@@ -84,13 +89,13 @@ def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
         assert resolved_at <= lease_expiry + TICK + SLACK
         assert state.runs == 1
         assert state.cost_ewma_ms == pytest.approx(2000.0)  # pinned to the ceiling
-        (lost,) = results(r, KEYS, "victim")
+        (lost,) = results(r, KEYS, uid)
         assert lost["status"] in ("timeout", "lost")
         # the pool's parent reports the lost child (WorkerLostError) or, if the hard time limit
         # fires first on a loaded machine, the kill: either way a run that never reported
         why = lost.get("error") or lost.get("reason") or ""
         assert "lost" in why or "killed" in why, why
-        assert r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
+        assert r.zscore(KEYS.of_job(job).due(), job) == pytest.approx(state.scheduled_at)
         # the job runs again, in the pool's replacement child, while the worker lives on
         wait_for(lambda: len(starts(r)) >= 2, 30, what="the job to run again")
         rerun = starts(r)[1]
@@ -112,8 +117,10 @@ def test_a_sigkilled_prefork_child_is_recorded_and_the_job_runs_again(
 def test_a_sigkilled_worker_is_reaped_and_a_copy_of_its_message_never_runs_twice(
     tmp_path, make_app, r, broker_url, dispatching, fault_report
 ):
-    app, procs, worker = _setup(tmp_path, make_app, r, ["-P", "threads", "-c", "2"], "th@crash")
-    job = job_id("victim", "local")
+    app, procs, worker, uid = _setup(
+        tmp_path, make_app, r, ["-P", "threads", "-c", "2"], "th@crash"
+    )
+    job = job_id(uid, "local")
     broker = redis.Redis.from_url(broker_url)
     try:
         dispatching(app, interval=TICK)
@@ -126,10 +133,12 @@ def test_a_sigkilled_worker_is_reaped_and_a_copy_of_its_message_never_runs_twice
         wait_for(lambda: read_job(r, KEYS, job).lease_token is None, 15, what="the lease reaped")
         reaped_at = time.time()
         assert reaped_at <= lease_expiry + TICK + SLACK
-        (lost,) = results(r, KEYS, "victim")
+        (lost,) = results(r, KEYS, uid)
         assert lost["status"] == "lost"
         state = read_job(r, KEYS, job)
-        assert state.runs == 1 and r.zscore(KEYS.due(), job) == pytest.approx(state.scheduled_at)
+        assert state.runs == 1 and r.zscore(KEYS.of_job(job).due(), job) == pytest.approx(
+            state.scheduled_at
+        )
 
         # Consumed without acks: nothing of the killed worker's message is left to come back
         # after kombu's visibility timeout. A copy delivered anyway (a duplicated publish)
@@ -138,9 +147,10 @@ def test_a_sigkilled_worker_is_reaped_and_a_copy_of_its_message_never_runs_twice
         copy = run_kwargs(job, leased.lease_token, leased.scheduled_at,
                           leased.effective_scheduled_at, 2.0)  # fmt: skip
         app.send_task(RUN_CHECK_TASK, kwargs=copy, queue=check_queue("local", leased.lane))
-        second = procs.worker("-P", "threads", "-c", "2", "-Q", QUEUES, "-n", "th2@crash")
+        slots = str(max(2, KEYS.partitions))  # a slot in every partition, the victim's too
+        second = procs.worker("-P", "threads", "-c", slots, "-Q", QUEUES, "-n", "th2@crash")
         wait_for(
-            lambda: "dropped run of victim@local: its lease was reaped" in second.output(),
+            lambda: f"dropped run of {uid}@local: its lease was reaped" in second.output(),
             30,
             what="the stale redelivery to be dropped",
         )

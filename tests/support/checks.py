@@ -65,7 +65,7 @@ def learned(
     from support.completion import write
 
     client.hset(keys.job(job_id), JobField.LEASE_TOKEN, "setup")
-    client.zrem(keys.due(), job_id)
+    client.zrem(keys.of_job(job_id).due(), job_id)
     ea = params.effective_scheduled_at(at(scheduled_at), cost_ms, plan_weight)
     state = PostExecState(
         cost_ewma_ms=cost_ms, delay_ewma_ms=0.0, effective_scheduled_at=ea, lane=lane

@@ -20,7 +20,7 @@ from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import DEFAULT_RESULTS_MAXLEN, CompletedRun
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.factory import params_of
-from celery_app.redis.schema import split_job_id
+from celery_app.redis.schema import by_partition, split_job_id
 from workers.refill_prefetch import HealthWithRefillNeeds
 
 
@@ -46,6 +46,7 @@ def finish(
     time; ``params`` by default the settings'."""
     if ok is None:
         ok = record.status == RunStatus.UP if record is not None else not timed_out
+    keys = keys.of_job(job_id)  # the job's partition, as the worker's (``post_exec``)
     planner = HealthPlanner(client, keys, settings, result_state(ok, record))
     needs = RefillNeeds(keys, split_job_id(job_id)[1])
     return finish_run_with_health(
@@ -68,11 +69,18 @@ def finish(
 def write(
     client, keys, runs: Sequence[CompletedRun], *, results_maxlen: int = DEFAULT_RESULTS_MAXLEN
 ) -> list[bool]:
-    """Write ``runs`` in one round trip: for each, whether its lease was still held (a script
-    error is raised)."""
-    written = []
-    for reply in complete_runs_each(client, keys, runs, results_maxlen=results_maxlen):
-        if isinstance(reply, Exception):
-            raise reply
-        written.append(reply[0])
-    return written
+    """Write ``runs`` in one round trip per partition of the check half (the reaper's are of
+    its own): for each, whether its lease was still held (a script error is raised)."""
+    written: dict[int, bool] = {}
+    for group in by_partition(keys, list(enumerate(runs)), lambda each: each[1].job_id):
+        if not group:
+            continue
+        part = keys.of_job(group[0][1].job_id)
+        replies = complete_runs_each(
+            client, part, [run for _i, run in group], results_maxlen=results_maxlen
+        )
+        for (i, _run), reply in zip(group, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            written[i] = reply[0]
+    return [written[i] for i in range(len(runs))]

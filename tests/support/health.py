@@ -65,11 +65,13 @@ def drive_transition_scripts(client, keys, store, app, t0: float) -> None:
         release_held,
         start_delivery,
     )
+    from support.partitions import pinned
 
     settings = store.settings
+    uid = pinned(keys, "tr", keys.partition)  # in ``keys``' partition: its outbox, holds, ...
     store.create(
         now=at(t0 - 100),
-        uid="tr",
+        uid=uid,
         tenant="acme",
         kind="testprobe",
         target="x",
@@ -79,8 +81,8 @@ def drive_transition_scripts(client, keys, store, app, t0: float) -> None:
         success_threshold=1,
         quorum=1,
     )
-    _written, made = run_once(client, keys, settings, store.params, "tr@eu", False, t0)
-    assert made == "tr#1", made
+    _written, made = run_once(client, keys, settings, store.params, f"{uid}@eu", False, t0)
+    assert made == f"{uid}#1", made
     assert claim(client, keys, settings, t0, [made]) == [made]
     verdict, _payload = start_delivery(client, keys, settings, made, "owner", t0)
     assert verdict == TransitionStart.RUN
@@ -88,12 +90,12 @@ def drive_transition_scripts(client, keys, store, app, t0: float) -> None:
     start_delivery(client, keys, settings, made, "owner", t0 + 2)
     finish_delivery(client, keys, made, "owner", DeliveryOutcome.FAILED, t0 + 2, error={"e": 1})
     # a maintenance window holds the recovery; its end releases it
-    window = validate_window(uid="tr", cron="* * * * *", duration=120, timezone="UTC")
+    window = validate_window(uid=uid, cron="* * * * *", duration=120, timezone="UTC")
     MaintenanceStore(client, keys).add(window)
-    run_once(client, keys, settings, store.params, "tr@eu", True, t0 + 10)
-    assert client.zscore(keys.maintenance_held(), "tr") is not None
+    run_once(client, keys, settings, store.params, f"{uid}@eu", True, t0 + 10)
+    assert client.zscore(keys.maintenance_held(), uid) is not None
     MaintenanceStore(client, keys).remove(window.id)
     released = release_held(client, keys, settings, t0 + 400)
-    assert released == ["tr#2"], released
-    start_delivery(client, keys, settings, "tr#2", "o2", t0 + 400)
-    finish_delivery(client, keys, "tr#2", "o2", DeliveryOutcome.DELIVERED, t0 + 400)
+    assert released == [f"{uid}#2"], released
+    start_delivery(client, keys, settings, f"{uid}#2", "o2", t0 + 400)
+    finish_delivery(client, keys, f"{uid}#2", "o2", DeliveryOutcome.DELIVERED, t0 + 400)

@@ -67,6 +67,7 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     from celery_app.redis.clock import server_time
     from celery_app.redis.schema import JobField, split_job_id
 
+    keys = keys.of_job(job_id)  # its lease and indexes are its check's partition's
     job = read_job(client, keys, job_id)
     assert job is not None, job_id
     _uid, region = split_job_id(job_id)
@@ -97,11 +98,13 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
 
 
 class Ticker:
-    """Runs ``Dispatcher.tick()`` every ``interval`` seconds in a thread (beat's job), with
-    pause/resume so a test can make starts late. Errors surface at stop()."""
+    """Runs ``Dispatcher.tick()`` of each of ``dispatchers`` (one per partition of the check
+    half, as beat runs them: ``support.partitions.dispatchers``) every ``interval`` seconds in a
+    thread (beat's job), with pause/resume so a test can make starts late. Errors surface at
+    stop()."""
 
-    def __init__(self, dispatcher, interval: float = 0.1) -> None:
-        self.dispatcher = dispatcher
+    def __init__(self, dispatchers, interval: float = 0.1) -> None:
+        self.dispatchers = list(dispatchers)
         self.interval = interval
         self.ticks = 0
         self.error: BaseException | None = None
@@ -115,7 +118,8 @@ class Ticker:
             if not self._running.is_set():
                 continue
             try:
-                self.dispatcher.tick()
+                for dispatcher in self.dispatchers:
+                    dispatcher.tick()
                 self.ticks += 1
             except BaseException as exc:  # report at stop
                 self.error = exc
