@@ -16,14 +16,35 @@ it is and the command exits with status 2, like a usage error.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from celery_app.checks.hooks import on_transition
-from celery_app.cron_tasks.registration import cron
-from celery_app.cron_tasks.tenants_provider import tenants_provider
-from celery_app.factory import create_app, exit_under_celery_cli, install, settings_of
-from celery_app.settings import Settings, SettingsError, get_settings, load_settings
+
+def _refuse_foreign_scheduling_core() -> None:
+    """Every module of this package imports ``scheduling_core`` (the error base first), so a
+    project's own ``scheduling_core`` first on sys.path (``python -m celery``, ``PYTHONPATH=.``)
+    would fail the import below naming neither module. It is named here, before anything
+    imports it (``celery_app.shadowing`` imports nothing of checkbeat): under Celery's command
+    line one line and exit 2, as the other clashes; elsewhere an ImportError saying the same."""
+    from celery_app.shadowing import clashes
+
+    found = clashes(["scheduling_core"])
+    if not found:
+        return
+    if "celery.bin.celery" in sys.modules:
+        print(f"Error: {found[0]}", file=sys.stderr)
+        raise SystemExit(2)
+    raise ImportError(str(found[0]))
+
+
+_refuse_foreign_scheduling_core()
+
+from celery_app.checks.hooks import on_transition  # noqa: E402
+from celery_app.cron_tasks.registration import cron  # noqa: E402
+from celery_app.cron_tasks.tenants_provider import tenants_provider  # noqa: E402
+from celery_app.factory import create_app, exit_under_celery_cli, install, settings_of  # noqa: E402
+from celery_app.settings import Settings, SettingsError, get_settings, load_settings  # noqa: E402
 
 if TYPE_CHECKING:
     from celery import Celery

@@ -90,6 +90,19 @@ def test_a_projects_beat_module_is_named_by_schedule_list_and_by_beat(project):
         assert str(ROOT / "beat") in line and "rename your 'beat'" in line, line
 
 
+@pytest.mark.parametrize("layout", ["scheduling_core.py", "scheduling_core/__init__.py"])
+def test_a_projects_scheduling_core_is_named_by_schedule_list_and_by_beat(project, layout):
+    _write(project.root, layout, "RULES = {}  # the project's own scheduling code\n")
+    shown = project.root / layout if layout.endswith(".py") and "/" not in layout else None
+    for command in (("schedule", "list"), ("beat", "--pidfile=")):
+        result = project.celery(*command)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        (line,) = _error_lines(result)
+        where = f"{shown}" if shown else f"{project.root / 'scheduling_core'}/"
+        assert f"{where} shadows checkbeat's package 'scheduling_core'" in line, line
+        assert "rename your 'scheduling_core'" in line, line
+
+
 def test_a_projects_workers_package_is_named_by_a_worker_with_checkbeats_hooks(project):
     _write(project.root, "workers/__init__.py")
     _write(project.root, "workers/mail.py", "def send(): ...\n")
