@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from celery import Celery
 from celery.beat import ScheduleEntry, Scheduler
-from celery.schedules import crontab
+from celery.schedules import crontab, schedule, solar
 from kombu import Exchange, Queue
 from support.beat_entries import ENTRY_OPTIONS
 
@@ -37,6 +37,18 @@ EXTRA_HEADERS = {CronHeader.TASK, CronHeader.WINDOW, CronHeader.TENANT}
 #: ``cron_manual`` says what it is.
 MANUAL_HEADERS = EXTRA_HEADERS | {CronHeader.MANUAL}
 GRACE = timedelta(seconds=60)
+
+
+class EveryOtherMinute(schedule):
+    """A project's own schedule class, as real ones are written: ``is_due`` of its own."""
+
+    def __init__(self) -> None:
+        super().__init__(timedelta(minutes=2))
+
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
+        return super().is_due(last_run_at)
+
+
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?[+-]\d\d:\d\d$")
 
@@ -87,6 +99,18 @@ def proj(r, broker, broker_url, monkeypatch):
             "options": {"time_limit": 99, "soft_time_limit": 88, "expires": soon},
         },
         "unregistered": {"task": "remote.job", "schedule": 20, "kwargs": {"a": "b"}},
+        "solar": {"task": "proj.plain", "schedule": solar("sunrise", 48.85, 2.35), "args": [5]},
+        "relative": {
+            "task": "proj.plain",
+            "schedule": timedelta(seconds=30),
+            "relative": True,
+            "kwargs": {"y": 1},
+        },
+        "custom": {
+            "task": "proj.plain",
+            "schedule": EveryOtherMinute(),
+            "options": {"queue": "cron.q"},
+        },
         "nested-args": {
             "task": "proj.plain",
             "schedule": 20,
@@ -123,6 +147,8 @@ FAST = {
     "own-limits",
     "unregistered",
     "nested-args",
+    "solar",
+    "relative",
     "cron-plain",
     "cron-queued",
     "cron-tenants",

@@ -216,7 +216,12 @@ def test_broken_entries_are_all_named_one_line_each_by_beat_and_the_cli(project)
     assert "Traceback" not in output, output
     named = [line for line in output.splitlines() if "beat_schedule entry" in line]
     assert [next(e for e in BROKEN if f"entry '{e}'" in line) for line in named] == list(BROKEN)
-    for command in (("schedule", "list"), ("schedule", "diagnose"), ("schedule", "run", "x")):
+    commands = (
+        ("schedule", "list"), ("schedule", "diagnose"), ("schedule", "run", "x"),
+        ("schedule", "add", "y", "--task", "proj.tasks.count", "--every", "20s"),
+        ("schedule", "pause", "ping-20s"), ("schedule", "resume", "ping-20s"),
+    )  # fmt: skip
+    for command in commands:
         result = project.celery(*command, PROJ_BROKEN="1")
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr, result.stderr
