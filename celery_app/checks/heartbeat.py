@@ -48,6 +48,7 @@ from celery_app.redis.schema import JobField, Keys, split_job_id
 from celery_app.settings import Settings
 from scheduling_core import Params
 from scheduling_core.health import State
+from scheduling_core.heartbeat import HeartbeatSchedule
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +347,7 @@ def _miss(
     return None
 
 
-def _late_reason(pings: Any, missed: datetime, started: float | None) -> str:
+def _late_reason(pings: HeartbeatSchedule, missed: datetime, started: float | None) -> str:
     if (
         started is not None
         and pings.max_duration is not None

@@ -198,9 +198,8 @@ def _drop_partition_keys(
             for lane in LANES:
                 names |= {part.ready(region, lane), part.leases(region, lane)}
                 names |= {part.held(region, lane, tenant) for tenant in held}
-    for chunk in _chunks(sorted(names), 500):
-        for name in chunk:  # one by one: on a cluster the names are in many slots
-            client.delete(name)
+    for name in sorted(names):  # one by one: on a cluster the names are in many slots
+        client.delete(name)
 
 
 def _write_carried(client: Any, new: Keys, carried: _Carried) -> None:
@@ -247,7 +246,3 @@ def _merge_stream(
 def _id(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _chunks(items: list[str], size: int) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
