@@ -4,9 +4,9 @@ Why a Scheduler subclass: ``celery -A celery_app beat`` (and ``worker -B``) keep
 Celery's Service loop calling :meth:`CronScheduler.tick` and sleeping for what it returns. Any
 number of beats may run at once: the per-window keys make each singleton fire once.
 
-The tasks are every source's (:mod:`celery_app.cron_tasks.sources`: ``@cron``, ``beat_schedule``
-and ``add_periodic_task``, runtime schedules); a change to the runtime ones is seen at the next
-tick (one GET of their version) and loaded without a restart.
+The tasks are every source's (:mod:`celery_app.cron_tasks.task_sources`: ``@cron``,
+``beat_schedule`` and ``add_periodic_task``, runtime schedules); a change to the runtime ones is
+seen at the next tick (one GET of their version) and loaded without a restart.
 
 A beat must not die because Redis or the broker blinked: a failed tick is logged and retried
 with a growing back-off; windows missed meanwhile are fired late within their grace.
@@ -41,7 +41,7 @@ from celery_app.cron_tasks.lead import fire_lead
 from celery_app.cron_tasks.registration import WINDOW, CronSpecError
 from celery_app.cron_tasks.runtime import RuntimeStore
 from celery_app.cron_tasks.sender import CronPublisher
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics

@@ -147,7 +147,7 @@ def bench_mixed(server: RedisServer, tasks: int) -> float:
 
     from celery_app.cron_tasks.registration import cron
     from celery_app.cron_tasks.runtime import RuntimeStore, validate_schedule
-    from celery_app.cron_tasks.sources import all_tasks
+    from celery_app.cron_tasks.task_sources import all_tasks
     from celery_app.redis.client import get_redis
     from celery_app.redis.schema import CronSource, Keys
 

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from bench.figures import command_line
+from celery_app.checks.check_state import HealthPlanner, result_state
 from celery_app.checks.completion import finish_run_with_health
-from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
 from celery_app.local.embedded_redis import RedisServer

@@ -43,7 +43,7 @@ from scheduling_core import Params
 BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "workers.probes",
     "workers.tasks",
-    "workers.transitions",
+    "workers.deliver_transition",
     "workers.heartbeat_ping",
     "celery_app.cron_tasks.recording",
 )

@@ -28,7 +28,7 @@ from support.adoption import (
 from support.cron import make_engine, sends, store_of
 
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 
 QUEUES = ("celery", "reports")
 #: The entries whose schedule has no fixed grid (asked is_due with the shared last run).

@@ -28,7 +28,7 @@ from celery_app.cron_tasks.cron_state import FireRequest, task_deadline
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron
 from celery_app.cron_tasks.runtime import add_schedule, runtime_store
 from celery_app.cron_tasks.sender import CronHeader, CronPublisher
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.publish import BatchPublisher, make_publisher
 
 #: The headers a scheduled checkbeat message carries beyond Celery's beat's, and nothing else.

@@ -42,7 +42,7 @@ from support.processes import Processes
 from support.tick_ledger import TickLedger
 from support.workers import REPO
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.store import CheckStore
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys

@@ -23,7 +23,7 @@ from celery_app.cron_tasks.lead import (
     workers_wait,
 )
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, cron_tasks
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.factory import install
 from celery_app.redis.schema import CronSkipReason, CronStateField, Keys
 from celery_app.wall_clock import Clock

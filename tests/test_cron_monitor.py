@@ -18,7 +18,7 @@ from support.polling import wait_for
 from support.projects import run_module, stop
 from support.workers import REPO, worker_env
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.redis.schema import CheckStateField, JobField, Keys
 

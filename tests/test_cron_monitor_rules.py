@@ -10,7 +10,7 @@ from beat.cron_monitor import CronMonitor, heartbeat_config, is_monitored, monit
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.registration import cron
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.factory import settings_of
 from celery_app.redis.keyspace import state_keys
 from celery_app.settings import load_settings

@@ -127,7 +127,7 @@ def test_a_custom_window_fires_once_per_shared_last_run_and_moves_it(cron_app, r
     cron_app.conf.beat_schedule = {
         "rel": {"task": "t.rel", "schedule": timedelta(minutes=2), "relative": True}
     }
-    from celery_app.cron_tasks.sources import all_tasks
+    from celery_app.cron_tasks.task_sources import all_tasks
 
     task = all_tasks(cron_app)["rel"]
     assert task.is_custom

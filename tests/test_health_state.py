@@ -12,8 +12,8 @@ import pytest
 from support.checks import at
 from support.health import run_once
 
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.health import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.maintenance import MaintenanceStore, validate_window
 from celery_app.checks.repair import repair

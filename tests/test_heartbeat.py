@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from support.polling import wait_for
 
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.dispatch import Dispatcher
-from celery_app.checks.health import read_transitions
 from celery_app.checks.heartbeat import Ping, PingKind, PingRefused, record_ping
 from celery_app.checks.jobs import read_job
 from celery_app.errors import CheckFieldError

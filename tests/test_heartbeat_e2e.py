@@ -16,7 +16,7 @@ from support.polling import wait_for
 from support.projects import stop
 from support.workers import REPO, worker_env
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import CheckStateField, JobField, Keys

@@ -13,7 +13,7 @@ import pytest
 from support.health import run_once
 from support.projects import run_module
 
-from celery_app.checks.health import read_tenant_transitions
+from celery_app.checks.check_state import read_tenant_transitions
 from celery_app.checks.jobs import from_unix, read_job
 from celery_app.checks.layout import ensure_layout, stored_partitions
 from celery_app.checks.maintenance import MaintenanceStore, validate_window

@@ -27,7 +27,7 @@ from celery_app.cron_tasks.runtime import (
     update_schedule,
 )
 from celery_app.cron_tasks.service import CronService
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronSource, Keys
 

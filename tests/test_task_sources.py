@@ -13,7 +13,7 @@ from support.beat_entries import QUEUES, add_entries_with_options, message_shape
 from support.cron import T0, end_runs, make_engine, sends
 
 from celery_app.cron_tasks.registration import cron
-from celery_app.cron_tasks.sources import DuplicateTaskId, all_tasks, id_for_entry_name
+from celery_app.cron_tasks.task_sources import DuplicateTaskId, all_tasks, id_for_entry_name
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronSource, Keys
 
@@ -294,7 +294,7 @@ def test_list_shows_the_time_limit_a_run_gets_and_next_to_the_second(cron_app, r
 
 def test_grace_and_overlap_are_declared_for_cron_and_beat_schedule_tasks(cron_app):
     from celery_app.cron_tasks.registration import CronSpecError
-    from celery_app.cron_tasks.sources import beat_policy
+    from celery_app.cron_tasks.task_sources import beat_policy
 
     cron_app.conf.result_expires = None
     cron(

@@ -26,7 +26,7 @@ from support.partitions import count_in, suite_keys
 from support.polling import wait_for
 from support.workers import REPO, worker_env
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.notify import NotifyStore, read_outcomes, validate_target
 from celery_app.checks.store import CheckStore

@@ -35,6 +35,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_failure, task_postrun
 
 from celery_app.checks.abandon import Abandoned, AbandonReason, abandon_run
+from celery_app.checks.check_state import HealthPlanner, result_state
 from celery_app.checks.claiming import Claim
 from celery_app.checks.completion import (
     Completed,
@@ -43,7 +44,6 @@ from celery_app.checks.completion import (
     finish_run_with_health,
 )
 from celery_app.checks.dispatch import RefillNeeds, publish_claims, refill_after_run
-from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import from_unix, lease_is_current, plan_completion
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from celery_app.checks.check_state import HealthPlanner, HealthUpdate
 from celery_app.checks.dispatch import RefillNeeds
-from celery_app.checks.health import HealthPlanner, HealthUpdate
 from celery_app.checks.jobs import JobState
 
 

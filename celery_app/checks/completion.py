@@ -27,8 +27,8 @@ from typing import Any
 
 import redis
 
+from celery_app.checks.check_state import HealthUpdate, Prefetching
 from celery_app.checks.claiming import Claim, check_claim
-from celery_app.checks.health import HealthUpdate, Prefetching
 from celery_app.checks.jobs import (
     DEFAULT_RESULTS_MAXLEN,
     CompletedRun,
@@ -248,9 +248,9 @@ def finish_run_with_health(
     check's state with it, in one Lua call (``record`` gets the lane the job was claimed in:
     the stored one, before this run moves it).
 
-    ``health_of(job, now)`` (see :mod:`celery_app.checks.health`) decides the region's step and
+    ``health_of(job, now)`` (see :mod:`celery_app.checks.check_state`) decides the region's step and
     whether a maintenance window holds transitions back (the record is then marked); a
-    ``health_of`` that is also :class:`~celery_app.checks.health.Prefetching` adds its reads to
+    ``health_of`` that is also :class:`~celery_app.checks.check_state.Prefetching` adds its reads to
     the job's round trip. The next tick is computed at ``now``, by default the Redis server's
     time (read with the job), not the caller's clock, and is always after the run's tick
     (:meth:`JobState.next_scheduled_at`). ``exec_start`` stays on the worker's clock: it only

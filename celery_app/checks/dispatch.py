@@ -51,6 +51,7 @@ from typing import Any, cast
 import redis
 from celery import Celery
 
+from celery_app.checks.check_state import plan_health
 from celery_app.checks.claiming import (
     Claim,
     FirstRound,
@@ -59,7 +60,6 @@ from celery_app.checks.claiming import (
     promote_and_read,
 )
 from celery_app.checks.completion import complete_runs_each
-from celery_app.checks.health import plan_health
 from celery_app.checks.heartbeat import record_late
 from celery_app.checks.jobs import CompletedRun, JobState, from_unix, to_unix
 from celery_app.checks.quarantine import DATA_ERRORS, failing_alone, is_job_error, quarantine
@@ -526,7 +526,7 @@ class RefillNeeds:
     """The reads that tell a refill of ``region`` whether it may find anything (the server's
     time, the first due job, whether the region has ready or held work), one script call
     (``refill_needs.lua``) queued on any pipeline: the post-exec write's own round trip carries
-    it (``prefetch`` / ``prefetched``, as :class:`~celery_app.checks.health.HealthPlanner`'s),
+    it (``prefetch`` / ``prefetched``, as :class:`~celery_app.checks.check_state.HealthPlanner`'s),
     so the refill after a run under spare capacity costs no round trip of its own. Read before
     the run's write: the write only frees a slot and adds the job's next tick (a period ahead),
     and an older ``now`` only makes the claim's cut-off earlier, never a start early."""

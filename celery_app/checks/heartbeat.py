@@ -29,9 +29,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from celery_app.checks.check_state import HealthPlanner
 from celery_app.checks.completion import CompleteCall, completion_reply
 from celery_app.checks.definition import CheckDefinition, decode_check
-from celery_app.checks.health import HealthPlanner
 from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
 from celery_app.checks.jobs import (
     CompletedRun,

@@ -69,7 +69,7 @@ from typing import Any, cast
 
 import redis
 
-from celery_app.checks.health import HealthUpdate
+from celery_app.checks.check_state import HealthUpdate
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, Keys, split_job_id

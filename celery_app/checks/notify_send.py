@@ -1,6 +1,6 @@
 """Sending a transition to a notification target (``celery_app/checks/notify.py`` has the
 targets, their validation and the record of each send): the delivery task
-(``workers/transitions.py``) sends every transition, ``checks notify test`` one made up.
+(``workers/deliver_transition.py``) sends every transition, ``checks notify test`` one made up.
 
 Apprise sends every URL it knows; ``checkbeat+webhook(s)://`` is sent here, signed: the body is
 the transition's JSON (with ``title`` and ``message``), and the headers carry

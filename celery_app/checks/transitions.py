@@ -11,8 +11,8 @@ How exactly one delivery is made, however many beats and workers run:
    and every beat tick sweeps the outbox for ones whose claim lapsed (publisher or delivering
    worker killed); each claim of an id doubles its lease (at most MAX_CLAIM_LEASE_S), so a queue
    nobody consumes gets a copy now and then, not one per lease;
-3. the delivery task (``workers/transitions.py``) runs the hooks only if the id is still in the
-   outbox and no other delivery holds its lease (``transition_start.lua``, SET PX with the
+3. the delivery task (``workers/deliver_transition.py``) runs the hooks only if the id is still in
+   the outbox and no other delivery holds its lease (``transition_start.lua``, SET PX with the
    Celery task id as owner, so the same message redelivered after a lost worker takes it over);
    when the hooks return it removes the id (``transition_finish.lua``). A hook that raises is
    retried by the queue (``self.retry``), each retry with the same transition id.
@@ -187,7 +187,7 @@ def sweep(app: Celery, client: Any, keys: Keys, settings: Settings, now: float) 
     return claim_and_publish(app, client, keys, settings, now)
 
 
-# --- the delivery's two steps (the task is in workers/transitions.py) ---------------------
+# --- the delivery's two steps (the task is in workers/deliver_transition.py) ---------------------
 
 
 def start_delivery(

@@ -14,7 +14,7 @@ from typing import Any, cast
 import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.notify import NotifyStore
 from celery_app.checks.quarantine import read_quarantine

@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
+from celery_app.checks.check_state import CheckHealth, read_tenant_transitions, read_transitions
+from celery_app.checks.check_state import read_check_health as _read_health
 from celery_app.checks.definition import CheckDefinition
-from celery_app.checks.health import CheckHealth, read_tenant_transitions, read_transitions
-from celery_app.checks.health import read_check_health as _read_health
 from celery_app.checks.maintenance import (
     MaintenanceStore,
     next_start,

@@ -12,7 +12,7 @@ untouched. A runtime schedule may not take the id of a task declared in code (``
 
 A task declared in code can be paused too (:func:`pause_schedule`): its id goes into one set
 (``Keys.cron_paused``), an override of the code, and the version moves, so every beat drops it
-from its list at its next tick (:func:`celery_app.cron_tasks.sources.all_tasks` leaves it out)
+from its list at its next tick (:func:`celery_app.cron_tasks.task_sources.all_tasks` leaves it out)
 and takes it back on :func:`resume_schedule`.
 """
 
@@ -461,7 +461,7 @@ def runtime_store(app: Celery) -> RuntimeStore:
 
 
 def _refuse_code_shadow(app: Celery, task_id: str) -> None:
-    from celery_app.cron_tasks.sources import code_tasks, describe_origin
+    from celery_app.cron_tasks.task_sources import code_tasks, describe_origin
 
     app.loader.import_default_modules()
     declared = code_tasks(app).get(task_id)
@@ -545,7 +545,7 @@ class Paused:
 
 
 def _set_paused(app: Celery, task_id: str, paused: bool, now: datetime | None = None) -> Paused:
-    from celery_app.cron_tasks.sources import code_tasks, describe_origin
+    from celery_app.cron_tasks.task_sources import code_tasks, describe_origin
 
     store = runtime_store(app)
     current = store.get(task_id)

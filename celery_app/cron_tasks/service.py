@@ -50,7 +50,7 @@ from celery_app.cron_tasks.registration import (
 )
 from celery_app.cron_tasks.runtime import runtime_store
 from celery_app.cron_tasks.sender import CronPublisher
-from celery_app.cron_tasks.sources import all_tasks, paused_code_tasks
+from celery_app.cron_tasks.task_sources import all_tasks, paused_code_tasks
 from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants, resolve_tenants
 from celery_app.errors import CheckbeatError
 from celery_app.factory import settings_of

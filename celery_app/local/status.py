@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.checks.health import read_tenant_transitions
+from celery_app.checks.check_state import read_tenant_transitions
 from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.store import CheckStore
 from celery_app.checks.transitions import pending

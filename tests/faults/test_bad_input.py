@@ -247,7 +247,7 @@ FORGED_TRANSITIONS = [
 
 @pytest.mark.timeout(60)
 def test_forged_transition_messages_are_one_log_line_each_and_dropped(make_app, r, run_worker):
-    logged = LogLines("workers.transitions")
+    logged = LogLines("workers.deliver_transition")
     traced = LogLines("celery.app.trace")  # where Celery logs a task's exception
     app = make_app()
     queue = app.conf.checkbeat_settings.transition_queue
@@ -269,8 +269,10 @@ def test_forged_transition_messages_are_one_log_line_each_and_dropped(make_app, 
     assert "of at most 221 characters" in logged.text and "1" * 300 not in logged.text
     assert "raised unexpected" not in traced.text and "DataError" not in traced.text
     assert snapshot(r) == before
-    for name in ("workers.transitions", "celery.app.trace"):
-        logging.getLogger(name).removeHandler(logged if name == "workers.transitions" else traced)
+    for name in ("workers.deliver_transition", "celery.app.trace"):
+        logging.getLogger(name).removeHandler(
+            logged if name == "workers.deliver_transition" else traced
+        )
 
 
 # --- agent-reported start times: floored, never steer order or lane ---------------------------

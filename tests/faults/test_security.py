@@ -31,7 +31,7 @@ from support.polling import wait_for
 from support.recording_server import RecordingServer
 from support.redis_monitor import RedisMonitor
 
-from celery_app.checks.health import read_transitions
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import RUN_CHECK_TASK
 from celery_app.checks.store import CheckStore

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from celery_app.checks.check_state import HealthPlanner, result_state
 from celery_app.checks.completion import complete_runs_each, finish_run_with_health
 from celery_app.checks.dispatch import RefillNeeds
-from celery_app.checks.health import HealthPlanner, result_state
 from celery_app.checks.jobs import DEFAULT_RESULTS_MAXLEN, CompletedRun
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.factory import params_of

@@ -14,7 +14,7 @@ from celery import Celery
 from beat.cron_engine import CronEngine
 from celery_app.cron_tasks.cron_state import CronStore
 from celery_app.cron_tasks.sender import CronPublisher
-from celery_app.cron_tasks.sources import all_tasks
+from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.cron_tasks.tenants_provider import resolve_tenants
 from celery_app.factory import settings_of
 from celery_app.findings import Finding
