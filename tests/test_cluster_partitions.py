@@ -144,7 +144,7 @@ class System:
             wait_for(
                 lambda r=region: self.client.exists(self.keys.at(0).worker(f"{r}@cp")),
                 90,
-                what=f"the {region} worker's registration\n{self.logs()}",
+                what=lambda r=region: f"the {r} worker's registration\n{self.logs()}",
             )
         store = CheckStore.from_settings(self.settings)
         for uid in CHECKS:
@@ -168,6 +168,14 @@ class System:
             for uid in CHECKS
             for region in REGIONS
         )
+
+    def not_hit_since(self, since: float) -> list[str]:
+        return [
+            f"{uid}@{region}"
+            for uid in CHECKS
+            for region in REGIONS
+            if not any(h >= since for h in self.hits(uid, region))
+        ]
 
     def counters(self, uid: str, region: str) -> int:
         """The job's ticks reported as not run: abandoned, skipped by a rate limit, passed."""
@@ -222,7 +230,9 @@ def _keys_per_master(system: System) -> dict[int, Counter[str]]:
 
 
 def test_twelve_partitions_spread_over_three_masters_and_run_each_tick_once(system):
-    wait_for(lambda: system.every_job_hit_since(0, 2), 90, what=f"steady runs\n{system.logs()}")
+    wait_for(
+        lambda: system.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{system.logs()}"
+    )
 
     # one check per partition, four partitions per master: each master holds 4 checks' jobs
     per_master = _keys_per_master(system)
@@ -249,7 +259,7 @@ def test_twelve_partitions_spread_over_three_masters_and_run_each_tick_once(syst
     wait_for(
         lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
         30,
-        what=f"runs past the window\n{system.logs()}",
+        what=lambda: f"runs past the window\n{system.logs()}",
     )
 
     def made(uid: str) -> list[dict]:
@@ -303,7 +313,9 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
     for uid in on_victim:
         for region in REGIONS:
             system.target.set_delay(f"{uid}/{region}", PROBE_S)
-    wait_for(lambda: system.every_job_hit_since(0, 2), 90, what=f"steady runs\n{system.logs()}")
+    wait_for(
+        lambda: system.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{system.logs()}"
+    )
     window_start = time.time()
     before = {(uid, g): system.counters(uid, g) for uid in CHECKS for g in REGIONS}
     wait_for(lambda: system.every_job_hit_since(window_start, 2), 30, what="runs in the window")
@@ -325,7 +337,10 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
     wait_for(
         lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
         60,
-        what=f"runs after the failover\n{system.logs()}",
+        what=lambda: (
+            f"runs after the failover: {system.not_hit_since(window_end + PERIOD_S)} "
+            f"not run since {window_end + PERIOD_S:.3f}\n{system.logs()}"
+        ),
     )
     system.procs.stop()
 
@@ -397,7 +412,9 @@ def test_a_lagging_replica_promoted_runs_no_tick_twice(system):
     for uid in on_victim:
         for region in REGIONS:
             system.target.set_delay(f"{uid}/{region}", PROBE_S)
-    wait_for(lambda: system.every_job_hit_since(0, 2), 90, what=f"steady runs\n{system.logs()}")
+    wait_for(
+        lambda: system.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{system.logs()}"
+    )
     window_start = time.time()
     before = {(uid, g): system.counters(uid, g) for uid in CHECKS for g in REGIONS}
     wait_for(lambda: system.every_job_hit_since(window_start, 2), 30, what="runs in the window")
@@ -436,7 +453,10 @@ def test_a_lagging_replica_promoted_runs_no_tick_twice(system):
     wait_for(
         lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
         60,
-        what=f"runs after the failover\n{system.logs()}",
+        what=lambda: (
+            f"runs after the failover: {system.not_hit_since(window_end + PERIOD_S)} "
+            f"not run since {window_end + PERIOD_S:.3f}\n{system.logs()}"
+        ),
     )
     system.procs.stop()
     _assert_failover_accounted(system, on_victim, before, window_start, window_end, killed_at, took)

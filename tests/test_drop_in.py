@@ -176,7 +176,7 @@ def test_every_source_fires_exactly_once_per_window_across_two_beats(project):
     wait_for(
         lambda: project.db.llen("celery") == 0,
         timeout=30,
-        what=f"the worker drained the queue\n{project.logs()}",
+        what=lambda: f"the worker drained the queue\n{project.logs()}",
     )
     stop(worker)  # a warm shutdown: the task in hand finishes (and counts) first
     counts = project.db.hgetall(COUNTS)

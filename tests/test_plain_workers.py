@@ -147,7 +147,7 @@ def test_runtime_schedules_pause_run_now_and_diagnose_on_plain_workers(project):
     wait_for(
         lambda: len(_windows(project.db.hgetall(COUNTS), "rt")) >= 3,
         timeout=30,
-        what=f"three windows of rt ran\n{project.logs()}",
+        what=lambda: f"three windows of rt ran\n{project.logs()}",
     )
 
     # --- pause a beat_schedule entry: both beats drop it within a tick ------------------------
@@ -199,7 +199,7 @@ def test_runtime_schedules_pause_run_now_and_diagnose_on_plain_workers(project):
     wait_for(
         lambda: project.db.llen("celery") == 0,
         timeout=30,
-        what=f"the worker drained the queue\n{project.logs()}",
+        what=lambda: f"the worker drained the queue\n{project.logs()}",
     )
     stop(worker)
 

@@ -158,7 +158,7 @@ def test_beat_scheduler_alone_fires_and_records_cron_tasks(project, project_db):
         wait_for(
             lambda: project_db.hget(state_key, "outcome") == "success",
             timeout=60,
-            what=f"plain-minute recorded as run\n{project.logs()}",
+            what=lambda: f"plain-minute recorded as run\n{project.logs()}",
         )
     finally:
         stop(beat)

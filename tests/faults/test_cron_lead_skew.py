@@ -171,11 +171,15 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
         for task in SCHEDULES
         if (n := sum(1 for t, _w in missing if t == task)) > skipped.get(task, 0)
     }
-    late = [
-        s["server"] - datetime.fromisoformat(s["window"]).timestamp()
-        for s in stamps
-        if (s["task"], s["window"]) in expected
-    ]
+    late_by_host = {
+        host: [
+            s["server"] - datetime.fromisoformat(s["window"]).timestamp()
+            for s in stamps
+            if s["host"] == host and (s["task"], s["window"]) in expected
+        ]
+        for host in skews
+    }
+    late = [t for host_late in late_by_host.values() for t in host_late]
     offsets = {
         host: statistics.median(s["worker"] - s["server"] for s in stamps if s["host"] == host)
         for host in skews
@@ -201,5 +205,12 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
     assert not twice, twice[:10]
     assert not early, sorted(early, key=lambda e: e[1])[:10]
     assert not lost, (lost, skipped, missing[:10])
-    # the worker behind did not wait on its own clock (2 s): every run started within a second
-    assert max(late) < 1.0, sorted(late)[-5:]
+    # No worker waited on its own clock: one waiting on a clock 2 s behind would start every run
+    # it gets 2 s late. Its typical start is within the lead, and none is as late as the skew (a
+    # loaded machine's stall may delay a few runs of either worker by over a second).
+    behind = abs(next(iter(BEHIND.values())))
+    assert all(late_by_host[host] for host in BEHIND), late_by_host
+    for host, host_late in late_by_host.items():
+        if host_late:
+            assert statistics.median(host_late) < 0.5, (host, sorted(host_late))
+            assert max(host_late) < behind - SKEW_TOLERANCE_S, (host, sorted(host_late))
