@@ -1,10 +1,10 @@
 """The one publisher of checkbeat: many Celery task messages per call, cron windows and checks.
 
-Why not ``apply_async`` in a loop: kombu's Redis transport costs ~430 µs per publish (a new
-redis-py client each time), ~2,350 messages/s, and kombu 5.7's ``Producer.batch`` around
-Celery's own ``send_task_message`` still only reaches ~3,400/s (``python -m
-bench.dispatch_bench``); beat fires 10,000 cron windows and dispatches tens of thousands of checks
-in a second. So there are two paths behind :func:`make_publisher`, one message format:
+Why not ``apply_async`` in a loop: kombu's Redis transport builds a new redis-py client for
+each publish, and even kombu 5.7's ``Producer.batch`` around Celery's own ``send_task_message``
+stays an order of magnitude below what beat needs (``python -m bench.dispatch_bench`` prints
+them side by side): it fires 10,000 cron windows and dispatches tens of thousands of checks in a
+second. So there are two paths behind :func:`make_publisher`, one message format:
 
 - the Redis fast path (a ``redis://`` / ``rediss://`` broker without ``global_keyprefix`` or
   priority queues, JSON serializer, a message routed to a plain direct queue): each envelope is

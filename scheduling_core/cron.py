@@ -611,7 +611,7 @@ class Schedule:
         if found is None:
             return None
         year, month, day, hour, minute = found
-        return datetime(year, month, day, hour, minute, 0, 0, tz)  # positional: 2x faster
+        return datetime(year, month, day, hour, minute, 0, 0, tz)  # positional: keywords cost more
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first firing strictly after ``t``, in ``t``'s timezone: ``next`` of the minute

@@ -37,7 +37,7 @@ def consume_without_acks(app: Any, queues: Any) -> None:
     Why: the lease is a check run's delivery guarantee. A run whose worker dies is reaped at
     its lease expiry and rescheduled; the unacked copy only came back after the visibility
     timeout (an hour), to be dropped as stale. Recording and acking it cost two round trips
-    to the broker per run, in the worker (issue #14)."""
+    to the broker per run, in the worker."""
     for name in queues:
         app.amqp.queues[name].no_ack = True
 

@@ -1,13 +1,13 @@
 """kombu's Redis transport, with one redis-py client per channel pool instead of one per call.
 
-Why: kombu's Redis channel builds a new ``redis.Redis`` for every publish, ack and queue
-operation (``Channel.conn_or_acquire`` -> ``_create_client``), and redis-py 8's constructor
-builds its whole response-callback table each time (about 0.3 ms here). A worker makes four or
-five such calls per message (the unacked record, the ack, the task events), over a millisecond of
-a check run's worker CPU. A ``redis.Redis`` is thread-safe (each command takes a connection from
-the pool), so the channel keeps one per pool and builds a new one only when kombu replaced the
-pool (after a connection error). It also refuses to build a pool for a connection kombu has
-let go of (:meth:`SharedClient._get_pool`): a connection error there, not a worker exit. A
+Why: kombu's Redis channel builds a new ``redis.Redis`` for every publish, ack and queue operation
+(``Channel.conn_or_acquire`` -> ``_create_client``), and redis-py 8's constructor builds its whole
+response-callback table each time. A worker makes four or five such calls per message (the unacked
+record, the ack, the task events): a large share of a check run's worker CPU
+(``bench/broker_bench.py`` measures it). A ``redis.Redis`` is thread-safe (each command takes a
+connection from the pool), so the channel keeps one per pool and builds a new one only when kombu
+replaced the pool (after a connection error). It also refuses to build a pool for a connection kombu
+has let go of (:meth:`SharedClient._get_pool`): a connection error there, not a worker exit. A
 message consumed without acks is not "acked" with a round trip either (:class:`AcksOnlyRecorded`).
 
 Registered as kombu's ``redis`` and ``rediss`` transports by :func:`register` (the app factory
