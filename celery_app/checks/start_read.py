@@ -5,7 +5,7 @@ config (what to probe: only those, not the whole definition),
 Redis's time (to start on its tick, on the server's clock) and the maintenance version (the
 post-exec write plans from this read), and must mark its lease started so a second delivery of
 the same message is dropped. As five pipelined commands this cost the worker five commands to
-pack and five replies to parse on every run; as one script, one of each (issue #14).
+pack and five replies to parse on every run; as one script, one of each.
 
 Why replicated before the probe: when the deployment waits for replicas
 (``CHECKBEAT_REDIS_WAIT_REPLICAS``), the script is followed by ``WAIT`` on the same round trip.
