@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from celery.beat import Scheduler
 
@@ -61,20 +61,39 @@ MIN_SLEEP = 0.005
 
 @runtime_checkable
 class Driver(Protocol):
-    """Anything beat runs every ``interval`` seconds besides the cron engine (sooner when it
-    has a ``next_wait(report)``: the seconds until it wants to run again after a tick that
-    returned ``report``; the check dispatcher wakes when its next due job enters its lead).
+    """Anything beat runs every ``interval`` seconds besides the cron engine (sooner when it is
+    a :class:`PacedDriver`: the seconds until it wants to run again after a tick that returned
+    ``report``; the check dispatcher wakes when its next due job enters its lead).
 
     A driver reads its own clock: the check dispatcher schedules on Redis's time, not beat's
     (which runs the cron engine and may be a test clock), so beats and workers agree.
 
-    A driver with a ``wake_channel`` (a pub/sub channel name) also runs as soon as a message
-    comes on it (the check store's writes: :mod:`beat.dispatch_wake`).
+    A :class:`WakeableDriver` (with a ``wake_channel``, a pub/sub channel name) also runs as
+    soon as a message comes on it (the check store's writes: :mod:`beat.dispatch_wake`).
     """
 
     interval: float
 
     def tick(self) -> object: ...
+
+
+@runtime_checkable
+class PacedDriver(Driver, Protocol):
+    """A driver that says when it wants to run again after a tick (the check dispatcher: when
+    its next due job enters its lead), instead of every ``interval``."""
+
+    def next_wait(self, report: Any) -> float: ...
+
+
+@runtime_checkable
+class WakeableDriver(Driver, Protocol):
+    """A driver that also runs as soon as a message comes on its pub/sub channel."""
+
+    wake_channel: str
+
+
+def _wakeable(driver: Driver) -> TypeGuard[WakeableDriver]:
+    return isinstance(driver, WakeableDriver) and bool(driver.wake_channel)
 
 
 def build_drivers(app: Any) -> list[Driver]:
@@ -207,7 +226,7 @@ class CronScheduler(Scheduler):
         if self.monitor is not None:
             self.monitor.set_tasks(tasks)
         self.drivers = [_DriverSlot(d, now) for d in drivers]
-        channels = [c for s in self.drivers if (c := getattr(s.driver, "wake_channel", None))]
+        channels = [s.driver.wake_channel for s in self.drivers if _wakeable(s.driver)]
         self.waker = WakeListener(client, channels) if channels and self._may_wait else None
         load_all(client)  # no first call re-run after a NOSCRIPT (see load_all)
         log.info("cron: %d tasks, %d drivers, beat %s", len(tasks), len(self.drivers), self.beat_id)
@@ -231,7 +250,7 @@ class CronScheduler(Scheduler):
         if self.waker.wait(sleep):
             now = time.monotonic()
             for slot in self.drivers:
-                if getattr(slot.driver, "wake_channel", None):
+                if _wakeable(slot.driver):
                     slot.due = now
         return 0.0
 
@@ -303,9 +322,8 @@ class CronScheduler(Scheduler):
                 wait = slot.driver.interval
                 try:
                     driven = slot.driver.tick()
-                    next_wait = getattr(slot.driver, "next_wait", None)
-                    if next_wait is not None:
-                        wait = next_wait(driven)
+                    if isinstance(slot.driver, PacedDriver):
+                        wait = slot.driver.next_wait(driven)
                 except Exception:
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver
