@@ -14,7 +14,6 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from support.cron import T0, sends
 from support.polling import wait_for
 
@@ -111,7 +110,7 @@ def _start_beat(tmp_path: Path, clock: Clock) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diagnosed(
-    tmp_path, cron_app, broker_url, r
+    tmp_path, cron_app, broker_url, r, run_worker
 ):
     (tmp_path / "sigkill_tasks.py").write_text(textwrap.dedent(BEAT_TASK))
     runs: list[str] = []
@@ -124,24 +123,25 @@ def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diag
     start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=1)
     clock = Clock(start, time.time(), 60.0)
     stats = KEYS.cron_stats("tick")
-    with start_worker(cron_app, pool="threads", concurrency=2, perform_ping_check=False):
-        first = _start_beat(tmp_path, clock)
-        try:
-            wait_for(lambda: len(runs) >= 3, timeout=30, what="the first beat's windows to run")
-        finally:
-            first.send_signal(signal.SIGKILL)
-            first.wait(10)
-        killed_at = clock.now()
-        last_before = r.hget(stats, "last_window")
-        # Stay down for longer than a window plus its grace, so windows are lost.
-        wait_for(lambda: clock.now() > killed_at + timedelta(minutes=4), timeout=15)
-        second = _start_beat(tmp_path, clock)
-        try:
-            wait_for(lambda: len(runs) >= 6, timeout=30, what="the second beat's windows")
-        finally:
-            second.send_signal(signal.SIGTERM)
-            second.wait(15)
-        wait_for(lambda: r.hget(KEYS.cron_state("tick", GLOBAL_TENANT), "outcome") == "success")
+    run_worker(cron_app, ["celery"], 2)
+    first = _start_beat(tmp_path, clock)
+    try:
+        wait_for(lambda: len(runs) >= 3, timeout=30, what="the first beat's windows to run")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    killed_at = clock.now()
+    last_before = r.hget(stats, "last_window")
+    # Stay down for longer than a window plus its grace, so windows are lost.
+    wait_for(lambda: clock.now() > killed_at + timedelta(minutes=4), timeout=15)
+    second = _start_beat(tmp_path, clock)
+    try:
+        wait_for(lambda: len(runs) >= 6, timeout=30, what="the second beat's windows")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(15)
+    wait_for(lambda: r.hget(KEYS.cron_state("tick", GLOBAL_TENANT), "outcome") == "success")
+    run_worker.stop()
     assert len(runs) == len(set(runs)), f"a window ran twice: {runs}"
     windows = sorted(datetime.strptime(w, "%Y-%m-%dT%H:%MZ") for w in runs)
     steps = {(b - a) for a, b in pairwise(windows)}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from celery.contrib.testing.worker import start_worker
 from support.cron import T0, make_engine, sends, store_of
 from support.polling import wait_for
 
@@ -24,17 +23,11 @@ KEYS = Keys("cbtest")
 WID = window_id(T0)
 
 
-def _worker(app):
-    return start_worker(
-        app, pool="threads", concurrency=3, perform_ping_check=False, shutdown_timeout=10
-    )
-
-
 def _state(r, task_id, tenant=GLOBAL_TENANT):
     return r.hgetall(KEYS.cron_state(task_id, tenant))
 
 
-def test_takeover_after_a_slow_publish_runs_the_window_once(cron_app, broker_url, r):
+def test_takeover_after_a_slow_publish_runs_the_window_once(cron_app, broker_url, r, run_worker):
     ran: list[str] = []
 
     @cron("* * * * *", app=cron_app, id="slow-pub", name="once.slow_pub")
@@ -51,15 +44,16 @@ def test_takeover_after_a_slow_publish_runs_the_window_once(cron_app, broker_url
     assert taken.published == (req,)
     assert sends(broker_url) == {("slow-pub", GLOBAL_TENANT, WID): 2}  # published twice
 
-    with _worker(cron_app):
-        wait_for(
-            lambda: (
-                _state(r, "slow-pub").get(CronStateField.SUPPRESSED) == "1"
-                and _state(r, "slow-pub").get(CronStateField.OUTCOME) == "success"
-            ),
-            timeout=20,
-            what="one run and one suppressed delivery",
-        )
+    run_worker(cron_app, ["celery"], 3)
+    wait_for(
+        lambda: (
+            _state(r, "slow-pub").get(CronStateField.SUPPRESSED) == "1"
+            and _state(r, "slow-pub").get(CronStateField.OUTCOME) == "success"
+        ),
+        timeout=20,
+        what="one run and one suppressed delivery",
+    )
+    run_worker.stop()
     assert ran == [WID]
     state = _state(r, "slow-pub")
     assert state[CronStateField.LAST_RUN_WINDOW] == WID
@@ -71,7 +65,7 @@ def test_takeover_after_a_slow_publish_runs_the_window_once(cron_app, broker_url
     assert r.exists(KEYS.cron_run("slow-pub", GLOBAL_TENANT, WID)) == 1
 
 
-def test_redelivered_message_of_a_plain_task_is_refused_by_claim_run(cron_app, r):
+def test_redelivered_message_of_a_plain_task_is_refused_by_claim_run(cron_app, r, run_worker):
     """A task that is not @cron (e.g. a beat_schedule entry) checks claim_run itself."""
     bodies: list[str] = []
     answers: list[bool] = []
@@ -84,13 +78,14 @@ def test_redelivered_message_of_a_plain_task_is_refused_by_claim_run(cron_app, r
             bodies.append(self.request.id)
 
     headers = {CronHeader.TASK: "plain", CronHeader.TENANT: GLOBAL_TENANT, CronHeader.WINDOW: WID}
-    with _worker(cron_app):
-        first = plain.apply_async(headers=headers, time_limit=30)
-        wait_for(lambda: len(answers) == 1, timeout=20, what="the first delivery")
-        plain.apply_async(headers=headers, time_limit=30)  # the same window delivered again
-        wait_for(lambda: len(answers) == 2, timeout=20, what="the second delivery")
-        plain.apply_async()  # no cron headers: an ordinary call always runs
-        wait_for(lambda: len(answers) == 3, timeout=20, what="the plain call")
+    run_worker(cron_app, ["celery"], 3)
+    first = plain.apply_async(headers=headers, time_limit=30)
+    wait_for(lambda: len(answers) == 1, timeout=20, what="the first delivery")
+    plain.apply_async(headers=headers, time_limit=30)  # the same window delivered again
+    wait_for(lambda: len(answers) == 2, timeout=20, what="the second delivery")
+    plain.apply_async()  # no cron headers: an ordinary call always runs
+    wait_for(lambda: len(answers) == 3, timeout=20, what="the plain call")
+    run_worker.stop()
     assert answers == [True, False, True]
     assert bodies[0] == first.id and len(bodies) == 2
     state = _state(r, "plain")

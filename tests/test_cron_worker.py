@@ -6,7 +6,6 @@ import threading
 import time
 from datetime import timedelta
 
-from celery.contrib.testing.worker import start_worker
 from support.cron import T0, make_engine, sends
 from support.polling import wait_for
 
@@ -19,17 +18,11 @@ MIN = timedelta(minutes=1)
 KEYS = Keys("cbtest")
 
 
-def _worker(app):
-    return start_worker(
-        app, pool="threads", concurrency=3, perform_ping_check=False, shutdown_timeout=10
-    )
-
-
 def _state(r, task_id, tenant=GLOBAL_TENANT):
     return r.hgetall(KEYS.cron_state(task_id, tenant))
 
 
-def test_runs_are_recorded_failures_diagnosed_and_fired_again(cron_app, r):
+def test_runs_are_recorded_failures_diagnosed_and_fired_again(cron_app, r, run_worker):
     ran: list[str] = []
 
     @cron("* * * * *", app=cron_app, id="good", name="w.good")
@@ -47,36 +40,37 @@ def test_runs_are_recorded_failures_diagnosed_and_fired_again(cron_app, r):
     r.sadd(KEYS.tenants(), "acme", "globex")
     engine = make_engine(cron_app)
     service = CronService(cron_app, clock=lambda: T0 + timedelta(seconds=30))
-    with _worker(cron_app):
-        engine.tick(T0 + timedelta(seconds=1))
-        wait_for(
-            lambda: (
-                _state(r, "good").get("outcome") == "success"
-                and _state(r, "bad").get("outcome") == "failure"
-                and _state(r, "tenanted", "globex").get("outcome") == "success"
-            ),
-            timeout=20,
-            what="the first window's runs to be recorded",
-        )
-        assert sorted(ran) == ["good", "tenant:acme", "tenant:globex"]
-        rows = {row.id: row for row in service.rows()}
-        assert rows["good"].last_outcome == "success"
-        assert rows["bad"].last_outcome == "failure"
-        assert "boom at the database" in rows["bad"].last_error
-        assert rows["good"].fired == 1 and rows["tenanted"].fired == 2
-        assert _state(r, "bad")["last_run_window"] == window_id(T0)
-        findings = service.diagnose()
-        (failing,) = [f for f in findings if f.kind == FindingKind.FAILING]
-        assert failing.subject == "bad" and "boom at the database" in failing.message
-        assert "good" not in {f.subject for f in findings}
-        # The worker released the in-flight keys: the next window fires everything again.
-        report = engine.tick(T0 + MIN + timedelta(seconds=1))
-        assert {f.task_id for f in report.fired} == {"good", "bad", "tenanted"}
-        wait_for(lambda: _state(r, "bad").get("failed") == "2", timeout=20, what="second failure")
-        wait_for(lambda: len(ran) == 6, timeout=20, what="second window's runs")
+    run_worker(cron_app, ["celery"], 3)
+    engine.tick(T0 + timedelta(seconds=1))
+    wait_for(
+        lambda: (
+            _state(r, "good").get("outcome") == "success"
+            and _state(r, "bad").get("outcome") == "failure"
+            and _state(r, "tenanted", "globex").get("outcome") == "success"
+        ),
+        timeout=20,
+        what="the first window's runs to be recorded",
+    )
+    assert sorted(ran) == ["good", "tenant:acme", "tenant:globex"]
+    rows = {row.id: row for row in service.rows()}
+    assert rows["good"].last_outcome == "success"
+    assert rows["bad"].last_outcome == "failure"
+    assert "boom at the database" in rows["bad"].last_error
+    assert rows["good"].fired == 1 and rows["tenanted"].fired == 2
+    assert _state(r, "bad")["last_run_window"] == window_id(T0)
+    findings = service.diagnose()
+    (failing,) = [f for f in findings if f.kind == FindingKind.FAILING]
+    assert failing.subject == "bad" and "boom at the database" in failing.message
+    assert "good" not in {f.subject for f in findings}
+    # The worker released the in-flight keys: the next window fires everything again.
+    report = engine.tick(T0 + MIN + timedelta(seconds=1))
+    assert {f.task_id for f in report.fired} == {"good", "bad", "tenanted"}
+    wait_for(lambda: _state(r, "bad").get("failed") == "2", timeout=20, what="second failure")
+    wait_for(lambda: len(ran) == 6, timeout=20, what="second window's runs")
+    run_worker.stop()
 
 
-def test_overlapping_singleton_is_skipped_and_recorded(cron_app, r):
+def test_overlapping_singleton_is_skipped_and_recorded(cron_app, r, run_worker):
     release = threading.Event()
     started = threading.Event()
 
@@ -86,18 +80,19 @@ def test_overlapping_singleton_is_skipped_and_recorded(cron_app, r):
         release.wait(20)
 
     engine = make_engine(cron_app)
-    with _worker(cron_app):
-        engine.tick(T0 + timedelta(seconds=1))
-        assert started.wait(20)
-        second = engine.tick(T0 + MIN + timedelta(seconds=1))
-        assert second.fired == ()
-        assert [(s.task_id, s.reason) for s in second.skipped] == [("long", "in-flight")]
-        state = _state(r, "long")
-        assert (state["skipped"], state["last_skip_reason"]) == ("1", "in-flight")
-        release.set()
-        wait_for(lambda: _state(r, "long").get("outcome") == "success", timeout=20)
-        third = engine.tick(T0 + 2 * MIN + timedelta(seconds=1))
-        assert [f.task_id for f in third.fired] == ["long"]
+    run_worker(cron_app, ["celery"], 3)
+    engine.tick(T0 + timedelta(seconds=1))
+    assert started.wait(20)
+    second = engine.tick(T0 + MIN + timedelta(seconds=1))
+    assert second.fired == ()
+    assert [(s.task_id, s.reason) for s in second.skipped] == [("long", "in-flight")]
+    state = _state(r, "long")
+    assert (state["skipped"], state["last_skip_reason"]) == ("1", "in-flight")
+    release.set()
+    wait_for(lambda: _state(r, "long").get("outcome") == "success", timeout=20)
+    third = engine.tick(T0 + 2 * MIN + timedelta(seconds=1))
+    assert [f.task_id for f in third.fired] == ["long"]
+    run_worker.stop()
 
 
 def test_run_now_and_window_firing_share_one_lock(cron_app, broker_url, r):
@@ -135,7 +130,7 @@ def test_run_now_and_window_firing_share_one_lock(cron_app, broker_url, r):
     assert state["fired"] == "5"
 
 
-def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r):
+def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r, run_worker):
     import pytest
 
     from celery_app.cron_tasks.service import CronUsageError
@@ -156,18 +151,21 @@ def test_run_now_is_recorded_as_manual_and_refuses_bad_requests(cron_app, r):
         service.run_now("per-tenant", "ghost")
     with pytest.raises(CronUsageError, match="not per-tenant"):
         service.run_now("nightly", "acme")
-    with _worker(cron_app):
-        result = service.run_now("per-tenant", "acme")
-        assert result.sent
-        waited = service.wait_for_run(result, timeout=20)
-        assert (waited.outcome, waited.source) == ("success", "recorded")
-        assert _state(r, "per-tenant", "acme")["manual"] == "1"
-        again = service.run_now("per-tenant", "acme")
-        assert not again.sent
-        assert "already fired by manual:" in again.message
+    run_worker(cron_app, ["celery"], 3)
+    result = service.run_now("per-tenant", "acme")
+    assert result.sent
+    waited = service.wait_for_run(result, timeout=20)
+    assert (waited.outcome, waited.source) == ("success", "recorded")
+    assert _state(r, "per-tenant", "acme")["manual"] == "1"
+    again = service.run_now("per-tenant", "acme")
+    assert not again.sent
+    assert "already fired by manual:" in again.message
+    run_worker.stop()
 
 
-def test_a_recording_worker_says_so_and_a_forced_run_now_runs_once_as_manual(cron_app, r):
+def test_a_recording_worker_says_so_and_a_forced_run_now_runs_once_as_manual(
+    cron_app, r, run_worker
+):
     """The worker marks itself in ``cron_recorders`` as it starts; while it is live, list and
     run --wait rely on records, and a run-now refused in a fired
     window runs with ``force`` as a manual run of its own, recorded as such."""
@@ -182,25 +180,26 @@ def test_a_recording_worker_says_so_and_a_forced_run_now_runs_once_as_manual(cro
     assert service.recording_workers() == []
     (row,) = service.rows()
     assert row.runs_recorded is False
-    with _worker(cron_app):
-        assert r.hlen(KEYS.cron_recorders()) == 1
-        service = CronService(cron_app, clock=lambda: T0 + timedelta(hours=5))
-        assert len(service.recording_workers()) == 1
-        first = service.run_now("nightly")
-        assert first.sent
-        assert service.wait_for_run(first, timeout=20).outcome == "success"
-        refused = service.run_now("nightly")
-        assert not refused.sent and "--force" in refused.message
-        forced = service.run_now("nightly", force=True)
-        assert forced.sent and forced.window != first.window
-        assert "." in forced.window  # to the microsecond: no scheduled window's id
-        waited = service.wait_for_run(forced, timeout=20)
-        assert (waited.outcome, waited.source) == ("success", "recorded")
-        state = _state(r, "nightly")
-        assert (state["last_run_window"], state["manual"]) == (forced.window, "1")
-        # a forced run takes no window or in-flight key: the scheduled windows are untouched
-        assert not r.exists(KEYS.cron_inflight("nightly", GLOBAL_TENANT))
-        assert not r.exists(KEYS.cron_window("nightly", GLOBAL_TENANT, forced.window))
+    run_worker(cron_app, ["celery"], 3)
+    assert r.hlen(KEYS.cron_recorders()) == 1
+    service = CronService(cron_app, clock=lambda: T0 + timedelta(hours=5))
+    assert len(service.recording_workers()) == 1
+    first = service.run_now("nightly")
+    assert first.sent
+    assert service.wait_for_run(first, timeout=20).outcome == "success"
+    refused = service.run_now("nightly")
+    assert not refused.sent and "--force" in refused.message
+    forced = service.run_now("nightly", force=True)
+    assert forced.sent and forced.window != first.window
+    assert "." in forced.window  # to the microsecond: no scheduled window's id
+    waited = service.wait_for_run(forced, timeout=20)
+    assert (waited.outcome, waited.source) == ("success", "recorded")
+    state = _state(r, "nightly")
+    assert (state["last_run_window"], state["manual"]) == (forced.window, "1")
+    # a forced run takes no window or in-flight key: the scheduled windows are untouched
+    assert not r.exists(KEYS.cron_inflight("nightly", GLOBAL_TENANT))
+    assert not r.exists(KEYS.cron_window("nightly", GLOBAL_TENANT, forced.window))
+    run_worker.stop()
     assert ran == ["x", "x"]
 
 

@@ -6,7 +6,6 @@ import json
 import time
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from support.partitions import dispatchers, tick_all
 from support.polling import wait_for
 
@@ -32,7 +31,9 @@ def build_app(settings):
 
 
 @pytest.mark.timeout(60)
-def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, settings, store, broker):
+def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(
+    r, keys, settings, store, broker, run_worker
+):
     app, _ = build_app(settings)
     now = time.time()
     for i in range(12):
@@ -48,37 +49,31 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
     # every job is due: dispatch at a clock 70 s ahead of their creation, in every partition
     each = dispatchers(app, r)
     slots = max(4, keys.partitions)  # at least one slot in every partition
-    with start_worker(
-        app,
-        pool="threads",
-        concurrency=slots,
-        perform_ping_check=False,
-        queues=QUEUES,
-        shutdown_timeout=20,
+    run_worker(app, QUEUES, slots)
+    # The real worker registers its slots itself (workers.worker_step), a share in every
+    # partition.
+    wait_for(
+        lambda: all(r.scard(part.region_workers("eu")) == 1 for part in keys.every_partition()),
+        20,
+        what="registration",
+    )
+    # The worker refills the slots it frees (workers.post_exec -> refill_after_run), so
+    # beat's ticks claim only part of the work; either way capacity is never exceeded.
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and not all(
+        read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)
     ):
-        # The real worker registers its slots itself (workers.worker_step), a share in every
-        # partition.
-        wait_for(
-            lambda: all(r.scard(part.region_workers("eu")) == 1 for part in keys.every_partition()),
-            20,
-            what="registration",
-        )
-        # The worker refills the slots it frees (workers.post_exec -> refill_after_run), so
-        # beat's ticks claim only part of the work; either way capacity is never exceeded.
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline and not all(
-            read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)
-        ):
-            tick_all(each, now)
-            # capacity: never more claimed and unfinished than the registered slots
-            leased = [part.leases("eu", lane) for part in keys.every_partition() for lane in (0, 1)]
-            assert sum(r.zcard(lease) for lease in leased) <= slots
-            time.sleep(0.05)
-        wait_for(
-            lambda: all(read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)),
-            timeout=20,
-            what="every job completed by the worker",
-        )
+        tick_all(each, now)
+        # capacity: never more claimed and unfinished than the registered slots
+        leased = [part.leases("eu", lane) for part in keys.every_partition() for lane in (0, 1)]
+        assert sum(r.zcard(lease) for lease in leased) <= slots
+        time.sleep(0.05)
+    wait_for(
+        lambda: all(read_job(r, keys, f"w{i}@eu").runs == 1 for i in range(12)),
+        timeout=20,
+        what="every job completed by the worker",
+    )
+    run_worker.stop()
     for i in range(12):
         job = read_job(r, keys, f"w{i}@eu")
         assert job.lease_token is None
@@ -92,7 +87,7 @@ def test_dispatched_checks_run_on_a_real_worker_and_come_back_due(r, keys, setti
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("path", ["redis-pipeline", "kombu-batch"])
-def test_both_batch_publishers_are_consumed_by_a_real_worker(settings, broker, path):
+def test_both_batch_publishers_are_consumed_by_a_real_worker(settings, broker, path, run_worker):
     app, seen = build_app(settings)
     publisher = (
         RedisBatchPublisher(settings.effective_broker_url)
@@ -111,13 +106,7 @@ def test_both_batch_publishers_are_consumed_by_a_real_worker(settings, broker, p
     ]
     ids = publisher.publish(messages)
     assert len(set(ids)) == 50
-    with start_worker(
-        app,
-        pool="threads",
-        concurrency=2,
-        perform_ping_check=False,
-        queues=QUEUES,
-        shutdown_timeout=20,
-    ):
-        wait_for(lambda: len(seen) == 50, timeout=30, what="50 echo tasks")
+    run_worker(app, QUEUES, 2)
+    wait_for(lambda: len(seen) == 50, timeout=30, what="50 echo tasks")
+    run_worker.stop()
     assert sorted(seen) == sorted(f"m{i}" for i in range(50))

@@ -17,7 +17,6 @@ from collections import defaultdict
 from datetime import timedelta
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 from redis.commands.core import Script
 from redis.crc import key_slot
 from support.cron import T0, make_engine, store_of
@@ -194,7 +193,7 @@ def _assert_one_slot(calls: dict[str, list[list[str]]]) -> None:
             assert slots == {slot}, (name, sorted(keys)[:5], slots)
 
 
-def _exercise_check_half(r, settings, test_kind: str) -> Keys:
+def _exercise_check_half(r, settings, test_kind: str, run_worker) -> Keys:
     """Every step of the check half once: create, rate limit, dispatch and run on a real
     worker, update, disable, enable, delete, repair, a late tick (reap, promote)."""
     app = create_app(settings)
@@ -216,17 +215,16 @@ def _exercise_check_half(r, settings, test_kind: str) -> Keys:
     dispatchers = [Dispatcher(app, client=r, partition=p) for p in range(keys.partitions)]
     queues = [check_queue("eu", "fast"), check_queue("eu", "slow")]
     slots = max(2, keys.partitions)  # a slot for every partition (workers.roles shares them out)
-    with start_worker(
-        app, pool="threads", concurrency=slots, perform_ping_check=False, queues=queues
-    ):
-        wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
+    run_worker(app, queues, slots)
+    wait_for(lambda: r.scard(keys.region_workers("eu")) == 1, 20, what="registration")
 
-        def all_ran() -> bool:
-            for dispatcher in dispatchers:
-                dispatcher.tick(now)
-            return all(read_job(r, keys, f"s{i}@eu").runs >= 1 for i in range(6))
+    def all_ran() -> bool:
+        for dispatcher in dispatchers:
+            dispatcher.tick(now)
+        return all(read_job(r, keys, f"s{i}@eu").runs >= 1 for i in range(6))
 
-        wait_for(all_ran, 40, interval=0.05, what="every eu job run by the worker")
+    wait_for(all_ran, 40, interval=0.05, what="every eu job run by the worker")
+    run_worker.stop()
     store.update("s0", period=120)
     store.set_enabled("s1", False)
     store.set_enabled("s1", True)
@@ -238,8 +236,10 @@ def _exercise_check_half(r, settings, test_kind: str) -> Keys:
 
 
 @pytest.mark.timeout(90)
-def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, test_kind, broker):
-    keys = _exercise_check_half(r, settings, test_kind)
+def test_every_check_script_call_touches_one_slot(
+    tagged_calls, r, settings, test_kind, broker, run_worker
+):
+    keys = _exercise_check_half(r, settings, test_kind, run_worker)
     if keys.partitions > 1:
         pytest.skip("the suite runs partitioned: the test below covers it")
     seen = set(tagged_calls)
@@ -251,13 +251,13 @@ def test_every_check_script_call_touches_one_slot(tagged_calls, r, settings, tes
 
 @pytest.mark.timeout(120)
 def test_partitioned_every_script_call_touches_one_slot_of_one_partition(
-    tagged_calls, r, redis_url, broker_url, test_kind, broker
+    tagged_calls, r, redis_url, broker_url, test_kind, broker, run_worker
 ):
     settings = load_settings(
         redis_url=redis_url, broker_url=broker_url, key_prefix="cbtest", regions=["eu", "us"],
         check_partitions=4,
     )  # fmt: skip
-    keys = _exercise_check_half(r, settings, test_kind)
+    keys = _exercise_check_half(r, settings, test_kind, run_worker)
     partition_slots = {key_slot(part.due().encode()) for part in keys.every_partition()}
     seen = set(tagged_calls)
     assert {"store", "due", "promote", "top", "claim", "complete"} <= seen, seen
@@ -274,7 +274,7 @@ def test_partitioned_every_script_call_touches_one_slot_of_one_partition(
 
 
 @pytest.mark.timeout(60)
-def test_every_cron_script_call_touches_one_slot(tagged_calls, cron_app, r):
+def test_every_cron_script_call_touches_one_slot(tagged_calls, cron_app, r, run_worker):
     ran: list[str] = []
 
     @cron("* * * * *", app=cron_app, id="slots", name="slots.task")
@@ -288,17 +288,16 @@ def test_every_cron_script_call_touches_one_slot(tagged_calls, cron_app, r):
     store.claim([req], now=T0, owner="beat:slow")  # claimed, never confirmed: taken over
     CronPublisher(cron_app, settings_of(cron_app).cron_grace).publish([req])
     make_engine(cron_app, owner="engine-2").take_over(T0 + timedelta(seconds=30))
-    with start_worker(
-        cron_app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=10
-    ):
-        wait_for(
-            lambda: (
-                r.hget(store.keys.cron_state("slots", GLOBAL_TENANT), CronStateField.OUTCOME)
-                == "success"
-            ),
-            20,
-            what="the window run once",
-        )
+    run_worker(cron_app, ["celery"], 2)
+    wait_for(
+        lambda: (
+            r.hget(store.keys.cron_state("slots", GLOBAL_TENANT), CronStateField.OUTCOME)
+            == "success"
+        ),
+        20,
+        what="the window run once",
+    )
+    run_worker.stop()
     gap = (req.task, T0 + timedelta(minutes=1), T0 + timedelta(minutes=5))
     assert store.record_gaps([gap], T0 + timedelta(minutes=6), "test") == 1
     CronService(cron_app, clock=lambda: T0 + timedelta(minutes=6)).diagnose()

@@ -318,6 +318,23 @@ def test_tests_never_import_bench():
     assert not offenders, offenders
 
 
+def test_in_process_workers_come_from_the_fixtures():
+    """An in-process worker is pytest-celery's ``celery_worker`` (one for the test, on the app
+    ``celery_app`` names) or the ``run_worker`` factory (started and stopped inside a test, on
+    the queues it names); both wrap ``celery.contrib.testing.worker.start_worker``, and only
+    the plugin that defines them calls it. Where a process is what is tested, a test starts a
+    real one (``start_worker_process``)."""
+    offenders = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.name == "worker_fixtures.py":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "celery.contrib.testing.worker":
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, offenders
+
+
 def test_the_fixture_rule_itself(tmp_path):
     """The rule refuses what its docstring forbids (so the scan above can fail)."""
     files = {
