@@ -43,7 +43,7 @@ from celery_app.cron_tasks.runtime import RuntimeStore
 from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.task_sources import all_tasks
 from celery_app.cron_tasks.tenants_provider import resolve_tenants
-from celery_app.factory import settings_of
+from celery_app.factory import runs_checkbeat_tasks, settings_of
 from celery_app.metrics import record as metrics
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
@@ -99,13 +99,15 @@ def _wakeable(driver: Driver) -> TypeGuard[WakeableDriver]:
 def build_drivers(app: Any) -> list[Driver]:
     """Every driver beat runs for ``app``: the check dispatcher of each partition of the check
     half (every beat dispatches every partition; their claims are atomic), and the cron
-    monitor (``beat.cron_monitor``: given its tasks by setup)."""
+    monitor (``beat.cron_monitor``: given its tasks by setup) where the app's workers can
+    deliver the transitions it makes (:func:`~celery_app.factory.runs_checkbeat_tasks`)."""
     first = Dispatcher(app)
     rest = [
         Dispatcher(app, partition=p, publisher=first.publisher)
         for p in range(1, first.keys.partitions)
     ]
-    return [first, *rest, CronMonitor(app)]
+    monitor = [CronMonitor(app)] if runs_checkbeat_tasks(app) else []
+    return [first, *rest, *monitor]
 
 
 @dataclass

@@ -256,6 +256,25 @@ def installed(app: Celery) -> bool:
     return bool(getattr(app, _INSTALLED, False))
 
 
+def app_modules(app: Any) -> list[str]:
+    """The modules ``app`` names in its ``imports`` and ``include`` settings."""
+    conf = app.conf
+    found: list[str] = []
+    for key in ("imports", "include"):
+        value = conf.get(key) or ()
+        found.extend([value] if isinstance(value, str) else list(value))
+    return [m for m in found if isinstance(m, str)]
+
+
+def runs_checkbeat_tasks(app: Any) -> bool:
+    """Whether the workers of ``app`` know checkbeat's tasks (a check's run, a transition's
+    delivery): :func:`install` was called, or the app imports them itself (checkbeat's own
+    app). A project that only set ``beat_scheduler`` has plain workers: a transition sent to
+    them would be discarded as an unregistered task."""
+    workers = {m for m in BUILTIN_TASK_MODULES if m.startswith("workers.")}
+    return installed(app) or bool(set(app_modules(app)) & workers)
+
+
 def _complete_conf(sender: Celery, **_: Any) -> None:
     """Add the cron router and the scheduler to a configured app (again after a reload)."""
     conf = sender.conf

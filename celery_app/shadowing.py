@@ -185,29 +185,21 @@ def needed_by(app: Any, *, runs_beat: bool) -> list[str]:
     """checkbeat's packages a process of ``app`` imports: ``celery_app`` and
     ``scheduling_core`` always, ``workers`` where the app imports checkbeat's worker modules
     (``install(app)``, checkbeat's own app), ``beat`` where it runs checkbeat's scheduler."""
-    from celery_app.factory import BUILTIN_TASK_MODULES, installed
+    from celery_app.factory import runs_checkbeat_tasks
 
     names = ["celery_app", "scheduling_core"]
-    modules = set(_modules_of(app))
-    if installed(app) or modules & set(BUILTIN_TASK_MODULES):
+    if runs_checkbeat_tasks(app):
         names.append("workers")
     if runs_beat and uses_cron_scheduler(app):
         names.append("beat")
     return names
 
 
-def _modules_of(app: Any) -> list[str]:
-    conf = app.conf
-    found: list[str] = []
-    for key in ("imports", "include"):
-        value = conf.get(key) or ()
-        found.extend([value] if isinstance(value, str) else list(value))
-    return [m for m in found if isinstance(m, str)]
-
-
 def app_clashes(app: Any, *, runs_beat: bool) -> list[NameClash]:
     """:func:`clashes` for a process of ``app`` under Celery's command line."""
-    cwd_imports = [m.split(".", 1)[0] for m in _modules_of(app)]
+    from celery_app.factory import app_modules
+
+    cwd_imports = [m.split(".", 1)[0] for m in app_modules(app)]
     return clashes(
         needed_by(app, runs_beat=runs_beat),
         cwd_imports=[n for n in cwd_imports if n in PACKAGES],

@@ -203,3 +203,28 @@ def test_setup_moves_what_beat_loaded_out_of_the_collectors_sight(cron_app, monk
     finally:
         sched.close()
         gc.unfreeze()
+
+
+def test_the_cron_monitor_runs_only_where_the_workers_can_deliver_its_transitions(
+    broker_url, redis_url, monkeypatch
+):
+    """A project that only set ``beat_scheduler`` has plain workers: a transition of a watched
+    cron task would reach them as an unregistered task and be discarded, so beat watches
+    nothing there. ``install(app)`` and checkbeat's own app have workers that deliver."""
+    from celery import Celery
+
+    from beat.cron_monitor import CronMonitor
+    from celery_app.factory import install
+
+    monkeypatch.setenv("CHECKBEAT_REDIS_URL", redis_url)
+    monkeypatch.setenv("CHECKBEAT_KEY_PREFIX", "cbtest")
+
+    def monitors(app) -> int:
+        return sum(isinstance(d, CronMonitor) for d in scheduler_module.build_drivers(app))
+
+    plain = Celery("proj", broker=broker_url, set_as_current=False)
+    plain.conf.beat_scheduler = "beat:CronScheduler"
+    plain.conf.imports = ["celery_app.cron_tasks.recording"]  # its workers record cron runs
+    assert monitors(plain) == 0
+    assert monitors(install(plain)) == 1
+    assert monitors(create_app(load_settings(redis_url=redis_url, broker_url=broker_url))) == 1
