@@ -29,6 +29,7 @@ UID = "cron.nightly"
 ENV = {
     "CHECKBEAT_IMPORTS": "transition_hooks,cron_monitor_tasks",
     "CHECKBEAT_TRANSITION_QUEUE": HOOK_QUEUE,
+    "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",  # the notification receiver is on 127.0.0.1
     "CHECKBEAT_DISPATCH_INTERVAL": "0.2",
     "CHECKBEAT_CRON_GRACE": "1",
     "PYTHONPATH": f"{REPO}:{REPO / 'tests'}",

@@ -28,6 +28,7 @@ TOKEN = "hb-token-0123456789abcdef"
 ENV = {
     "CHECKBEAT_IMPORTS": "transition_hooks",
     "CHECKBEAT_TRANSITION_QUEUE": HOOK_QUEUE,
+    "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",  # the notification receiver is on 127.0.0.1
     "CHECKBEAT_DISPATCH_INTERVAL": "0.2",
     "PYTHONPATH": f"{REPO}:{REPO / 'tests'}",
 }

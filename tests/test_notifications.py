@@ -44,7 +44,12 @@ def deliverer(request, make_app, run_worker, test_kind):
     """A worker consuming the transition queue (short backoff: retries 1 s, 2 s, ...; settings
     overridden by an indirect parameter); returns a function that makes one transition of check
     ``uid`` in region eu and publishes it."""
-    overrides = {"transition_timeout": 10, **getattr(request, "param", {})}
+    # the receivers listen on 127.0.0.1: private addresses allowed unless a test says otherwise
+    overrides = {
+        "transition_timeout": 10,
+        "allow_private_targets": True,
+        **getattr(request, "param", {}),
+    }
     app = make_app(regions=["eu", "us", "ap"], transition_queue=QUEUE, **overrides)
     settings = settings_of(app)
     keys = state_keys(settings)
@@ -119,6 +124,40 @@ def test_each_transition_reaches_every_target_once_signed_slack_shaped_and_email
     text = cli("transitions", "web")
     assert text.count(" sent at ") == 6
     assert SECRET not in text and "slacktoken1234" not in json.dumps(rows)
+
+
+@pytest.mark.parametrize("deliverer", [{"allow_private_targets": False}], indirect=True)
+def test_a_target_on_a_private_address_is_refused_by_the_worker_and_nothing_is_sent(
+    cli, r, store, deliverer, http_receiver, smtp_receiver
+):
+    """A target is a tenant's URL, as a probe's target is: the worker that delivers resolves
+    it under the same guard, by address or by a name resolving to one (``localhost``), for the
+    signed webhook and for Apprise's HTTP and SMTP clients alike. Nothing reaches the receivers,
+    each refusal is recorded, and the check's hooks still run."""
+    port = http_receiver.port
+    add_check(cli)
+    hooked: list[str] = []
+    on_transition(lambda t: hooked.append(t.id), name="count", app=deliverer.app)
+    urls = {
+        "signed": f"checkbeat+webhook://127.0.0.1:{port}/signed?secret={SECRET}",
+        "named": f"json://localhost:{port}/named",
+        "mail": f"mailto://127.0.0.1:{smtp_receiver.port}?from=cb@example.com&to=o@example.com",
+    }
+    for target_id, url in urls.items():
+        cli("notify", "add", "--check", "web", "--url", url, "--id", target_id)
+
+    made = deliverer(r, store, "web", ok=False)
+
+    def refused() -> dict:
+        outcomes = read_outcomes(r, deliverer.keys, made)
+        return outcomes if len(outcomes) == len(urls) else {}
+
+    outcomes = wait_for(refused, 20, what="the three refusals recorded")
+    for target_id, outcome in outcomes.items():
+        assert not outcome.ok, target_id
+        assert "TargetRefused" in outcome.error and "a loopback address" in outcome.error
+    assert http_receiver.received == [] and smtp_receiver.messages == []
+    wait_for(lambda: made in hooked, 20, what="the check's hooks run all the same")
 
 
 def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target_twice(

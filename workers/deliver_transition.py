@@ -23,6 +23,7 @@ from celery.exceptions import Reject
 
 from celery_app.checks.notify import (
     NotifyStore,
+    NotifyTarget,
     Outcome,
     hooks_done,
     read_outcomes,
@@ -45,6 +46,7 @@ from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import DeliveryOutcome, Keys, TransitionStart
 from celery_app.registry import registry_of
 from celery_app.settings import Settings
+from workers.target_guard import AddressPolicy, TargetRefused, vetted_resolution
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +144,25 @@ def deliver_transition(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"transition": transition_id, "delivered": len(hooks)}
 
 
+def send_vetted(
+    target: NotifyTarget,
+    transition: Transition,
+    payload: str,
+    timeout: float,
+    policy: AddressPolicy,
+) -> None:
+    """:func:`~celery_app.checks.notify_send.send`, reaching only the addresses a probe may (a
+    target is a tenant's URL as a probe's target is); a refusal is raised as such, whatever
+    the client made of it."""
+    with vetted_resolution(policy) as vetting:
+        try:
+            send(target, transition, payload, timeout=timeout)
+        except Exception:
+            if vetting.refused:
+                raise TargetRefused(vetting.refused[0]) from None
+            raise
+
+
 def notify_targets(
     client: Any, keys: Keys, settings: Settings, transition: Transition, payload: str
 ) -> list[str]:
@@ -152,6 +173,7 @@ def notify_targets(
     if not targets:
         return []
     before = read_outcomes(client, keys, transition.id)
+    policy = AddressPolicy.from_settings(settings)
     failures: list[str] = []
     for target in targets:
         previous = before.get(target.id)
@@ -159,7 +181,7 @@ def notify_targets(
             continue
         error: str | None = None
         try:
-            send(target, transition, payload, timeout=settings.transition_timeout / 2)
+            send_vetted(target, transition, payload, settings.transition_timeout / 2, policy)
         except Exception as exc:
             error = scrubbed_error(f"{type(exc).__name__}: {exc}", target)
             failures.append(f"{target.id} ({target.shown}): {error}")

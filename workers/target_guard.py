@@ -14,9 +14,12 @@ what it carries would be (``2002:7f00:1::1`` is loopback by another name).
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,14 +137,14 @@ def refusal_reason(address: IPAddress) -> str | None:
 
 
 def vet_address(address: IPAddress, host: str, policy: AddressPolicy) -> IPAddress:
-    """Return ``address`` if the policy lets probes reach it, else raise TargetRefused."""
+    """Return ``address`` if the policy lets workers reach it, else raise TargetRefused."""
     if policy.allow_private or address in policy.allowed:
         return address
     reason = refusal_reason(address)
     if reason is not None:
         shown = host if host == str(address) else f"{host} ({address})"
         raise TargetRefused(
-            f"target {shown} is {reason}; probes only reach public addresses "
+            f"target {shown} is {reason}; workers only reach public addresses "
             "unless CHECKBEAT_ALLOW_PRIVATE_TARGETS is set"
         )
     return address
@@ -256,3 +259,61 @@ def connect_vetted(
             f"(tried {tried} of {len(addresses)})"
         ) from last_error
     raise last_error
+
+
+@dataclass
+class Vetting:
+    """A :func:`vetted_resolution` block's policy, and what it refused (a client library may
+    catch the TargetRefused and report a failure of its own: the refusal says why)."""
+
+    policy: AddressPolicy
+    refused: list[str]
+
+
+#: The vetting under which this context resolves (None: unguarded). A context variable, not a
+#: thread-local: Apprise runs each send on its executor in a copy of the caller's context.
+_vetting: contextvars.ContextVar[Vetting | None] = contextvars.ContextVar(
+    "checkbeat_vetting", default=None
+)
+_system_getaddrinfo = socket.getaddrinfo
+_install_lock = threading.Lock()
+
+
+def _vetted_getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+    """``socket.getaddrinfo``, whose every answer is vetted inside :func:`vetted_resolution`
+    (elsewhere: unchanged)."""
+    answers = _system_getaddrinfo(host, port, *args, **kwargs)
+    vetting = _vetting.get()
+    if vetting is not None:
+        shown = host.decode() if isinstance(host, bytes) else str(host)
+        for *_, sockaddr in answers:
+            text = str(sockaddr[0]).split("%", 1)[0]  # an IPv6 zone is no part of the address
+            try:
+                vet_address(ipaddress.ip_address(text), shown, vetting.policy)
+            except TargetRefused as exc:
+                vetting.refused.append(str(exc))
+                raise
+    return answers
+
+
+@contextmanager
+def vetted_resolution(policy: AddressPolicy) -> Iterator[Vetting]:
+    """Within the block, every name or address this context resolves, by whatever client
+    (Apprise's HTTP and SMTP clients, through ``socket.getaddrinfo``), is vetted as a probe's
+    target is: a refused one raises TargetRefused before any connection, and is listed in the
+    :class:`Vetting` the block gets.
+
+    Why: a notification target is a tenant's URL too, and a client library connects where it
+    resolves, so the guard sits where every client resolves. A literal address goes through
+    ``getaddrinfo`` as well (urllib3 and smtplib both call it), and the connection is made to
+    the answers vetted, with no second lookup for a rebinding DNS server to answer.
+    """
+    with _install_lock:
+        if socket.getaddrinfo is not _vetted_getaddrinfo:
+            socket.getaddrinfo = _vetted_getaddrinfo
+    vetting = Vetting(policy, [])
+    token = _vetting.set(vetting)
+    try:
+        yield vetting
+    finally:
+        _vetting.reset(token)
