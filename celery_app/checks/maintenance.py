@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_app.checks.scoped_store import (
+    ScopedKind,
     ScopedStore,
     decode_scope,
     read_for_check,
@@ -152,17 +153,9 @@ class MaintenanceStore(ScopedStore[Window]):
     """Add, remove and list windows; read the windows that apply to a check. Every write moves
     ``Keys.maintenance_version``, so workers keep the windows they read until it moves."""
 
-    def key(self, scope: str) -> str:
-        return self.keys.maintenance(scope)
-
-    def scopes_key(self) -> str:
-        return self.keys.maintenance_scopes()
-
-    def item(self, item_id: str, scope: str, text: str) -> Window:
-        return Window.from_json(item_id, scope, text)
-
-    def version_key(self, keys: Keys) -> str:
-        return keys.maintenance_version()
+    kind = ScopedKind(
+        Keys.maintenance, Keys.maintenance_scopes, Window.from_json, Keys.maintenance_version
+    )
 
 
 def windows_for_check(client: Any, keys: Keys, uid: str, tenant: str) -> list[Window]:

@@ -35,7 +35,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from celery_app.checks.redaction import MASK, check_secrets, redact_target, scrub
-from celery_app.checks.scoped_store import ScopedStore, validated_id, validated_scope
+from celery_app.checks.scoped_store import ScopedKind, ScopedStore, validated_id, validated_scope
 from celery_app.errors import CheckFieldError
 from celery_app.names import refused_characters
 from celery_app.redis.schema import HOOKS_DONE, NOTIFY_RECORD_TTL_S, Keys, NotifyOutcomeField
@@ -255,14 +255,7 @@ class NotifyStore(ScopedStore[NotifyTarget]):
     """Add, remove and list targets; read the targets a check's transitions go to (the
     delivery reads them once per delivery: no version to cache them by)."""
 
-    def key(self, scope: str) -> str:
-        return self.keys.notify_targets(scope)
-
-    def scopes_key(self) -> str:
-        return self.keys.notify_scopes()
-
-    def item(self, item_id: str, scope: str, text: str) -> NotifyTarget:
-        return NotifyTarget.from_json(item_id, scope, text)
+    kind = ScopedKind(Keys.notify_targets, Keys.notify_scopes, NotifyTarget.from_json)
 
 
 # --- the record of each delivery --------------------------------------------------------------

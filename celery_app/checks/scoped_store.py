@@ -6,7 +6,7 @@ items are one hash, item id -> the item's JSON, and a set names the scopes that 
 live in the first partition of the check half, whatever partition the keys given name: a
 tenant's items belong to no one check, and they are read outside the run's scripts. A store
 names its two keys (from ``redis/schema.py``), how an item is read back and, when workers cache
-what they read, the version key every write moves (:meth:`ScopedStore.version_key`).
+what they read, the version key every write moves (:class:`ScopedKind`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import secrets
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from celery_app.errors import CheckFieldError, CheckNotFound
@@ -85,51 +86,56 @@ def read_for_check(
     return items
 
 
+@dataclass(frozen=True)
+class ScopedKind(Generic[Item]):
+    """What a store keeps: its keys (``Keys`` methods) and how an item is read back."""
+
+    #: The hash of one scope's items.
+    key: Callable[[Keys, str], str]
+    #: The set of the scopes that hold items.
+    scopes_key: Callable[[Keys], str]
+    #: The item stored as JSON text, from its id, its scope and the text.
+    item: Callable[[str, str, str], Item]
+    #: The key in a partition whose random token every write replaces, so readers may cache
+    #: the items until it moves (None: no reader caches them).
+    version_key: Callable[[Keys], str] | None = None
+
+
 class ScopedStore(Generic[Item]):
-    """Add, remove and list items; read the items that apply to a check. A subclass names
-    :meth:`key`, :meth:`scopes_key`, :meth:`item` and, if any, :meth:`version_key`."""
+    """Add, remove and list items; read the items that apply to a check. A subclass sets
+    :attr:`kind`."""
+
+    kind: ScopedKind[Item]
 
     def __init__(self, client: Any, keys: Keys) -> None:
         self.redis = client
         self.keys = keys.at(0)  # items and scopes live in the first partition
 
     def key(self, scope: str) -> str:
-        """The hash of one scope's items."""
-        raise NotImplementedError
+        return self.kind.key(self.keys, scope)
 
     def scopes_key(self) -> str:
-        """The set of the scopes that hold items."""
-        raise NotImplementedError
-
-    def item(self, item_id: str, scope: str, text: str) -> Item:
-        """The item stored as ``text``."""
-        raise NotImplementedError
-
-    def version_key(self, keys: Keys) -> str | None:
-        """The key in ``keys``' partition whose random token every write replaces (None: no
-        reader caches the items)."""
-        return None
+        return self.kind.scopes_key(self.keys)
 
     def decode(self, scope: str, h: Mapping[str, str]) -> builtins.list[Item]:
-        return decode_scope(self.item, scope, h)
+        return decode_scope(self.kind.item, scope, h)
 
     def _bump(self, pipe: Any) -> str | None:
         """Queue a new version in the first partition, in the transaction that writes the
         items; :meth:`_spread` gives the others the same after it."""
-        key = self.version_key(self.keys)
-        if key is None:
+        if self.kind.version_key is None:
             return None
         version = secrets.token_hex(8)
-        pipe.set(key, version)
+        pipe.set(self.kind.version_key(self.keys), version)
         return version
 
     def _spread(self, version: str | None) -> None:
         """Every other partition's version moves after the items are written: a run that
         reads its partition's version then reads the items never keeps stale ones."""
-        if version is None:
+        if version is None or self.kind.version_key is None:
             return
         for part in self.keys.every_partition()[1:]:
-            self.redis.set(self.version_key(part), version)
+            self.redis.set(self.kind.version_key(part), version)
 
     def add(self, item: Item) -> Item:
         """Store a validated item; a check scope must name an existing check."""
