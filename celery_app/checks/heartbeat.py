@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -143,9 +144,9 @@ def record_ping(
     result = PingResult(uid, ping.kind)
     if not defn.enabled:
         return result
-    params = Params.from_settings(settings)
+    writer = _Writer(client, keys, settings, Params.from_settings(settings))
     for job_id in defn.job_ids():
-        done = _ping_job(client, keys, settings, params, defn, job_id, ping)
+        done = _ping_job(writer, defn, job_id, ping)
         if done is not None:
             written, transition = done
             result = PingResult(
@@ -169,29 +170,90 @@ def _read(client: Any, keys: Keys, job_id: str, planner: HealthPlanner) -> tuple
     return h, from_time_reply(time_reply)
 
 
-def _ping_job(
-    client: Any,
-    keys: Keys,
-    settings: Settings,
-    params: Params,
-    defn: CheckDefinition,
-    job_id: str,
-    ping: Ping,
-) -> tuple[bool, str | None] | None:
+#: What a ping or a miss wrote of one job: (whether it wrote a run, the transition it made), or
+#: None when it wrote nothing (the job gone, no longer late, or changing at every read).
+_Done = tuple[bool, str | None] | None
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A run to write with ``complete.lua``: its record, the job's next deadline and the
+    periods a miss passed over."""
+
+    job: JobState
+    record: RunRecord
+    deadline: datetime
+    passed: int = 0
+
+
+#: Plans a write from the job hash as read and Redis's time: a run, or what to answer at once.
+_Plan = Callable[[dict[str, str], float], _Planned | _Done]
+
+
+@dataclass(frozen=True)
+class _Writer:
+    """The guarded read-plan-write of every ping and every miss, in ``keys``' partition."""
+
+    client: Any
+    keys: Keys
+    settings: Settings
+    params: Params
+
+    def record(self, what: str, job_id: str, result: State, plan: _Plan) -> _Done:
+        """Read the job (with Redis's time and the maintenance version), plan from it and
+        write the run guarded by what was read; read and plan again when the job changed
+        meanwhile, at most ``_ATTEMPTS`` times. ``result``: the state the run reports."""
+        for _ in range(_ATTEMPTS):
+            planner = HealthPlanner(self.client, self.keys, self.settings, result)
+            h, now_s = _read(self.client, self.keys, job_id, planner)
+            if not h:
+                return None  # disabled or deleted meanwhile
+            planned = plan(h, now_s)
+            if not isinstance(planned, _Planned):
+                return planned
+            done = self._write(h, planner, planned)
+            if done is not None:
+                return done
+        log.warning("checkbeat: %s of %s not recorded: its job kept changing", what, job_id)
+        return None
+
+    def _write(self, h: dict[str, str], planner: HealthPlanner, planned: _Planned) -> _Done:
+        """One guarded ``complete.lua`` write of a ping or a miss; None when the job changed
+        since it was read (read again)."""
+        job, record, deadline = planned.job, planned.record, planned.deadline
+        now = from_unix(record.finished_at)
+        state = self.params.post_exec(
+            job.post_exec_input(
+                duration_ms=record.duration_ms or 0.0,
+                timed_out=False,
+                exec_start=None,
+                next_scheduled_at=deadline,
+            )
+        )
+        health = planner(job, now)
+        record = record.in_lane(job.lane)
+        if health.maintenance_until is not None:
+            record = record.in_maintenance()
+        run = CompletedRun(job.job_id, None, state, deadline, record, health, planned.passed)
+        guard = ReadGuard.of(h, planner.version)
+        pipe = self.client.pipeline(transaction=False)
+        CompleteCall.of(self.keys, run, self.settings.results_history, guard).queue(pipe)
+        pipe.zrem(self.keys.heartbeats_late(), job.job_id)
+        reply, _ = pipe.execute()
+        return completion_reply(reply)
+
+
+def _ping_job(writer: _Writer, defn: CheckDefinition, job_id: str, ping: Ping) -> _Done:
     pings = defn.heartbeat()
     assert pings is not None
-    result = State.DOWN if ping.kind == PingKind.FAIL else State.UP
-    for _ in range(_ATTEMPTS):
-        planner = HealthPlanner(client, keys, settings, result)
-        h, now_s = _read(client, keys, job_id, planner)
-        if not h:
-            return None  # disabled or deleted meanwhile
+
+    def plan(h: dict[str, str], now_s: float) -> _Planned | _Done:
         job = JobState.from_hash(job_id, h)
         now = from_unix(now_s)
         if ping.kind == PingKind.START:
             _start(
-                client,
-                keys,
+                writer.client,
+                writer.keys,
                 job,
                 now_s,
                 pings.deadline_after_start(now, from_unix(job.scheduled_at)),
@@ -199,12 +261,10 @@ def _ping_job(
             return False, None
         started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         record = _ping_record(job, ping, now_s, started)
-        deadline = pings.deadline_after_success(now)
-        done = _write(client, keys, settings, params, job, h, planner, record, deadline, 0)
-        if done is not None:
-            return done
-    log.warning("checkbeat: ping of %s not recorded: its job kept changing", job_id)
-    return None
+        return _Planned(job, record, pings.deadline_after_success(now))
+
+    result = State.DOWN if ping.kind == PingKind.FAIL else State.UP
+    return writer.record("ping", job_id, result, plan)
 
 
 def _start(client: Any, keys: Keys, job: JobState, now_s: float, deadline: datetime) -> None:
@@ -250,49 +310,13 @@ def _ping_record(job: JobState, ping: Ping, now_s: float, started: float | None)
     )
 
 
-def _write(
-    client: Any,
-    keys: Keys,
-    settings: Settings,
-    params: Params,
-    job: JobState,
-    h: dict[str, str],
-    planner: HealthPlanner,
-    record: RunRecord,
-    deadline: datetime,
-    passed: int,
-) -> tuple[bool, str | None] | None:
-    """One guarded ``complete.lua`` write of a ping or a miss; None when the job changed since
-    it was read (read again)."""
-    now = from_unix(record.finished_at)
-    state = params.post_exec(
-        job.post_exec_input(
-            duration_ms=record.duration_ms or 0.0,
-            timed_out=False,
-            exec_start=None,
-            next_scheduled_at=deadline,
-        )
-    )
-    health = planner(job, now)
-    record = record.in_lane(job.lane)
-    if health.maintenance_until is not None:
-        record = record.in_maintenance()
-    run = CompletedRun(job.job_id, None, state, deadline, record, health, passed)
-    guard = ReadGuard.of(h, planner.version)
-    pipe = client.pipeline(transaction=False)
-    CompleteCall.of(keys, run, settings.results_history, guard).queue(pipe)
-    pipe.zrem(keys.heartbeats_late(), job.job_id)
-    reply, _ = pipe.execute()
-    return completion_reply(reply)
-
-
 def record_late(client: Any, keys: Keys, settings: Settings, now_s: float) -> list[str]:
     """Record a miss for every heartbeat job of ``keys``' partition whose deadline passed
     (``Keys.heartbeats_late``) and place it at its next deadline: beat's dispatcher, once a
     tick. The transitions made (to publish)."""
     late = client.zrangebyscore(keys.heartbeats_late(), "-inf", repr(now_s), 0, LATE_BATCH)
     transitions: list[str] = []
-    params = Params.from_settings(settings)
+    writer = _Writer(client, keys, settings, Params.from_settings(settings))
     definitions: dict[str, CheckDefinition | None] = {}
     for job_id in late:
         uid = split_job_id(job_id)[0]
@@ -300,7 +324,7 @@ def record_late(client: Any, keys: Keys, settings: Settings, now_s: float) -> li
             h = client.hgetall(keys.check(uid))
             definitions[uid] = decode_check(uid, h).definition if h else None
         defn = definitions[uid]
-        done = None if defn is None else _miss(client, keys, settings, params, defn, job_id)
+        done = None if defn is None else _miss(writer, defn, job_id)
         if done is None:
             client.zrem(keys.heartbeats_late(), job_id)  # gone, or a ping moved it on
         elif done[1]:
@@ -308,21 +332,13 @@ def record_late(client: Any, keys: Keys, settings: Settings, now_s: float) -> li
     return transitions
 
 
-def _miss(
-    client: Any,
-    keys: Keys,
-    settings: Settings,
-    params: Params,
-    defn: CheckDefinition,
-    job_id: str,
-) -> tuple[bool, str | None] | None:
+def _miss(writer: _Writer, defn: CheckDefinition, job_id: str) -> _Done:
     pings = defn.heartbeat()
     if pings is None:
         return None  # no longer a heartbeat check: its store write re-placed the job
-    for _ in range(_ATTEMPTS):
-        planner = HealthPlanner(client, keys, settings, State.DOWN)
-        h, now_s = _read(client, keys, job_id, planner)
-        if not h or h.get(JobField.HEARTBEAT) != "1":
+
+    def plan(h: dict[str, str], now_s: float) -> _Planned | _Done:
+        if h.get(JobField.HEARTBEAT) != "1":
             return None
         job = JobState.from_hash(job_id, h)
         if job.scheduled_at > now_s:
@@ -341,10 +357,9 @@ def _miss(
             error=_late_reason(pings, missed, started),
             detail={"ping": "missed"},
         )
-        done = _write(client, keys, settings, params, job, h, planner, record, deadline, passed)
-        if done is not None:
-            return done
-    return None
+        return _Planned(job, record, deadline, passed)
+
+    return writer.record("miss", job_id, State.DOWN, plan)
 
 
 def _late_reason(pings: HeartbeatSchedule, missed: datetime, started: float | None) -> str:

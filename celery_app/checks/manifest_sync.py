@@ -23,7 +23,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -47,6 +47,7 @@ from celery_app.checks.redaction import (
     redact_target,
     restore_masked,
 )
+from celery_app.checks.scoped_store import Item
 from celery_app.checks.store import CheckStore, plan_change
 from celery_app.errors import CheckFieldError
 from celery_app.gc_pause import gc_paused
@@ -278,12 +279,8 @@ def _plan_windows(store: CheckStore, manifest: Manifest, prune: bool, plan: Plan
             same.pop(0)  # already stored: kept as it is (its id too)
         else:
             plan.window_adds.append(w)
-    scopes = set(manifest.window_scopes)
-    if prune:
-        scopes |= manifest.pruned_window_scopes()
-        scopes |= {maintenance_scope(uid=old.definition.uid) for old in plan.deletes}
     plan.window_removes = sorted(
-        (w for left in stored.values() for w in left if w.scope in scopes),
+        _left_in(stored.values(), manifest.window_scopes, manifest, prune, plan),
         key=lambda w: (window_identity(w), w.id),
     )
 
@@ -321,14 +318,23 @@ def _plan_targets(
             plan.target_adds.append(dataclasses.replace(t, id=secrets.token_hex(4)))
     if problems:
         raise ManifestError(source, problems)
-    scopes = set(manifest.target_scopes)
+    plan.target_removes = sorted(
+        _left_in(stored.values(), manifest.target_scopes, manifest, prune, plan),
+        key=lambda t: (t.scope, t.id),
+    )
+
+
+def _left_in(
+    left: Iterable[list[Item]], given: Iterable[str], manifest: Manifest, prune: bool, plan: Plan
+) -> list[Item]:
+    """The stored windows or targets the file did not keep (``left``), in the scopes it
+    governs: those it gives the key (``given``), and with ``prune`` every other scope of the
+    file (its checks', its tenants', the pruned checks')."""
+    scopes = set(given)
     if prune:
         scopes |= manifest.pruned_window_scopes()
         scopes |= {maintenance_scope(uid=old.definition.uid) for old in plan.deletes}
-    plan.target_removes = sorted(
-        (t for left in stored.values() for t in left if t.scope in scopes),
-        key=lambda t: (t.scope, t.id),
-    )
+    return [item for items in left for item in items if item.scope in scopes]
 
 
 def _scope_path(scope: str) -> tuple[str, ...]:

@@ -10,8 +10,9 @@ webhook, when it has a host and a secret of at least :data:`MIN_WEBHOOK_SECRET` 
 
 Targets are stored per scope (``Keys.notify_targets(scope)``, scope ``check:<uid>`` or
 ``tenant:<tenant>``, the scopes of maintenance windows) in the first partition of the check
-half: a tenant's targets belong to no one check, and the delivery reads them outside the
-transition scripts, once per delivery.
+half (the store maintenance windows share: ``checks/scoped_store.py``): a tenant's targets
+belong to no one check, and the delivery reads them outside the transition scripts, once per
+delivery.
 
 Shown (``checks notify list``, ``checks export`` without ``--include-secrets``, the outcome
 records of ``checks transitions``), a URL is :func:`shown_url`: Apprise's own privacy form
@@ -26,7 +27,6 @@ from __future__ import annotations
 import builtins
 import json
 import re
-import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,15 +35,10 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from celery_app.checks.redaction import MASK, check_secrets, redact_target, scrub
-from celery_app.errors import CheckFieldError, CheckNotFound
-from celery_app.names import ID_RULE, TENANT_RULE, is_id, is_tenant, refused_characters
-from celery_app.redis.schema import (
-    HOOKS_DONE,
-    NOTIFY_RECORD_TTL_S,
-    Keys,
-    NotifyOutcomeField,
-    maintenance_scope,
-)
+from celery_app.checks.scoped_store import ScopedKind, ScopedStore, validated_id, validated_scope
+from celery_app.errors import CheckFieldError
+from celery_app.names import refused_characters
+from celery_app.redis.schema import HOOKS_DONE, NOTIFY_RECORD_TTL_S, Keys, NotifyOutcomeField
 
 #: The schemes of checkbeat's own signed JSON webhook (plain HTTP and HTTPS).
 WEBHOOK_SCHEMES = {"checkbeat+webhook": "http", "checkbeat+webhooks": "https"}
@@ -141,12 +136,7 @@ def validate_target(
 ) -> NotifyTarget:
     """A valid target, or CheckFieldError naming the field (uid/tenant, url, id) and what is
     allowed. Nothing of a refused URL is quoted back but its scheme (it may carry a token)."""
-    if (uid is None) == (tenant is None):
-        raise CheckFieldError("scope", "give exactly one of a check uid and a tenant")
-    if uid is not None and (not isinstance(uid, str) or not is_id(uid)):
-        raise CheckFieldError("uid", f"{uid!r} is not allowed: use {ID_RULE}")
-    if tenant is not None and (not isinstance(tenant, str) or not is_tenant(tenant)):
-        raise CheckFieldError("tenant", f"{tenant!r} is not allowed: use {TENANT_RULE}")
+    scope = validated_scope(uid, tenant)
     if not isinstance(url, str) or "://" not in url:
         raise CheckFieldError(
             "url",
@@ -176,11 +166,7 @@ def validate_target(
             f"Apprise cannot use this {scheme}:// URL (an unknown scheme or a part missing; "
             "the URL forms: https://github.com/caronc/apprise/wiki)",
         )
-    if target_id is None:
-        target_id = secrets.token_hex(4)
-    elif not isinstance(target_id, str) or not is_id(target_id):
-        raise CheckFieldError("id", f"{target_id!r} is not allowed: use {ID_RULE}")
-    return NotifyTarget(target_id, maintenance_scope(uid=uid, tenant=tenant), url)
+    return NotifyTarget(validated_id(target_id), scope, url)
 
 
 # --- secrets: shown and scrubbed -------------------------------------------------------------
@@ -265,96 +251,11 @@ def scrubbed_error(text: str, target: NotifyTarget) -> str:
 # --- the store --------------------------------------------------------------------------------
 
 
-def decode_targets(scope: str, h: Mapping[str, str]) -> list[NotifyTarget]:
-    return [NotifyTarget.from_json(tid, scope, text) for tid, text in sorted(h.items())]
+class NotifyStore(ScopedStore[NotifyTarget]):
+    """Add, remove and list targets; read the targets a check's transitions go to (the
+    delivery reads them once per delivery: no version to cache them by)."""
 
-
-class NotifyStore:
-    """Add, remove and list targets; read the targets a check's transitions go to."""
-
-    def __init__(self, client: Any, keys: Keys) -> None:
-        self.redis = client
-        self.keys = keys.at(0)  # targets and scopes live in the first partition
-
-    def add(self, target: NotifyTarget) -> NotifyTarget:
-        """Store a validated target; a check scope must name an existing check."""
-        if target.scope.startswith("check:"):
-            uid = target.scope.split(":", 1)[1]
-            if not self.redis.exists(self.keys.check(uid)):
-                raise CheckNotFound(uid)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.notify_targets(target.scope), target.id, target.to_json())
-        pipe.sadd(self.keys.notify_scopes(), target.scope)
-        pipe.execute()
-        return target
-
-    def remove(self, target_id: str) -> bool:
-        """Remove the target with this id, whatever its scope; False when there is none."""
-        for scope in self.scopes():
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.hdel(self.keys.notify_targets(scope), target_id)
-            pipe.exists(self.keys.notify_targets(scope))
-            removed, left = pipe.execute()
-            if removed:
-                if not left:
-                    self.redis.srem(self.keys.notify_scopes(), scope)
-                return True
-        return False
-
-    def scopes(self) -> builtins.list[str]:
-        return sorted(cast("set[str]", self.redis.smembers(self.keys.notify_scopes())))
-
-    def drop_scope(self, scope: str) -> int:
-        """Remove every target of ``scope`` (a deleted check's); how many there were."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hlen(self.keys.notify_targets(scope))
-        pipe.delete(self.keys.notify_targets(scope))
-        pipe.srem(self.keys.notify_scopes(), scope)
-        return int(pipe.execute()[0])
-
-    def replace_many(self, removes: Iterable[NotifyTarget], adds: Iterable[NotifyTarget]) -> None:
-        """Remove and add many targets in one transaction (``checks apply``, the move of
-        ``checks reconcile``); a check scope is not looked up (the caller wrote the check)."""
-        removes, adds = builtins.list(removes), builtins.list(adds)
-        if not (removes or adds):
-            return
-        pipe = self.redis.pipeline(transaction=True)
-        for target in removes:
-            pipe.hdel(self.keys.notify_targets(target.scope), target.id)
-        for target in adds:
-            pipe.hset(self.keys.notify_targets(target.scope), target.id, target.to_json())
-            pipe.sadd(self.keys.notify_scopes(), target.scope)
-        emptied = sorted({t.scope for t in removes} - {t.scope for t in adds})
-        for scope in emptied:
-            pipe.exists(self.keys.notify_targets(scope))
-        replies = pipe.execute()
-        left = replies[len(replies) - len(emptied) :] if emptied else []
-        gone = [scope for scope, exists in zip(emptied, left, strict=True) if not exists]
-        if gone:
-            self.redis.srem(self.keys.notify_scopes(), *gone)
-
-    def list(self, scope: str | None = None) -> builtins.list[NotifyTarget]:
-        scopes = [scope] if scope else self.scopes()
-        pipe = self.redis.pipeline(transaction=False)
-        for s in scopes:
-            pipe.hgetall(self.keys.notify_targets(s))
-        return [
-            t for s, h in zip(scopes, pipe.execute(), strict=True) for t in decode_targets(s, h)
-        ]
-
-    def for_check(self, uid: str, tenant: str) -> builtins.list[NotifyTarget]:
-        """The check's own targets, then its tenant's, in one round trip."""
-        check_scope = maintenance_scope(uid=uid)
-        tenant_scope = maintenance_scope(tenant=tenant) if tenant else None
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(self.keys.notify_targets(check_scope))
-        if tenant_scope:
-            pipe.hgetall(self.keys.notify_targets(tenant_scope))
-        replies = pipe.execute()
-        targets = decode_targets(check_scope, replies[0])
-        if tenant_scope:
-            targets += decode_targets(tenant_scope, replies[1])
-        return targets
+    kind = ScopedKind(Keys.notify_targets, Keys.notify_scopes, NotifyTarget.from_json)
 
 
 # --- the record of each delivery --------------------------------------------------------------

@@ -15,6 +15,7 @@ import click
 
 from celery_app.checks.capacity import diagnose_regions, read_capacity
 from celery_app.checks.check_state import read_transitions
+from celery_app.checks.definition import CheckDefinition
 from celery_app.checks.jobs import UnreadableJob, read_jobs_for_report
 from celery_app.checks.notify import NotifyStore
 from celery_app.checks.quarantine import read_quarantine
@@ -45,8 +46,8 @@ from celery_app.cli.common import (
     BadInput,
     CheckbeatGroup,
     check_store,
+    echo_rows,
     findings_json_option,
-    load_app,
 )
 from celery_app.cli.terminal import escape
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
@@ -55,11 +56,6 @@ from celery_app.findings import findings_json
 from celery_app.input_limits import InputLimitError, loads_json
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import LANE_NAMES, ResultField, split_job_id
-
-
-def _store(ctx: click.Context) -> CheckStore:
-    # Register every kind (built-in probes, user modules) before validating a definition.
-    return check_store(load_app(ctx))
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -145,7 +141,7 @@ def add(ctx: click.Context, uid: str, **opts: Any) -> None:
         "quorum": opts["quorum"],
     }
     try:
-        defn = _store(ctx).create(**fields)
+        defn = check_store(ctx).create(**fields)
     except (CheckFieldError, CheckExists) as exc:
         raise _fail(exc) from None
     click.echo(
@@ -184,7 +180,7 @@ def update(
     if not changes:
         raise click.UsageError("nothing to change: pass at least one option")
     try:
-        defn = _store(ctx).update(uid, **changes)
+        defn = check_store(ctx).update(uid, **changes)
     except (CheckFieldError, CheckNotFound) as exc:
         raise _fail(exc) from None
     click.echo(f"updated {defn.uid}")
@@ -195,7 +191,7 @@ def update(
 @click.pass_context
 def rm(ctx: click.Context, uid: str) -> None:
     """Delete check UID, its jobs, leases and results."""
-    if not _store(ctx).delete(uid):
+    if not check_store(ctx).delete(uid):
         raise click.ClickException(f"no check with uid {uid!r}")
     click.echo(f"deleted {escape(uid)}")
 
@@ -206,7 +202,7 @@ def rm(ctx: click.Context, uid: str) -> None:
 def enable(ctx: click.Context, uid: str) -> None:
     """Enable check UID (its jobs are placed at their next tick)."""
     try:
-        _store(ctx).set_enabled(uid, True)
+        check_store(ctx).set_enabled(uid, True)
     except CheckNotFound as exc:
         raise _fail(exc) from None
     click.echo(f"enabled {escape(uid)}")
@@ -218,7 +214,7 @@ def enable(ctx: click.Context, uid: str) -> None:
 def disable(ctx: click.Context, uid: str) -> None:
     """Disable check UID (its jobs leave every index; EWMAs are kept)."""
     try:
-        _store(ctx).set_enabled(uid, False)
+        check_store(ctx).set_enabled(uid, False)
     except CheckNotFound as exc:
         raise _fail(exc) from None
     click.echo(f"disabled {escape(uid)}")
@@ -230,20 +226,22 @@ def disable(ctx: click.Context, uid: str) -> None:
 @click.pass_context
 def list_checks(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """List checks (of one tenant)."""
-    defs = _store(ctx).list(tenant=tenant)
-    if as_json:
-        click.echo(json.dumps([redact_definition(d.as_dict()) for d in defs], indent=2))
-        return
-    if not defs:
-        click.echo("no checks")
-        return
-    click.echo(f"{'UID':24} {'TENANT':16} {'KIND':10} {'PERIOD':>7} {'REGIONS':16} STATE  TARGET")
-    for d in defs:
-        state = "on " if d.enabled else "off"
-        click.echo(
-            f"{escape(d.uid):24} {escape(d.tenant):16} {escape(d.kind):10} {d.period:>6}s "
-            f"{escape(','.join(d.regions)):16} {state}    {escape(redact_target(d.target))}"
-        )
+    echo_rows(
+        check_store(ctx).list(tenant=tenant),
+        as_json,
+        none="no checks",
+        header=f"{'UID':24} {'TENANT':16} {'KIND':10} {'PERIOD':>7} {'REGIONS':16} STATE  TARGET",
+        line=_check_line,
+        as_dict=lambda d: redact_definition(d.as_dict()),
+    )
+
+
+def _check_line(d: CheckDefinition) -> str:
+    state = "on " if d.enabled else "off"
+    return (
+        f"{escape(d.uid):24} {escape(d.tenant):16} {escape(d.kind):10} {d.period:>6}s "
+        f"{escape(','.join(d.regions)):16} {state}    {escape(redact_target(d.target))}"
+    )
 
 
 def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
@@ -325,7 +323,7 @@ def _show_data(store: CheckStore, uid: str, history: int) -> dict[str, Any]:
 def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
     """Definition, each region job's times, EWMAs and lane, and the last results."""
     try:
-        data = _show_data(_store(ctx), uid, history)
+        data = _show_data(check_store(ctx), uid, history)
     except CheckNotFound as exc:
         raise _fail(exc) from None
     if as_json:
@@ -363,7 +361,7 @@ def show(ctx: click.Context, uid: str, history: int, as_json: bool) -> None:
 @click.pass_context
 def costs(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     """Cost EWMA distribution per lane, and delay EWMA percentiles."""
-    store = _store(ctx)
+    store = check_store(ctx)
     jobs = read_all_jobs(store.redis, store.keys, tenant)
     unreadable = [j for j in jobs if isinstance(j, UnreadableJob)]
     for job in unreadable:  # stderr: --json stays the same list of lanes

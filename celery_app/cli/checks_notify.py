@@ -1,6 +1,7 @@
 """``checks notify add|rm|list|test``: the notification targets of a check or of a tenant
-(docs/notifications.md). A URL is shown with its secrets masked (``shown_url``); ``test`` sends
-a made-up transition from this process (not through the queue), to see a URL work."""
+(docs/notifications.md; ``rm`` and ``list`` as ``checks maintenance``'s: ``scoped.py``). A URL
+is shown with its secrets masked (``shown_url``); ``test`` sends a made-up transition from this
+process (not through the queue), to see a URL work."""
 
 from __future__ import annotations
 
@@ -11,16 +12,11 @@ import click
 
 from celery_app.checks.notify import NotifyStore, scrubbed_error, validate_target
 from celery_app.checks.notify_send import send
-from celery_app.checks.store import CheckStore
 from celery_app.checks.transitions import Transition
-from celery_app.cli.common import BadInput, CheckbeatGroup, check_store, load_app
+from celery_app.cli.common import CheckbeatGroup, check_store
+from celery_app.cli.scoped import add_scoped, scope_options, scoped_commands
 from celery_app.cli.terminal import escape
-from celery_app.errors import CheckFieldError, CheckNotFound
-from celery_app.redis.schema import TransitionField, maintenance_scope
-
-
-def _store(ctx: click.Context) -> CheckStore:
-    return check_store(load_app(ctx))
+from celery_app.redis.schema import TransitionField
 
 
 @click.group(name="notify", cls=CheckbeatGroup)
@@ -29,8 +25,9 @@ def notify() -> None:
 
 
 @notify.command("add")
-@click.option("--check", "uid", help="The check whose transitions are sent.")
-@click.option("--tenant", help="The tenant whose checks' transitions are sent.")
+@scope_options(
+    "The check whose transitions are sent.", "The tenant whose checks' transitions are sent."
+)
 @click.option(
     "--url",
     required=True,
@@ -43,49 +40,24 @@ def add(
     ctx: click.Context, uid: str | None, tenant: str | None, url: str, target_id: str | None
 ) -> None:
     """Add a target to a check (--check) or to all of a tenant's checks (--tenant)."""
-    store = _store(ctx)
-    try:
-        target = validate_target(uid=uid, tenant=tenant, url=url, target_id=target_id)
-        NotifyStore(store.redis, store.keys).add(target)
-    except CheckFieldError as exc:
-        raise BadInput(str(exc)) from None
-    except CheckNotFound as exc:
-        raise click.ClickException(str(exc)) from None
+    store = check_store(ctx)
+    target = add_scoped(
+        NotifyStore(store.redis, store.keys),
+        lambda: validate_target(uid=uid, tenant=tenant, url=url, target_id=target_id),
+    )
     click.echo(f"added target {target.id} to {escape(target.scope)}: {escape(target.shown)}")
 
 
-@notify.command("rm")
-@click.argument("target_id")
-@click.pass_context
-def rm(ctx: click.Context, target_id: str) -> None:
-    """Remove target TARGET_ID."""
-    store = _store(ctx)
-    if not NotifyStore(store.redis, store.keys).remove(target_id):
-        raise click.ClickException(f"no notification target with id {target_id!r}")
-    click.echo(f"removed target {escape(target_id)}")
-
-
-@notify.command("list")
-@click.option("--check", "uid", help="Only this check's own targets.")
-@click.option("--tenant", help="Only this tenant's targets.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def list_targets(ctx: click.Context, uid: str | None, tenant: str | None, as_json: bool) -> None:
-    """List notification targets, secrets masked."""
-    store = _store(ctx)
-    scope = None
-    if uid or tenant:
-        scope = maintenance_scope(uid=uid) if uid else maintenance_scope(tenant=tenant)
-    rows = [t.as_dict() for t in NotifyStore(store.redis, store.keys).list(scope)]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no notification targets")
-        return
-    click.echo(f"{'ID':12} {'SCOPE':28} URL")
-    for t in rows:
-        click.echo(f"{escape(t['id']):12} {escape(t['scope']):28} {escape(t['url'])}")
+scoped_commands(
+    notify,
+    NotifyStore,
+    noun="notification target",
+    short="target",
+    list_help="List notification targets, secrets masked.",
+    rows=lambda targets: [t.as_dict() for t in targets],
+    header=f"{'ID':12} {'SCOPE':28} URL",
+    line=lambda t: f"{escape(t['id']):12} {escape(t['scope']):28} {escape(t['url'])}",
+)
 
 
 @notify.command("test")
@@ -94,7 +66,7 @@ def list_targets(ctx: click.Context, uid: str | None, tenant: str | None, as_jso
 def test(ctx: click.Context, target_id: str) -> None:
     """Send a made-up transition (up -> down, id <uid>#test) to target TARGET_ID now; exit 1
     with the error when the send fails."""
-    store = _store(ctx)
+    store = check_store(ctx)
     found = [t for t in NotifyStore(store.redis, store.keys).list() if t.id == target_id]
     if not found:
         raise click.ClickException(f"no notification target with id {target_id!r}")

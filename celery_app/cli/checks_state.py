@@ -1,10 +1,9 @@
-"""``checks maintenance add|rm|list``, ``checks transitions`` (with each transition's
-notification outcomes), and the state part of
+"""``checks maintenance add|rm|list`` (``rm`` and ``list`` as ``checks notify``'s: ``scoped.py``),
+``checks transitions`` (with each transition's notification outcomes), and the state part of
 ``checks show`` (the state, the regions' states, the open or next maintenance window)."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ from celery_app.checks.check_state import read_check_health as _read_health
 from celery_app.checks.definition import CheckDefinition
 from celery_app.checks.maintenance import (
     MaintenanceStore,
+    Window,
     next_start,
     open_until,
     validate_window,
@@ -24,19 +24,13 @@ from celery_app.checks.notify import outcomes_of
 from celery_app.checks.store import CheckStore
 from celery_app.cli.common import (
     MAX_LISTED,
-    BadInput,
     CheckbeatCommand,
     CheckbeatGroup,
     check_store,
-    load_app,
+    echo_rows,
 )
+from celery_app.cli.scoped import add_scoped, scope_options, scoped_commands
 from celery_app.cli.terminal import escape
-from celery_app.errors import CheckFieldError, CheckNotFound
-from celery_app.redis.schema import maintenance_scope
-
-
-def _store(ctx: click.Context) -> CheckStore:
-    return check_store(load_app(ctx))
 
 
 def _iso(value: datetime | float | None) -> str | None:
@@ -94,8 +88,7 @@ def maintenance() -> None:
 
 
 @maintenance.command("add")
-@click.option("--check", "uid", help="The check the window applies to.")
-@click.option("--tenant", help="The tenant whose checks the window applies to.")
+@scope_options("The check the window applies to.", "The tenant whose checks the window applies to.")
 @click.option("--cron", required=True, help="When windows start, e.g. '0 3 * * sun'.")
 @click.option("--duration", required=True, help="Seconds each window lasts (60 to 604800).")
 @click.option("--timezone", help="IANA timezone of the cron spec (default: CHECKBEAT_TIMEZONE).")
@@ -111,21 +104,18 @@ def add(
     window_id: str | None,
 ) -> None:
     """Add a window to a check (--check) or to all of a tenant's checks (--tenant)."""
-    store = _store(ctx)
-    try:
-        window = validate_window(
+    store = check_store(ctx)
+    window = add_scoped(
+        MaintenanceStore(store.redis, store.keys),
+        lambda: validate_window(
             uid=uid,
             tenant=tenant,
             cron=cron,
             duration=duration,
             timezone=timezone or store.settings.timezone,
             window_id=window_id,
-        )
-        MaintenanceStore(store.redis, store.keys).add(window)
-    except CheckFieldError as exc:
-        raise BadInput(str(exc)) from None
-    except CheckNotFound as exc:
-        raise click.ClickException(str(exc)) from None
+        ),
+    )
     upcoming = window.next_start(datetime.now(UTC))
     click.echo(
         f"added window {window.id} to {escape(window.scope)}: {escape(window.cron)} "
@@ -133,47 +123,33 @@ def add(
     )
 
 
-@maintenance.command("rm")
-@click.argument("window_id")
-@click.pass_context
-def rm(ctx: click.Context, window_id: str) -> None:
-    """Remove window WINDOW_ID."""
-    store = _store(ctx)
-    if not MaintenanceStore(store.redis, store.keys).remove(window_id):
-        raise click.ClickException(f"no maintenance window with id {window_id!r}")
-    click.echo(f"removed window {escape(window_id)}")
-
-
-@maintenance.command("list")
-@click.option("--check", "uid", help="Only this check's own windows.")
-@click.option("--tenant", help="Only this tenant's windows.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def list_windows(ctx: click.Context, uid: str | None, tenant: str | None, as_json: bool) -> None:
-    """List maintenance windows with their next start."""
-    store = _store(ctx)
-    scope = None
-    if uid or tenant:
-        scope = maintenance_scope(uid=uid) if uid else maintenance_scope(tenant=tenant)
+def _window_rows(windows: list[Window]) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    rows = [
+    return [
         w.as_dict()
         | {"open_until": _iso(w.end_if_open(now)), "next_start": _iso(w.next_start(now))}
-        for w in MaintenanceStore(store.redis, store.keys).list(scope)
+        for w in windows
     ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no maintenance windows")
-        return
-    click.echo(f"{'ID':12} {'SCOPE':28} {'CRON':18} {'TZ':16} {'SECONDS':>8}  NEXT START")
-    for w in rows:
-        opened = f" (open until {w['open_until']})" if w["open_until"] else ""
-        click.echo(
-            f"{escape(w['id']):12} {escape(w['scope']):28} {escape(w['cron']):18} "
-            f"{w['timezone']:16} {w['duration_s']:>8}  {w['next_start']}{opened}"
-        )
+
+
+def _window_line(w: dict[str, Any]) -> str:
+    opened = f" (open until {w['open_until']})" if w["open_until"] else ""
+    return (
+        f"{escape(w['id']):12} {escape(w['scope']):28} {escape(w['cron']):18} "
+        f"{w['timezone']:16} {w['duration_s']:>8}  {w['next_start']}{opened}"
+    )
+
+
+scoped_commands(
+    maintenance,
+    MaintenanceStore,
+    noun="maintenance window",
+    short="window",
+    list_help="List maintenance windows with their next start.",
+    rows=_window_rows,
+    header=f"{'ID':12} {'SCOPE':28} {'CRON':18} {'TZ':16} {'SECONDS':>8}  NEXT START",
+    line=_window_line,
+)
 
 
 @click.command("transitions", cls=CheckbeatCommand)
@@ -194,7 +170,7 @@ def transitions(
     """Recent transitions of check UID or of a --tenant."""
     if (uid is None) == (tenant is None):
         raise click.UsageError("give a check UID or --tenant")
-    store = _store(ctx)
+    store = check_store(ctx)
     if uid:
         rows = read_transitions(store.redis, store.keys.check_transitions(uid), count=count)
     else:
@@ -202,21 +178,21 @@ def transitions(
     sent = outcomes_of(store.redis, store.keys, [t["id"] for t in rows])
     for t, outcomes in zip(rows, sent, strict=True):
         t["notifications"] = [o.as_dict() for o in outcomes]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no transitions")
     now = time.time()
-    for t in rows:
-        held = " held by maintenance" if t.get("held") else ""
-        ago = f"{now - float(t['at']):.0f}s ago"
-        click.echo(
-            f"{_iso(t['at'])} ({ago}) {escape(t['uid'])} {t['from']} -> {t['to']}{held} ({t['id']})"
+    echo_rows(rows, as_json, none="no transitions", line=lambda t: _transition_lines(t, now))
+
+
+def _transition_lines(t: dict[str, Any], now: float) -> str:
+    """A transition's line, then one line for each of its notification outcomes."""
+    held = " held by maintenance" if t.get("held") else ""
+    ago = f"{now - float(t['at']):.0f}s ago"
+    lines = [
+        f"{_iso(t['at'])} ({ago}) {escape(t['uid'])} {t['from']} -> {t['to']}{held} ({t['id']})"
+    ]
+    for o in t["notifications"]:
+        verdict = "sent" if o["ok"] else f"FAILED: {o.get('error', '')}"
+        lines.append(
+            f"    notify {escape(o['target'])} {verdict} at {_iso(o['at'])} "
+            f"(attempts {o['attempts']})"
         )
-        for o in t["notifications"]:
-            verdict = "sent" if o["ok"] else f"FAILED: {o.get('error', '')}"
-            click.echo(
-                f"    notify {escape(o['target'])} {verdict} at {_iso(o['at'])} "
-                f"(attempts {o['attempts']})"
-            )
+    return "\n".join(lines)

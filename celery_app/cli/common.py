@@ -13,9 +13,10 @@ when it reports anything).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -54,6 +55,8 @@ class CannotRun(click.ClickException):
 
 if TYPE_CHECKING:
     from celery_app.checks.store import CheckStore
+
+Row = TypeVar("Row")
 
 
 class BadInput(click.ClickException):
@@ -185,15 +188,44 @@ class CheckbeatGroup(click.Group):
     command_class = CheckbeatCommand
 
 
-def check_store(app: Any) -> CheckStore:
-    """The app's check store (every kind registered), once the partition count of the check
-    half is the one it was built with (else one line naming the setting, exit 2)."""
+def check_store(ctx: click.Context) -> CheckStore:
+    """The ``-A`` app's check store, its user modules imported first (:func:`load_app`: every
+    kind, built-in or the project's, is registered before a definition is validated), once
+    the partition count of the check half is the one it was built with (else one line naming
+    the setting, exit 2)."""
     from celery_app.checks.layout import PartitionLayoutError, ensure_layout
     from celery_app.checks.store import CheckStore
 
-    store = CheckStore.for_app(app)
+    store = CheckStore.for_app(load_app(ctx))
     try:
         ensure_layout(store.redis, store.keys, record=False)
     except PartitionLayoutError as exc:
         raise BadInput(str(exc)) from None
     return store
+
+
+# --- listing ------------------------------------------------------------------------------------
+
+
+def echo_rows(
+    rows: Sequence[Row],
+    as_json: bool,
+    *,
+    none: str,
+    line: Callable[[Row], str],
+    header: str | None = None,
+    as_dict: Callable[[Row], Any] | None = None,
+) -> None:
+    """What a list command prints: with ``--json`` its rows as one JSON list (each row's
+    ``as_dict``, else the row itself), else ``none`` when there is no row, else ``header`` and
+    each row's ``line``."""
+    if as_json:
+        click.echo(json.dumps([as_dict(r) for r in rows] if as_dict else list(rows), indent=2))
+        return
+    if not rows:
+        click.echo(none)
+        return
+    if header is not None:
+        click.echo(header)
+    for row in rows:
+        click.echo(line(row))
