@@ -42,10 +42,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -60,9 +58,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import redis
 from celery import Celery
 
-from bench.figures import command_line
+from bench.figures import command_line, refuse_out_of_range
 from bench.overload_bench import Worker, base_env
 from bench.precision_bench import cpu_seconds
+from bench.rounds import median_figures, median_ratios, ratio_cell
 from bench.scale_bench import ServerMeter, _idle_cpu_per_s
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.run_contract import RunMessages
@@ -75,6 +74,8 @@ from celery_app.redis.schema import check_queue, job_id
 from celery_app.settings import load_settings
 from scheduling_core import Params
 from tests.support.alternated_rounds import ratio
+from tests.support.background import Background
+from tests.support.polling import wait_for
 
 REGION = "local"
 PLAIN_QUEUE = "plain.checks"
@@ -102,7 +103,7 @@ FULL = Shape((100.0, 400.0, MAX), 4.0, 10.0, 2)
 QUICK = Shape((100.0, MAX), 2.0, 3.0, 1)
 
 
-class Feed:
+class Feed(Background):
     """Publishes at ``rate`` per second (or, ``max``, tops the queues up to ``backlog``) from a
     thread: every ``tick_s`` the messages due since the last, in one ``send(first, n)`` call when
     ``batched`` (checkbeat's publisher), else one call per message (an application's
@@ -117,47 +118,32 @@ class Feed:
         depth: Callable[[], int],
         backlog: int,
     ) -> None:
+        super().__init__("broker-feed", join_s=30)
         self.send, self.batched, self.rate, self.tick_s = send, batched, rate, tick_s
         self.depth, self.backlog = depth, backlog
         self.sent = 0
         self.calls = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="broker-feed", daemon=True)
 
     def _run(self) -> None:
-        try:
-            t0 = time.monotonic()
-            k = 0
-            while not self._stop.is_set():
-                if self.rate == MAX:
-                    n = max(0, self.backlog - self.depth())
-                else:
-                    n = math.floor(float(self.rate) * (time.monotonic() - t0)) - self.sent
-                if n > 0 and self.batched:
-                    self.send(self.sent, n)
-                    self.sent += n
-                    self.calls += 1
-                for _ in range(n if not self.batched else 0):  # counted as they go out
-                    self.send(self.sent, 1)
-                    self.sent += 1
-                    self.calls += 1
-                    if self._stop.is_set():
-                        return
-                k += 1
-                self._stop.wait(max(0.0, t0 + k * self.tick_s - time.monotonic()))
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-
-    def start(self) -> Feed:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self.error is not None:
-            raise self.error
+        t0 = time.monotonic()
+        k = 0
+        while not self._stop.is_set():
+            if self.rate == MAX:
+                n = max(0, self.backlog - self.depth())
+            else:
+                n = math.floor(float(self.rate) * (time.monotonic() - t0)) - self.sent
+            if n > 0 and self.batched:
+                self.send(self.sent, n)
+                self.sent += n
+                self.calls += 1
+            for _ in range(n if not self.batched else 0):  # counted as they go out
+                self.send(self.sent, 1)
+                self.sent += 1
+                self.calls += 1
+                if self._stop.is_set():
+                    return
+            k += 1
+            self._stop.wait(max(0.0, t0 + k * self.tick_s - time.monotonic()))
 
 
 class System:
@@ -301,14 +287,6 @@ def _consumers(client: redis.Redis) -> int:
     return sum(1 for c in client.client_list() if c.get("cmd") == "brpop")
 
 
-def _wait(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def _measure(
     system: System,
     rate: float | str,
@@ -368,7 +346,9 @@ def _run_system(
     admin.flushdb()
     workers = system.start_workers(events, shape.workers, logs)
     try:
-        _wait(lambda: _consumers(admin) >= shape.workers, 90, f"{system.name}'s workers")
+        wait_for(
+            lambda: _consumers(admin) >= shape.workers, 90, 0.05, what=f"{system.name}'s workers"
+        )
         return {
             str(rate): _measure(system, rate, shape, admin, workers, idle) for rate in shape.rates
         }
@@ -390,31 +370,16 @@ def _combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out[system] = {}
         for rate in rates:
             runs = [r[system][rate] for r in rounds]
-            merged: dict[str, Any] = {
-                name: statistics.median(fig[name] for fig in runs)
-                for name, value in runs[0].items()
-                if isinstance(value, int | float) and name != "rate"
-            }
-            merged["rate"] = runs[0]["rate"]
-            names = dict.fromkeys(n for fig in runs for n in fig["commands"])
-            medians = {n: statistics.median(f["commands"].get(n, 0.0) for f in runs) for n in names}
-            merged["commands"] = {
-                n: v for n, v in sorted(medians.items(), key=lambda kv: -kv[1]) if v > 0
-            }
+            merged = median_figures(runs)
+            merged["rate"] = runs[0]["rate"]  # a number or MAX, the same in every round
             if "limit" in runs[0]:
                 merged["limit"] = Counter(fig["limit"] for fig in runs).most_common(1)[0][0]
             out[system][rate] = merged
-    out["ratio"] = {
-        rate: {n: statistics.median(r["ratio"][rate][n] for r in rounds) for n in RATIO_FIGURES}
-        for rate in rates
-    }
-    out["ratio_range"] = {
-        rate: {
-            n: (min(r["ratio"][rate][n] for r in rounds), max(r["ratio"][rate][n] for r in rounds))
-            for n in RATIO_FIGURES
-        }
-        for rate in rates
-    }
+    out["ratio"], out["ratio_range"] = {}, {}
+    for rate in rates:
+        out["ratio"][rate], out["ratio_range"][rate] = median_ratios(
+            [r["ratio"][rate] for r in rounds], RATIO_FIGURES
+        )
     return out
 
 
@@ -442,11 +407,9 @@ def _print(events: bool, shape: Shape, got: dict[str, Any], title: str, out: Any
         key = str(rate)
         ours, theirs, ratios = got["checkbeat"][key], got["plain"][key], got["ratio"][key]
         shown = rate if rate == MAX else f"{float(rate):,.0f}/s"
+        ranges = got.get("ratio_range", {}).get(key, {})
         for label, name, fmt in rows:
-            cell = f"{ratios[name]:>8.2f}x" if name in ratios else ""
-            span = got.get("ratio_range", {}).get(key, {}).get(name)
-            if span and span[0] != span[1]:
-                cell += f" ({span[0]:.2f}-{span[1]:.2f})"
+            cell = ratio_cell(ratios, ranges, name)
             p(f"{label:<30}{shown:>8}{ours[name]:>12{fmt}}{theirs[name]:>12{fmt}}{cell}")
         if rate == MAX:
             p(f"{'limit':<30}{shown:>8}{ours['limit']:>12}{theirs['limit']:>12}")
@@ -493,12 +456,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, help="worker processes per system")
     parser.add_argument("--repeat", type=int, default=1, help="alternated rounds; medians")
     args = parser.parse_args(argv)
-    for name, value in (("--window", args.window), ("--warmup", args.warmup)):
-        if value is not None and not value > 0:
-            parser.error(f"{name} takes seconds above 0, not {value:g}")
-    for name, value in (("--workers", args.workers), ("--repeat", args.repeat)):
-        if value is not None and value < 1:
-            parser.error(f"{name} takes a whole number from 1, not {value}")
+    refuse_out_of_range(
+        parser,
+        seconds=[("--window", args.window), ("--warmup", args.warmup)],
+        counts=[("--workers", args.workers), ("--repeat", args.repeat)],
+    )
     repeat = args.repeat
     base = QUICK if args.quick else FULL
     shape = Shape(

@@ -9,11 +9,37 @@ numbers rather than the text.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def quick_or_full(
+    argv: Sequence[str] | None, description: str, quick: int, full: int, what: str
+) -> int:
+    """How many ``what`` a bench whose one option is ``--quick`` runs with: ``full``, or
+    ``quick`` (a smoke run) with ``--quick``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=f"{quick:,} {what} (smoke)")
+    return quick if parser.parse_args(argv).quick else full
+
+
+def refuse_out_of_range(
+    parser: argparse.ArgumentParser,
+    seconds: Sequence[tuple[str, float | None]] = (),
+    counts: Sequence[tuple[str, int | None]] = (),
+) -> None:
+    """Refuse (``parser.error``: one line naming the option, exit 2) a duration of ``seconds``
+    not above 0, or a number of ``counts`` below 1; ``None`` is an option not given."""
+    for name, value in seconds:
+        if value is not None and not value > 0:
+            parser.error(f"{name} takes seconds above 0, not {value:g}")
+    for name, value in counts:
+        if value is not None and value < 1:
+            parser.error(f"{name} takes a whole number from 1, not {value}")
 
 
 def command_line(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:

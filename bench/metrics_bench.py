@@ -16,14 +16,13 @@ The issue's bar: a capped page answers in under one second.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from bench.figures import command_line
+from bench.figures import command_line, quick_or_full
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.metrics_exporter import CheckExporter
@@ -144,10 +143,7 @@ def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 checks (smoke)")
-    args = parser.parse_args(argv)
-    return run(2_000 if args.quick else 100_000)
+    return run(quick_or_full(argv, __doc__.splitlines()[0], 2_000, 100_000, "checks"))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ from celery_app.local.embedded_redis import RedisServer
 from scheduling_core import first_aligned
 from tests.support.alternated_rounds import ratio, summarize
 from tests.support.http_target import DelayServer
+from tests.support.polling import wait_for
 
 TARGET = "/delay/0"
 WARMUP_S = 1.0  # ticks in the first second are left out (processes settle)
@@ -229,14 +230,6 @@ def profile(pid: int, out: Path | None, seconds: float) -> subprocess.Popen | No
     )  # fmt: skip
 
 
-def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 # --- checkbeat ----------------------------------------------------------------------------------
 
 
@@ -293,7 +286,7 @@ def run_checkbeat(
     try:
         worker.wait_ready()
         beat = Beat(env, logs / f"beat-{load.name}.log")
-        _wait(lambda: state.hlen(keys.beat_heartbeat()) > 0, 60, "beat to start")
+        wait_for(lambda: state.hlen(keys.beat_heartbeat()) > 0, 60, 0.05, what="beat to start")
         store = CheckStore(state, keys, settings)
         definitions = [
             validate_definition(

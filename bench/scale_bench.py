@@ -55,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 import kombu
 import redis
 
-from bench.figures import command_line
+from bench.figures import command_line, refuse_out_of_range
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import JobState, ReadGuard, from_unix
@@ -380,8 +380,7 @@ def _check_cluster_arguments(parser: argparse.ArgumentParser, args: argparse.Nam
     for name, value in (("--checks", args.checks), ("--tick-window", args.tick_window)):
         if value is not None and not args.cluster:
             parser.error(f"{name} is an option of --cluster")
-    if args.checks is not None and args.checks < 1:
-        parser.error(f"--checks takes a whole number from 1, not {args.checks}")
+    refuse_out_of_range(parser, counts=[("--checks", args.checks)])
     if args.tick_window is not None and not 0 < args.tick_window <= 60:
         parser.error(f"--tick-window takes seconds above 0 up to 60, not {args.tick_window:g}")
 

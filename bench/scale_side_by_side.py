@@ -42,13 +42,11 @@ import heapq
 import json
 import re
 import socket
-import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,12 +56,16 @@ import redis
 from celery import Celery
 
 from bench import plain_app
+from bench.figures import refuse_out_of_range
 from bench.overload_bench import Worker, base_env
 from bench.precision_bench import Beat, Load, cpu_seconds
+from bench.rounds import median_figures, median_ratios, ratio_cell
 from bench.scale_bench import ServerMeter, _idle_cpu_per_s
 from celery_app.local.embedded_redis import RedisServer
 from tests.support.alternated_rounds import ratio
+from tests.support.background import Background
 from tests.support.http_target import DelayServer
+from tests.support.polling import wait_for
 
 REGION = "local"
 #: Each system's own path on the HTTP target (both answer at once): the target counts the GETs
@@ -129,14 +131,6 @@ class Window:
             "monitored_runs": self.monitored_runs,
             "commands": {k: v / runs for k, v in self.commands.most_common()},
         }
-
-
-def _wait(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _seconds(value: Any) -> float | None:
@@ -284,7 +278,12 @@ def run_checkbeat(
             batches.setdefault(load.created_at(i, t0), []).append(definition)
         for at, batch in sorted(batches.items()):
             store.create_many(batch, now=datetime.fromtimestamp(at, UTC))
-        _wait(lambda: target.hits(path) > 0, 60, "checkbeat's first run (beat and worker up)")
+        wait_for(
+            lambda: target.hits(path) > 0,
+            60,
+            0.05,
+            what="checkbeat's first run (beat and worker up)",
+        )
         w0, w1, window = _measure(
             admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
         )
@@ -307,11 +306,12 @@ def run_checkbeat(
 # --- plain Celery -------------------------------------------------------------------------------
 
 
-class Producer:
+class Producer(Background):
     """Sends ``bench.get_state`` for every check at each of its ticks (checkbeat's phases for
     the same uids created at the same instants) from a thread, until stopped."""
 
     def __init__(self, load: Load, broker_url: str, url: str, t0: float) -> None:
+        super().__init__("side-producer")
         self.load, self.url, self.t0 = load, url, t0
         self.app = Celery("bench-side-producer", broker=broker_url)
         self.app.conf.update(
@@ -320,9 +320,6 @@ class Producer:
             task_send_sent_event=True,  # as checkbeat's app (events on in both)
         )
         self.sent = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="side-producer", daemon=True)
 
     def _ticks(self) -> Iterator[tuple[float, str]]:
         """Every check's ticks, in order: its first, then one a period later, and so on."""
@@ -338,30 +335,17 @@ class Producer:
             heapq.heapreplace(heap, (at + load.period_s, uid))
 
     def _run(self) -> None:
-        try:
-            with self.app.connection_for_write() as conn:
-                for i, (at, uid) in enumerate(self._ticks()):
-                    if self._stop.wait(max(0.0, at - time.time())):
-                        return
-                    self.app.send_task(
-                        "bench.get_state",
-                        args=[f"t{i}", uid, self.url, at, self.load.period_s],
-                        queue=PLAIN_QUEUE,
-                        connection=conn,
-                    )
-                    self.sent += 1
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-
-    def start(self) -> Producer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        if self.error is not None:
-            raise self.error
+        with self.app.connection_for_write() as conn:
+            for i, (at, uid) in enumerate(self._ticks()):
+                if self._stop.wait(max(0.0, at - time.time())):
+                    return
+                self.app.send_task(
+                    "bench.get_state",
+                    args=[f"t{i}", uid, self.url, at, self.load.period_s],
+                    queue=PLAIN_QUEUE,
+                    connection=conn,
+                )
+                self.sent += 1
 
 
 def run_plain(
@@ -383,7 +367,7 @@ def run_plain(
         worker.wait_ready()
         t0 = time.time()
         producer = Producer(load, broker_url, target.url(path), t0).start()
-        _wait(lambda: target.hits(path) > 0, 60, "plain Celery's first run")
+        wait_for(lambda: target.hits(path) > 0, 60, 0.05, what="plain Celery's first run")
         w0, w1, window = _measure(
             admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
         )
@@ -441,9 +425,7 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
         ("worker CPU, ms", "worker_cpu_ms_per_run", ".2f"),
     ]
     for label, name, fmt in rows:
-        cell = f"{ratios[name]:>8.2f}x" if name in ratios else ""
-        if name in spans and spans[name][0] != spans[name][1]:
-            cell += f" ({spans[name][0]:.2f}-{spans[name][1]:.2f})"
+        cell = ratio_cell(ratios, spans, name)
         p(f"{label:<34}{ours[name]:>12{fmt}}{theirs[name]:>15{fmt}}{cell}")
     for system, fig in (("checkbeat", ours), (plain_app.PLAIN_NAME, theirs)):
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(fig["commands"].items())[:10])
@@ -472,12 +454,11 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     ]  # fmt: skip
     if given and not args.side_by_side:
         parser.error(f"{given[0]} is an option of --side-by-side")
-    for name, value in (("--window", args.window), ("--warmup", args.warmup)):
-        if value is not None and not value > 0:
-            parser.error(f"{name} takes seconds above 0, not {value:g}")
-    for name, value in (("--slots", args.slots), ("--repeat", args.repeat)):
-        if value is not None and value < 1:
-            parser.error(f"{name} takes a whole number from 1, not {value}")
+    refuse_out_of_range(
+        parser,
+        seconds=[("--window", args.window), ("--warmup", args.warmup)],
+        counts=[("--slots", args.slots), ("--repeat", args.repeat)],
+    )
 
 
 def combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -486,21 +467,8 @@ def combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     saw the same machine) and their range, and the rounds themselves."""
     out: dict[str, Any] = {"rounds": list(rounds)}
     for system in ("checkbeat", "plain"):
-        runs = [r[system] for r in rounds]
-        merged = {
-            name: statistics.median(fig[name] for fig in runs)
-            for name, value in runs[0].items()
-            if isinstance(value, int | float)
-        }
-        names = dict.fromkeys(name for fig in runs for name in fig["commands"])
-        by_median = {n: statistics.median(f["commands"].get(n, 0.0) for f in runs) for n in names}
-        merged["commands"] = dict(sorted(by_median.items(), key=lambda kv: -kv[1]))
-        out[system] = merged
-    out["ratio"] = {n: statistics.median(r["ratio"][n] for r in rounds) for n in RATIO_FIGURES}
-    out["ratio_range"] = {
-        n: (min(r["ratio"][n] for r in rounds), max(r["ratio"][n] for r in rounds))
-        for n in RATIO_FIGURES
-    }
+        out[system] = median_figures([r[system] for r in rounds])
+    out["ratio"], out["ratio_range"] = median_ratios([r["ratio"] for r in rounds], RATIO_FIGURES)
     return out
 
 

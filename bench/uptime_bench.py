@@ -21,7 +21,6 @@ of a sample (as ``checks report UID``), each its own read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -31,7 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.figures import command_line
+from bench.figures import command_line, quick_or_full
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.maintenance import MaintenanceStore, validate_window
@@ -219,10 +218,7 @@ def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="500 checks (smoke)")
-    args = parser.parse_args(argv)
-    return run(500 if args.quick else 10_000)
+    return run(quick_or_full(argv, __doc__.splitlines()[0], 500, 10_000, "checks"))
 
 
 if __name__ == "__main__":

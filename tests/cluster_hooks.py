@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 
 import redis
+from support.hook_modules import delivery_record, regional
 
 from celery_app import on_transition
 from celery_app.checks.kinds import check_kind
@@ -24,14 +23,7 @@ RECORD_ENV = "CLUSTERTEST_RECORD_URL"
 DELIVERED = "clustertest:delivered"
 
 
-@check_kind("cluster_regional")
-def cluster_regional(target: str, config: dict, context) -> bool:
-    """GET <target>/<region>: up on 200, down on anything else."""
-    try:
-        with urllib.request.urlopen(f"{target}/{context.region}", timeout=2) as reply:
-            return reply.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+check_kind("cluster_regional")(regional)
 
 
 @on_transition
@@ -42,18 +34,7 @@ def record(transition) -> None:
     if not url:
         return
     client = redis.Redis.from_url(url, decode_responses=True)
-    client.rpush(
-        DELIVERED,
-        json.dumps(
-            {
-                "id": transition.id,
-                "uid": transition.uid,
-                "from": transition.from_state,
-                "to": transition.to_state,
-                "pid": os.getpid(),
-            }
-        ),
-    )
+    client.rpush(DELIVERED, delivery_record(transition))
     client.close()
 
 

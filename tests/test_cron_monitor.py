@@ -19,7 +19,6 @@ from support.projects import run_module, stop
 from support.workers import REPO, worker_env
 
 from celery_app.checks.check_state import read_transitions
-from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.redis.schema import CheckStateField, JobField, Keys
 
 KEYS = Keys("cbtest")
@@ -61,8 +60,7 @@ def test_a_failed_run_and_missed_windows_each_make_one_transition_delivered_once
     import cron_monitor_tasks
     import transition_hooks
 
-    receiver = f"json://127.0.0.1:{http_receiver.port}/cron"
-    NotifyStore(r, KEYS).add(validate_target(tenant="cron", url=receiver))
+    http_receiver.notify_tenant(r, KEYS, "cron", "/cron")
 
     added = run_module(
         "celery_app.cli", "-A", "celery_app", "schedule", "add", "nightly", "--task",

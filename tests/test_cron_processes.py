@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from faults.fault_procs import ahead_clock, clocked_env, process_env
 from support.cron import T0, sends
 from support.polling import wait_for
 
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id, window_start
+from celery_app.cron_tasks.registration import GLOBAL_TENANT, cron, window_id
 from celery_app.cron_tasks.service import CronService
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import Keys
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -39,16 +37,6 @@ cron("* * * * *", id="fan", name="proc.fan", per_tenant=True)(_noop)
 """
 
 
-def _env(tmp_path: Path, module: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(tmp_path)]),
-        CHECKBEAT_IMPORTS=module,
-        **extra,
-    )
-    return env
-
-
 def test_three_engine_processes_send_each_singleton_window_once(tmp_path, broker_url, r):
     import redis
 
@@ -64,7 +52,7 @@ def test_three_engine_processes_send_each_singleton_window_once(tmp_path, broker
                 *(f"p{n}", "3", str(windows), T0.isoformat()),
             ],
             cwd=ROOT,
-            env=_env(tmp_path, "proc_tasks"),
+            env=process_env((tmp_path,), CHECKBEAT_IMPORTS="proc_tasks"),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -94,15 +82,11 @@ def tick(): ...
 """
 
 
-def _start_beat(tmp_path: Path, clock: Clock) -> subprocess.Popen:
+def _start_beat(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "celery_app", "beat", "--loglevel", "INFO"],
         cwd=tmp_path,
-        env=_env(
-            tmp_path,
-            "sigkill_tasks",
-            **{TEST_CLOCK_ENV: clock.encode(), "CHECKBEAT_CRON_GRACE": "60"},
-        ),
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -112,7 +96,6 @@ def _start_beat(tmp_path: Path, clock: Clock) -> subprocess.Popen:
 def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diagnosed(
     tmp_path, cron_app, broker_url, r, run_worker
 ):
-    (tmp_path / "sigkill_tasks.py").write_text(textwrap.dedent(BEAT_TASK))
     runs: list[str] = []
 
     @cron("* * * * *", app=cron_app, id="tick", name="sigkill.tick", bind=True)
@@ -120,11 +103,11 @@ def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diag
         runs.append(self.request.cron_window)
 
     # 60 simulated seconds per real second; starts an hour ahead so messages never expire.
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=1)
-    clock = Clock(start, time.time(), 60.0)
+    clock = ahead_clock(60.0, into_window_s=1)
+    env = clocked_env(tmp_path, clock, "sigkill_tasks", BEAT_TASK, CHECKBEAT_CRON_GRACE="60")
     stats = KEYS.cron_stats("tick")
     run_worker(cron_app, ["celery"], 2)
-    first = _start_beat(tmp_path, clock)
+    first = _start_beat(tmp_path, env)
     try:
         wait_for(lambda: len(runs) >= 3, timeout=30, what="the first beat's windows to run")
     finally:
@@ -134,7 +117,7 @@ def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diag
     last_before = r.hget(stats, "last_window")
     # Stay down for longer than a window plus its grace, so windows are lost.
     wait_for(lambda: clock.now() > killed_at + timedelta(minutes=4), timeout=15)
-    second = _start_beat(tmp_path, clock)
+    second = _start_beat(tmp_path, env)
     try:
         wait_for(lambda: len(runs) >= 6, timeout=30, what="the second beat's windows")
     finally:
@@ -195,7 +178,7 @@ def test_hard_time_limit_on_a_prefork_worker_is_recorded_as_a_failure(
             "WARNING",
         ],
         cwd=tmp_path,
-        env=_env(tmp_path, "hard_tasks"),
+        env=process_env((tmp_path,), CHECKBEAT_IMPORTS="hard_tasks"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -17,7 +17,6 @@ from support.projects import stop
 from support.workers import REPO, worker_env
 
 from celery_app.checks.check_state import read_transitions
-from celery_app.checks.notify import NotifyStore, validate_target
 from celery_app.checks.store import CheckStore
 from celery_app.redis.schema import CheckStateField, JobField, Keys
 from celery_app.settings import load_settings
@@ -60,8 +59,7 @@ def test_a_shell_loop_keeps_it_up_silence_takes_it_down_once_and_back(
 ):
     import transition_hooks
 
-    receiver = f"json://127.0.0.1:{http_receiver.port}/hb"
-    NotifyStore(r, KEYS).add(validate_target(tenant="acme", url=receiver))
+    http_receiver.notify_tenant(r, KEYS, "acme", "/hb")
 
     store = CheckStore(r, KEYS, load_settings())
     store.create(

@@ -39,6 +39,15 @@ def add_check(cli, uid="web", *extra, ok=True):
     )  # fmt: skip
 
 
+def add_signed_and_json(cli, port: int, scope: tuple[str, str], signed: str, plain: str) -> None:
+    """Two targets of ``scope`` (``--check <uid>`` or ``--tenant <name>``) on the receiver at
+    ``port``, each named as its path: checkbeat's signed webhook at ``/<signed>`` and Apprise's
+    ``json://`` at ``/<plain>``."""
+    url = f"checkbeat+webhook://127.0.0.1:{port}/{signed}?secret={SECRET}"
+    cli("notify", "add", *scope, "--id", signed, "--url", url)
+    cli("notify", "add", *scope, "--id", plain, "--url", f"json://127.0.0.1:{port}/{plain}")
+
+
 @pytest.fixture
 def deliverer(request, make_app, run_worker, test_kind):
     """A worker consuming the transition queue (short backoff: retries 1 s, 2 s, ...; settings
@@ -164,11 +173,7 @@ def test_a_failing_receiver_gets_every_transition_once_it_recovers_and_no_target
     cli, r, store, deliverer, http_receiver
 ):
     add_check(cli)
-    port = http_receiver.port
-    cli("notify", "add", "--check", "web", "--id", "good",
-        "--url", f"checkbeat+webhook://127.0.0.1:{port}/good?secret={SECRET}")  # fmt: skip
-    cli("notify", "add", "--check", "web", "--id", "flaky",
-        "--url", f"json://127.0.0.1:{port}/flaky")  # fmt: skip
+    add_signed_and_json(cli, http_receiver.port, ("--check", "web"), "good", "flaky")
     http_receiver.failing.add("/flaky")
     hooked: list[str] = []
     on_transition(lambda t: hooked.append(t.id), name="count", app=deliverer.app)
@@ -203,10 +208,7 @@ def test_a_receiver_down_for_a_minute_gets_every_transition_once_with_the_defaul
     cli, r, store, deliverer, http_receiver
 ):
     add_check(cli)
-    port = http_receiver.port
-    cli("notify", "add", "--tenant", "acme", "--id", "down",
-        "--url", f"checkbeat+webhook://127.0.0.1:{port}/down?secret={SECRET}")  # fmt: skip
-    cli("notify", "add", "--tenant", "acme", "--id", "up", "--url", f"json://127.0.0.1:{port}/up")
+    add_signed_and_json(cli, http_receiver.port, ("--tenant", "acme"), "down", "up")
     http_receiver.failing_until["/down"] = time.monotonic() + 60.0
     made = [deliverer(r, store, "web", ok=False), deliverer(r, store, "web", ok=True)]
     keys = deliverer.keys

@@ -15,25 +15,21 @@ Needs a redis-server built with TLS (Debian's, which ``.ci/run`` installs); skip
 
 from __future__ import annotations
 
-import textwrap
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
-from faults.fault_procs import Processes, process_env
+from faults.fault_procs import Processes, ahead_clock, clocked_env
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
-from celery_app.cron_tasks.registration import window_start
 from celery_app.redis.client import get_redis, reset_clients
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CronStatsField, JobField
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -51,19 +47,18 @@ def minute():
 
 
 def _env(tmp_path: Path, state_url: str, broker_url: str, ca: Path, **extra: str) -> dict:
-    (tmp_path / "tls_tasks.py").write_text(textwrap.dedent(CRON_TASKS))
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    return process_env(
-        (tmp_path,),
+    return clocked_env(
+        tmp_path,
+        ahead_clock(RATE),
+        "tls_tasks",
+        CRON_TASKS,
         CHECKBEAT_REDIS_URL=state_url,
         CHECKBEAT_BROKER_URL=broker_url,
         CHECKBEAT_REDIS_TLS_CA_FILE=str(ca),
-        CHECKBEAT_IMPORTS="tls_tasks",
         CHECKBEAT_CRON_GRACE=str(GRACE_S),
         CHECKBEAT_ALLOWED_TARGET_ADDRESSES="127.0.0.1",
         CHECKBEAT_POOL_SIZE="2",
         CHECKBEAT_FAST_LANE_RESERVED="0",  # one shared worker takes both lanes
-        **{TEST_CLOCK_ENV: Clock(start, time.time(), RATE).encode()},
         **extra,
     )
 

@@ -15,12 +15,12 @@ built into an outcome) the run is recorded, as an error naming the exception.
 
 from __future__ import annotations
 
-import glob
 import math
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from faults.faketime_env import FAKETIME_LIBS, MISSING, libfaketime
 from prometheus_client.parser import text_string_to_metric_families
 from support.checks import results
 from support.partitions import suite_keys
@@ -180,11 +180,8 @@ def test_a_run_that_raises_after_its_probe_is_recorded(
     assert abandoned_series(url) == {"before-probe": 0.0, "start-read": 0.0}
 
 
-FAKETIME_LIBS = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
-
-
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not FAKETIME_LIBS, reason="needs libfaketime (Debian's faketime)")
+@pytest.mark.skipif(not FAKETIME_LIBS, reason=MISSING)
 def test_a_tick_wait_whose_sleep_raises_gives_every_claimed_tick_back_at_once(
     r, make_app, start_worker_process, dispatching
 ):
@@ -194,9 +191,7 @@ def test_a_tick_wait_whose_sleep_raises_gives_every_claimed_tick_back_at_once(
     import custom_kinds  # noqa: F401 - the store validates the user kind in this process
 
     lead = {"CHECKBEAT_DISPATCH_LEAD": "0.5"}
-    broken_sleep = {
-        "LD_PRELOAD": FAKETIME_LIBS[0], "FAKETIME": "+0", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-    }  # fmt: skip
+    broken_sleep = libfaketime(0)
     port = free_port()
     process = start_worker_process(
         # a slot in every partition of the check half

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 
 import redis
+from support.hook_modules import delivery_record, regional
 
 from celery_app import on_transition
 from celery_app.checks.kinds import check_kind
@@ -30,14 +29,7 @@ def _redis() -> redis.Redis:
     return redis.Redis.from_url(os.environ["CHECKBEAT_REDIS_URL"], decode_responses=True)
 
 
-@check_kind("regional")
-def regional(target: str, config: dict, context) -> bool:
-    """GET <target>/<region>: up on 200, down on anything else."""
-    try:
-        with urllib.request.urlopen(f"{target}/{context.region}", timeout=2) as reply:
-            return reply.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+check_kind("regional")(regional)
 
 
 @on_transition
@@ -49,16 +41,4 @@ def record(transition) -> None:
     deadline = time.monotonic() + 60
     while client.exists(BLOCK) and time.monotonic() < deadline:
         time.sleep(0.05)
-    client.rpush(
-        DONE,
-        json.dumps(
-            {
-                "id": transition.id,
-                "uid": transition.uid,
-                "from": transition.from_state,
-                "to": transition.to_state,
-                "held": transition.held,
-                "pid": os.getpid(),
-            }
-        ),
-    )
+    client.rpush(DONE, delivery_record(transition, held=transition.held))

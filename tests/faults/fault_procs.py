@@ -1,7 +1,9 @@
 """Real checkbeat processes for the fault tests: beat and workers as ``celery`` subprocesses.
 
 Each runs in its own session (process group), so a test can SIGKILL one process, or a whole
-worker with its pool children, by id, as a crash or an OOM kill would.
+worker with its pool children, by id, as a crash or an OOM kill would. ``ahead_clock`` and
+``clocked_env`` are the set-up every test of cron windows shares: its processes on the test
+clock (``CHECKBEAT_TEST_CLOCK``), importing a cron tasks module the test writes.
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from celery_app.cron_tasks.registration import window_start
+from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -29,6 +36,37 @@ def process_env(extra_paths: tuple[Path, ...] = (), **extra: str) -> dict[str, s
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
     return env
+
+
+def ahead_clock(rate: float, into_window_s: float = 50.0) -> Clock:
+    """The test clock at ``rate`` simulated seconds a real one, from ``into_window_s`` into the
+    minute window an hour from now: an hour ahead, so a message's expiry (its window's end plus
+    the grace) stays in the real future; near the window's end, so the first window closes
+    after a few real seconds."""
+    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=into_window_s)
+    return Clock(start, time.time(), rate)
+
+
+def clocked_env(
+    tmp_path: Path,
+    clock: Clock,
+    tasks: str,
+    source: str,
+    *,
+    imports: tuple[str, ...] = (),
+    extra_paths: tuple[Path, ...] = (),
+    **extra: str,
+) -> dict[str, str]:
+    """The environment of beats and workers on ``clock`` (``process_env``) that import the cron
+    tasks ``source``, written to ``tmp_path`` as the module ``tasks``, then ``imports`` (modules
+    on ``extra_paths``)."""
+    (tmp_path / f"{tasks}.py").write_text(textwrap.dedent(source))
+    return process_env(
+        (tmp_path, *extra_paths),
+        CHECKBEAT_IMPORTS=",".join((tasks, *imports)),
+        **{TEST_CLOCK_ENV: clock.encode()},
+        **extra,
+    )
 
 
 def cpu_seconds(pid: int) -> float:

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import json
 import random
-import textwrap
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import run_counts
 
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id, window_start
 from celery_app.redis.schema import CronStatsField
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -84,20 +82,13 @@ def test_three_beats_one_sigkilled_every_window_fire_each_singleton_once(
     tmp_path, r, broker_url, fault_report
 ):
     redis.Redis.from_url(broker_url).flushdb()
-    (tmp_path / "fault_cron_tasks.py").write_text(textwrap.dedent(TASKS))
     r.sadd(KEYS.tenants(), *TENANTS)
-    # An hour ahead, so message expiries (window end + grace) stay in the real future.
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    clock = Clock(start, time.time(), RATE)
+    clock = ahead_clock(RATE)
+    start = clock.start  # the simulated instant at clock.epoch (real time)
     window_real = 60.0 / RATE
     procs = Processes(
         tmp_path,
-        process_env(
-            (tmp_path,),
-            CHECKBEAT_IMPORTS="fault_cron_tasks",
-            CHECKBEAT_CRON_GRACE=str(GRACE_S),
-            **{TEST_CLOCK_ENV: clock.encode()},
-        ),
+        clocked_env(tmp_path, clock, "fault_cron_tasks", TASKS, CHECKBEAT_CRON_GRACE=str(GRACE_S)),
     )
     rng = random.Random()
     kills: list[tuple[int, int, float]] = []  # (killed pid, replacement pid, when)

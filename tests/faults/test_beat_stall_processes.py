@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import recorded_runs
@@ -32,7 +31,6 @@ from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.schema import CronGapField
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
@@ -74,17 +72,10 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
     variant, tmp_path, r, redis_url, broker_url, fault_report
 ):
     redis.Redis.from_url(broker_url).flushdb()
-    (tmp_path / "stall_tasks.py").write_text(textwrap.dedent(TASKS))
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    clock = Clock(start, time.time(), RATE)
+    clock = ahead_clock(RATE)
     procs = Processes(
         tmp_path,
-        process_env(
-            (tmp_path,),
-            CHECKBEAT_IMPORTS="stall_tasks",
-            CHECKBEAT_CRON_GRACE=str(GRACE_S),
-            **{TEST_CLOCK_ENV: clock.encode()},
-        ),
+        clocked_env(tmp_path, clock, "stall_tasks", TASKS, CHECKBEAT_CRON_GRACE=str(GRACE_S)),
     )
     try:
         procs.worker("-P", "threads", "-c", "4", "-Q", "celery")

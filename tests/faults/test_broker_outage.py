@@ -9,15 +9,14 @@ The default run uses a 15 s outage; the 60 s variant is marked slow.
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from support.partitions import suite_keys
 from support.polling import wait_for
 from support.run_witness import recorded_runs, run_counts
@@ -29,7 +28,6 @@ from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = pytest.mark.faults
 
@@ -62,17 +60,14 @@ def _outage(tmp_path: Path, r: redis.Redis, outage_s: float, fault_report, label
 
     broker_server = RedisServer(tmp_path / "broker", appendonly=True).start()
     try:
-        (tmp_path / "outage_tasks.py").write_text(textwrap.dedent(CRON_TASKS))
-        start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=30)
-        clock = Clock(start, time.time(), RATE)
+        clock = ahead_clock(RATE, into_window_s=30)
         broker_url = broker_server.url(0)
-        env = process_env(
-            (tmp_path, HERE),
+        env = clocked_env(
+            tmp_path, clock, "outage_tasks", CRON_TASKS, imports=("crash_kinds",),
+            extra_paths=(HERE,),
             CHECKBEAT_BROKER_URL=broker_url,
-            CHECKBEAT_IMPORTS="outage_tasks,crash_kinds",
             CHECKBEAT_CRON_GRACE="60",
-            **{TEST_CLOCK_ENV: clock.encode()},
-        )
+        )  # fmt: skip
         settings = load_settings(broker_url=broker_url)
         CheckStore(r, KEYS, settings).create(
             uid="steady", tenant="t", kind="tracked", target="steady", config={"seconds": 0.01},

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import redis
 from clock_kinds import stamps
-from faketime_env import FAKETIME_LIBS, faked
+from faketime_env import faked, needs_faketime
 from fault_procs import Processes, process_env
 from support.partitions import suite_keys
 from support.polling import wait_for
@@ -154,8 +154,7 @@ def tally(
 
 
 def run_skewed(tmp_path, make_app, r, fault_report, scenario, beat_skew, worker_skews):
-    if not FAKETIME_LIBS:
-        pytest.skip("libfaketime is not installed (apt-get install faketime; .ci/run installs it)")
+    needs_faketime()
     import clock_kinds  # noqa: F401 - the store validates the kind in this process
 
     app = make_app(check_timeout=3.0, lease_margin=0.5)

@@ -9,22 +9,19 @@ The cron witness (which window ran) goes to the session's own Redis, outside the
 
 from __future__ import annotations
 
-import textwrap
-import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from ha_kinds import WITNESS_ENV, cron_runs
 from redis.crc import key_slot
 from support.partitions import count_in
 from support.polling import wait_for
 
 from celery_app.checks.store import CheckStore
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
+from celery_app.cron_tasks.registration import GLOBAL_TENANT
 from celery_app.redis.client import get_redis
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import (
@@ -35,7 +32,6 @@ from celery_app.redis.schema import (
     partition_tags,
 )
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.timeout(240)]
 
@@ -66,20 +62,17 @@ def test_state_on_a_redis_cluster_runs_checks_and_fires_cron_once_per_window(
     witness = redis.Redis.from_url(redis_server.url(WITNESS_DB), decode_responses=True)
     witness.flushdb()
     state_url, broker_url = redis_cluster.url(), redis_cluster.broker_url()
-    (tmp_path / "cluster_tasks.py").write_text(textwrap.dedent(CRON_TASKS))
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    clock = Clock(start, time.time(), RATE)
-    env = process_env(
-        (tmp_path, HERE),
+    env = clocked_env(
+        tmp_path, ahead_clock(RATE), "cluster_tasks", CRON_TASKS, imports=("ha_kinds",),
+        extra_paths=(HERE,),
         CHECKBEAT_REDIS_URL=state_url,
         CHECKBEAT_BROKER_URL=broker_url,
-        CHECKBEAT_IMPORTS="cluster_tasks,ha_kinds",
         CHECKBEAT_CRON_GRACE=str(GRACE_S),
         CHECKBEAT_ALLOWED_TARGET_ADDRESSES="127.0.0.1",
         CHECKBEAT_POOL_SIZE="4",
         CHECKBEAT_FAST_LANE_RESERVED="2",
-        **{TEST_CLOCK_ENV: clock.encode(), WITNESS_ENV: redis_server.url(WITNESS_DB)},
-    )
+        **{WITNESS_ENV: redis_server.url(WITNESS_DB)},
+    )  # fmt: skip
     settings = load_settings(
         redis_url=state_url,
         broker_url=broker_url,

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import textwrap
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from support.clock_steps import run_stepped
 from support.cron import T0, sends
 from support.partitions import suite_keys
@@ -36,7 +35,7 @@ from celery_app.cron_tasks.registration import (
 from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.factory import settings_of
 from celery_app.redis.schema import CronGapField, CronStateField, CronStatsField
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
+from celery_app.wall_clock import Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
@@ -65,23 +64,11 @@ cron("* * * * *", id="fan", name="faults.fan", per_tenant=True, bind=True, singl
 
 
 def _procs(tmp_path, rate: float, grace_s: int, **env: str) -> tuple[Processes, Clock]:
-    (tmp_path / "fault_once_tasks.py").write_text(textwrap.dedent(TASKS))
-    # An hour ahead, so message expiries (window end + grace) stay in the real future.
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    clock = Clock(start, time.time(), rate)
-    return (
-        Processes(
-            tmp_path,
-            process_env(
-                (tmp_path,),
-                CHECKBEAT_IMPORTS="fault_once_tasks",
-                CHECKBEAT_CRON_GRACE=str(grace_s),
-                **{TEST_CLOCK_ENV: clock.encode()},
-                **env,
-            ),
-        ),
-        clock,
+    clock = ahead_clock(rate)
+    env = clocked_env(
+        tmp_path, clock, "fault_once_tasks", TASKS, CHECKBEAT_CRON_GRACE=str(grace_s), **env
     )
+    return Processes(tmp_path, env), clock
 
 
 def _noop() -> None: ...

@@ -9,27 +9,24 @@ test clock at RATE x, so the outage spans more than a window plus its grace.
 
 from __future__ import annotations
 
-import textwrap
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.checks.jobs import read_jobs
 from celery_app.checks.store import CheckStore
-from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_start
+from celery_app.cron_tasks.registration import GLOBAL_TENANT
 from celery_app.cron_tasks.service import CronService
 from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import job_id
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(150)]
 
@@ -80,17 +77,14 @@ def test_redis_crash_with_aof_under_load_loses_nothing_and_everyone_reconnects(
     server = RedisServer(tmp_path / "redis", appendonly=True).start()
     client = redis.Redis.from_url(server.url(1), decode_responses=True)
     try:
-        (tmp_path / "restart_tasks.py").write_text(textwrap.dedent(CRON_TASKS))
-        start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=30)
-        clock = Clock(start, time.time(), RATE)
-        env = process_env(
-            (tmp_path, HERE),
+        clock = ahead_clock(RATE, into_window_s=30)
+        env = clocked_env(
+            tmp_path, clock, "restart_tasks", CRON_TASKS, imports=("crash_kinds",),
+            extra_paths=(HERE,),
             CHECKBEAT_REDIS_URL=server.url(1),
             CHECKBEAT_BROKER_URL=server.url(0),
-            CHECKBEAT_IMPORTS="restart_tasks,crash_kinds",
             CHECKBEAT_CRON_GRACE=str(GRACE_S),
-            **{TEST_CLOCK_ENV: clock.encode()},
-        )
+        )  # fmt: skip
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), cron_grace=GRACE_S
         )

@@ -14,18 +14,15 @@ import logging
 import ssl
 import subprocess
 import sys
-import textwrap
-import time
 import urllib.request
 import warnings
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import redis
 import yaml
-from fault_procs import LogLines, Processes, process_env
+from fault_procs import LogLines, Processes, ahead_clock, clocked_env, process_env
 from support.partitions import suite_keys
 from support.polling import wait_for
 from support.recording_server import RecordingServer
@@ -43,7 +40,6 @@ from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import job_id
 from celery_app.redis.tls import redis_tls_kwargs
 from celery_app.settings import SettingsError, load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 from workers import probes  # noqa: F401 - registers the http kind for the store
 
 pytestmark = pytest.mark.faults
@@ -199,16 +195,14 @@ def test_beat_and_worker_work_with_redis_auth_and_never_print_the_password(
         with pytest.raises(redis.AuthenticationError):
             redis.Redis(port=server.port).set("x", 1)  # AUTH is really on
         state = redis.Redis.from_url(server.url(1), decode_responses=True)
-        (tmp_path / "auth_tasks.py").write_text(textwrap.dedent(AUTH_TASKS))
-        start = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(hours=1)
-        clock = Clock(start, time.time(), 30.0)
-        env = process_env(
-            (tmp_path,),
+        env = clocked_env(
+            tmp_path,
+            ahead_clock(30.0, into_window_s=0),
+            "auth_tasks",
+            AUTH_TASKS,
             CHECKBEAT_REDIS_URL=server.url(1),
             CHECKBEAT_BROKER_URL=server.url(0),
-            CHECKBEAT_IMPORTS="auth_tasks",
             CHECKBEAT_ALLOW_PRIVATE_TARGETS="1",
-            **{TEST_CLOCK_ENV: clock.encode()},
         )
         settings = load_settings(
             redis_url=server.url(1), broker_url=server.url(0), allow_private_targets=True

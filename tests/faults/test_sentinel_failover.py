@@ -15,7 +15,6 @@ lease to end and are reaped as lost runs first (``first_check_back_s`` is the fi
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from fault_procs import Processes, process_env
+from fault_procs import Processes, ahead_clock, clocked_env
 from ha_kinds import WITNESS_ENV, check_runs, cron_runs
 from support.partitions import suite_keys
 from support.polling import wait_for
@@ -35,7 +34,6 @@ from celery_app.factory import create_app
 from celery_app.findings import FindingKind
 from celery_app.redis.client import get_redis
 from celery_app.settings import load_settings
-from celery_app.wall_clock import TEST_CLOCK_ENV, Clock
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -88,19 +86,16 @@ def test_sentinel_failover_under_load_no_duplicates_and_lost_windows_reported(
     witness = redis.Redis.from_url(redis_server.url(WITNESS_DB), decode_responses=True)
     witness.flushdb()
     state_url, broker_url = sentinel_deployment.url(1), sentinel_deployment.url(0)
-    (tmp_path / "ha_tasks.py").write_text(textwrap.dedent(CRON_TASKS))
-    start = window_start(datetime.now(UTC)) + timedelta(hours=1, seconds=50)
-    clock = Clock(start, time.time(), rate)
-    env = process_env(
-        (tmp_path, HERE),
+    clock = ahead_clock(rate)
+    env = clocked_env(
+        tmp_path, clock, "ha_tasks", CRON_TASKS, imports=("ha_kinds",), extra_paths=(HERE,),
         CHECKBEAT_REDIS_URL=state_url,
         CHECKBEAT_BROKER_URL=broker_url,
-        CHECKBEAT_IMPORTS="ha_tasks,ha_kinds",
         CHECKBEAT_CRON_GRACE=str(grace_s),
         CHECKBEAT_POOL_SIZE="6",  # a fast worker of 2 slots and a shared one of 4
         CHECKBEAT_FAST_LANE_RESERVED="2",
-        **{TEST_CLOCK_ENV: clock.encode(), WITNESS_ENV: redis_server.url(WITNESS_DB)},
-    )
+        **{WITNESS_ENV: redis_server.url(WITNESS_DB)},
+    )  # fmt: skip
     settings = load_settings(redis_url=state_url, broker_url=broker_url, cron_grace=grace_s)
     client = get_redis(state_url, settings)
     store = CheckStore(client, KEYS, settings)

@@ -5,6 +5,7 @@ Fixtures live in ``tests/conftest.py`` and in the plugin modules its ``pytest_pl
 test module only names the fixtures it uses as arguments and imports these helpers normally.
 
 The benches import a few of them too (``http_target``, ``capacity``, ``round_trips``,
-``alternated_rounds``, as ``tests.support.<name>`` from the repository root); a test never imports
-``bench/``, it runs a bench as a process (:mod:`support.benches`).
+``alternated_rounds``, ``polling``, ``background``, as ``tests.support.<name>`` from the
+repository root); a test never imports ``bench/``, it runs a bench as a process
+(:mod:`support.benches`).
 """

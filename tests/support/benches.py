@@ -29,6 +29,15 @@ def bench_process(name: str, *args: str, timeout: float) -> subprocess.Completed
     )
 
 
+def refused(name: str, *args: str) -> str:
+    """The line ``bench/<name>.py`` refuses ``args`` with, its last on stderr: it must exit 2
+    before anything starts, with no traceback and nothing on stdout."""
+    done = bench_process(name, *args, timeout=60)
+    assert done.returncode == 2, done.stderr[-4000:]
+    assert "Traceback" not in done.stderr and done.stdout == "", done.stderr[-4000:]
+    return done.stderr.strip().splitlines()[-1]
+
+
 def run_bench(name: str, *args: str, timeout: float) -> Any:
     """The figures ``bench/<name>.py`` returns for ``args`` (it must exit 0 within ``timeout``
     seconds; what it printed is in the failure message)."""

@@ -10,8 +10,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from support.served import ServedInThread
 
-class FlipServer:
+
+class FlipServer(ServedInThread):
     def __init__(self) -> None:
         self.failing: set[str] = set()
         self.hits: dict[str, int] = {}
@@ -38,13 +40,11 @@ class FlipServer:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def hit_times(self, name: str) -> list[float]:
         """When each request of ``name`` arrived (Unix s, this host's clock), in order."""
@@ -62,11 +62,3 @@ class FlipServer:
     def heal(self, *regions: str) -> None:
         with self._lock:
             self.failing.difference_update(regions)
-
-    def __enter__(self) -> FlipServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -12,6 +12,12 @@ from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import redis
+
+from celery_app.checks.notify import NotifyStore, validate_target
+from celery_app.redis.schema import Keys
+from support.served import ServedInThread
+
 
 @dataclass(frozen=True)
 class Received:
@@ -20,7 +26,7 @@ class Received:
     body: bytes
 
 
-class HttpReceiver:
+class HttpReceiver(ServedInThread):
     """Records each request; answers 500 to a path while it is in :attr:`failing` or before its
     :attr:`failing_until` (``time.monotonic()``), else 200 (a refused request is counted in
     :attr:`refused`, not recorded)."""
@@ -57,22 +63,17 @@ class HttpReceiver:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def __enter__(self) -> HttpReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def got(self, path: str) -> list[Received]:
         with self._lock:
             return [r for r in self.received if r.path.split("?")[0] == path]
+
+    def notify_tenant(self, r: redis.Redis, keys: Keys, tenant: str, path: str) -> None:
+        """Store a notification target of ``tenant``: Apprise's ``json://`` to ``path`` here."""
+        url = f"json://127.0.0.1:{self.port}{path}"
+        NotifyStore(r, keys).add(validate_target(tenant=tenant, url=url))
 
 
 class SmtpReceiver:

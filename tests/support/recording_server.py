@@ -19,6 +19,8 @@ from pathlib import Path
 
 import trustme
 
+from support.served import ServedInThread
+
 #: A route: (the request's headers, names in lower case; how many requests of this path came
 #: before, since the server started) -> status, response headers, body.
 Route = Callable[[dict[str, str], int], tuple[int, dict[str, str], bytes]]
@@ -28,13 +30,11 @@ Seen = tuple[str, str, dict[str, list[str]]]
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
     def handle_error(self, request: object, client_address: object) -> None:
         return  # a probe that hangs up mid-body (its cap, its deadline) is no server error
 
 
-class RecordingServer:
+class RecordingServer(ServedInThread):
     """Serve ``routes`` (path without its query -> :data:`Route`) and :meth:`page`; https when
     ``not_after`` is given (the certificate's end of validity; ``ca_file``, written in
     ``ca_dir``, is the PEM of the CA that issued it)."""
@@ -77,7 +77,7 @@ class RecordingServer:
             def log_message(self, format: str, *args: object) -> None:
                 return
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._serve(_Server(("127.0.0.1", 0), Handler), poll_interval=0.05)
         self.port = self._server.server_address[1]
         self.ca_file: str | None = None
         self.scheme = "http"
@@ -93,9 +93,6 @@ class RecordingServer:
             ca.cert_pem.write_to_path(str(ca_path))
             self.ca_file = str(ca_path)
             self.scheme = "https"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.05,), name="recording-server", daemon=True
-        )
 
     def answer(self, path: str, status: int, headers: dict[str, str], body: bytes = b"") -> None:
         """Answer every request for ``path`` the same: a route that reads nothing of it."""
@@ -120,12 +117,3 @@ class RecordingServer:
         sent = next(h for _, p, h in self.requests() if p == path)
         assert all(len(values) == 1 for values in sent.values()), sent
         return {name: values[0] for name, values in sent.items()}
-
-    def __enter__(self) -> RecordingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

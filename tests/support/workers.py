@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from support.background import Background
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -97,46 +99,30 @@ def claim_by_hand(client, keys, job_id: str, token: str, lease_s: float = 60.0) 
     }
 
 
-class Ticker:
+class Ticker(Background):
     """Runs ``Dispatcher.tick()`` of each of ``dispatchers`` (one per partition of the check
     half, as beat runs them: ``support.partitions.dispatchers``) every ``interval`` seconds in a
     thread (beat's job), with pause/resume so a test can make starts late. Errors surface at
     stop()."""
 
     def __init__(self, dispatchers, interval: float = 0.1) -> None:
+        super().__init__("test-dispatcher")
         self.dispatchers = list(dispatchers)
         self.interval = interval
         self.ticks = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
-        self._thread = threading.Thread(target=self._run, name="test-dispatcher", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             if not self._running.is_set():
                 continue
-            try:
-                for dispatcher in self.dispatchers:
-                    dispatcher.tick()
-                self.ticks += 1
-            except BaseException as exc:  # report at stop
-                self.error = exc
-                return
-
-    def start(self) -> Ticker:
-        self._thread.start()
-        return self
+            for dispatcher in self.dispatchers:
+                dispatcher.tick()
+            self.ticks += 1
 
     def pause(self) -> None:
         self._running.clear()
 
     def resume(self) -> None:
         self._running.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        if self.error is not None:
-            raise self.error
