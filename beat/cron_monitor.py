@@ -10,6 +10,11 @@ needs nothing on its workers, and ``cron_tasks`` and ``checks`` stay apart.
   whose schedule is the task's: its cron spec and timezone, or its interval. The ping of a window
   is due by the window's start + the cron grace (how late it may be sent) + the task's timeout
   (how long it may run), and a run that started must end within the timeout.
+- **A run longer than its expected duration** (``expected_duration`` of ``@cron``,
+  ``beat_policy`` or ``schedule add``; default the timeout, so nothing more is watched) is
+  degraded: the check's ``expected_duration`` makes beat's dispatcher record a degraded result
+  at start + that duration while the run goes on, and the run's end ping carries its recorded
+  duration, so one that ended late between two ticks is degraded too.
 - **A run's start, success or failure** becomes a start, success or fail ping, once, whichever
   beat sees it first (``Keys.cron_monitor_mark``, SET NX).
 - **A missed window** is a late heartbeat: beat's dispatcher records it
@@ -71,11 +76,14 @@ def is_monitored(task: CronTask, settings: Settings) -> bool:
 
 def heartbeat_config(task: CronTask, settings: Settings) -> tuple[int, dict[str, Any]] | None:
     """(period, config) of the task's heartbeat check; None when its schedule cannot be one."""
-    grace = (task.grace or settings.cron_grace) + task.timeout
+    limit = max(task.timeout, task.expected)  # a beat_schedule entry's may pass its timeout
+    grace = (task.grace or settings.cron_grace) + limit
     config: dict[str, Any] = {
         "grace": grace.total_seconds(),
-        "max_duration": max(1.0, task.timeout.total_seconds()),
+        "max_duration": max(1.0, limit.total_seconds()),
     }
+    if task.expected < limit:
+        config["expected_duration"] = max(1.0, task.expected.total_seconds())
     if task.is_interval:
         every = task.window_length.total_seconds()
         if every < 1 or every != int(every) or every > 31 * 86_400:

@@ -3,16 +3,31 @@ and that beat makes each monitored task's check once, only when a worker records
 
 from __future__ import annotations
 
+import json
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from support.polling import wait_for
 
 from beat.cron_monitor import CronMonitor, heartbeat_config, is_monitored, monitor_uid
+from celery_app.checks.check_state import read_transitions
+from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.store import CheckStore
 from celery_app.cron_tasks import recorders
-from celery_app.cron_tasks.registration import cron
-from celery_app.cron_tasks.task_sources import all_tasks
+from celery_app.cron_tasks.recording import store_for
+from celery_app.cron_tasks.registration import (
+    GLOBAL_TENANT,
+    CronSpecError,
+    cron,
+    window_id,
+    window_start,
+)
+from celery_app.cron_tasks.runtime import add_schedule, runtime_store
+from celery_app.cron_tasks.task_sources import all_tasks, beat_policy
 from celery_app.factory import settings_of
 from celery_app.redis.keyspace import state_keys
+from celery_app.redis.schema import CheckStateField, CronOutcome
 from celery_app.settings import load_settings
 
 
@@ -62,3 +77,135 @@ def test_checks_are_made_once_a_worker_records_runs(cron_app, r):
     CronMonitor(cron_app, tasks).tick()  # a second beat: the same check, its token kept
     assert store.get(monitor_uid("report")).definition.config["token"] == token
     assert store.uids() == [monitor_uid("ping"), monitor_uid("report")]
+
+
+# --- expected duration -------------------------------------------------------------------
+
+
+def _moves(r, keys, uid: str) -> list[tuple[str, str]]:
+    found = reversed(read_transitions(r, keys.check_transitions(uid)))
+    return [(t["from"], t["to"]) for t in found]
+
+
+def _last(r, keys, uid: str) -> dict:
+    return json.loads(r.hget(keys.last_result(uid), "local"))
+
+
+def test_expected_duration_is_the_heartbeat_degraded_band_and_defaults_to_the_timeout(cron_app):
+    settings = settings_of(cron_app)
+    cron("*/5 * * * *", app=cron_app, id="slow", name="m.slow", timeout=timedelta(minutes=2),
+         expected_duration=timedelta(seconds=30))(_noop)  # fmt: skip
+    cron("*/5 * * * *", app=cron_app, id="plain", name="m.plain",
+         timeout=timedelta(seconds=60))(_noop)  # fmt: skip
+    cron_app.conf.beat_schedule = {
+        "long": {"task": "m.long", "schedule": 3600.0},
+        "short": {"task": "m.short", "schedule": 3600.0},
+    }
+    beat_policy(cron_app, "long", expected_duration=1800)  # past the 5 min default timeout
+    beat_policy(cron_app, "short", expected_duration=timedelta(seconds=20))
+    tasks = all_tasks(cron_app)
+    slow = heartbeat_config(tasks["slow"], settings)[1]
+    assert slow["expected_duration"] == 30 and slow["max_duration"] == 120
+    plain = heartbeat_config(tasks["plain"], settings)[1]
+    assert "expected_duration" not in plain and plain["max_duration"] == 60  # as today
+    long = heartbeat_config(tasks["long"], settings)[1]
+    assert "expected_duration" not in long and long["max_duration"] == 1800
+    assert long["grace"] == (settings.cron_grace + timedelta(seconds=1800)).total_seconds()
+    short = heartbeat_config(tasks["short"], settings)[1]
+    assert short["expected_duration"] == 20 and short["max_duration"] == 300
+    add_schedule(cron_app, "rt", task="m.rt", remote_task=True, every="20s", timeout="1m",
+                 expected_duration="15s")  # fmt: skip
+    runtime = all_tasks(cron_app, runtime_store(cron_app))["rt"]  # read back from Redis
+    assert heartbeat_config(runtime, settings)[1]["expected_duration"] == 15
+
+
+@pytest.mark.parametrize(
+    "declare",
+    [
+        lambda app: cron("* * * * *", app=app, id="a", name="m.a", expected_duration=0)(_noop),
+        lambda app: cron(
+            "* * * * *",
+            app=app,
+            id="a",
+            name="m.a",
+            timeout=timedelta(seconds=60),
+            expected_duration=timedelta(seconds=61),
+        )(_noop),
+        lambda app: cron("* * * * *", app=app, id="a", name="m.a", expected_duration="1h")(_noop),
+        lambda app: beat_policy(app, "e", expected_duration=-5),
+        lambda app: beat_policy(app, "e", expected_duration=timedelta(days=32)),
+    ],
+)
+def test_a_bad_expected_duration_is_refused_naming_it(cron_app, declare):
+    with pytest.raises(CronSpecError, match="expected_duration must be"):
+        declare(cron_app)
+
+
+def test_a_run_past_its_expected_duration_is_degraded_once_and_the_next_good_run_up(cron_app, r):
+    """Still running past the expected duration: degraded by beat's dispatcher (no worker);
+    its late success keeps it degraded (no second transition); a run within it: up."""
+    cron("* * * * *", app=cron_app, id="slow", name="m.slow", timeout=timedelta(seconds=60),
+         expected_duration=1)(_noop)  # fmt: skip
+    tasks = list(all_tasks(cron_app).values())
+    keys = state_keys(settings_of(cron_app))
+    uid = monitor_uid("slow")
+    recorders.mark(r, keys, "w@h", time.time())
+    monitor = CronMonitor(cron_app, tasks)
+    monitor.tick()
+    dispatcher = Dispatcher(cron_app, client=r, partition=keys.of_check(uid).partition)
+    workers = store_for(cron_app)
+    now = datetime.now(UTC)
+    window = window_id(window_start(now))
+    workers.run_started("slow", GLOBAL_TENANT, window, False, now)
+    assert monitor.tick() == 1  # the start ping
+    assert CronMonitor(cron_app, tasks).tick() == 0  # a second beat: pinged already
+
+    def degraded() -> bool:
+        dispatcher.tick()
+        return r.hget(keys.check_state(uid), CheckStateField.STATE) == "degraded"
+
+    wait_for(degraded, 10, interval=0.05, what="the run degraded past its expected 1 s")
+    assert "still running after" in _last(r, keys, uid)["degraded"]
+    for _ in range(3):
+        dispatcher.tick()
+    assert _moves(r, keys, uid) == [("up", "degraded")]  # once, the run still going
+
+    workers.run_finished("slow", GLOBAL_TENANT, window, CronOutcome.SUCCESS, "", datetime.now(UTC))
+    assert monitor.tick() == 1
+    late = _last(r, keys, uid)
+    assert late["status"] == "up" and "longer than its expected 1 s" in late["degraded"]
+    assert _moves(r, keys, uid) == [("up", "degraded")]  # finished late: the same state
+
+    nxt = window_id(window_start(now) + timedelta(minutes=1))
+    start = datetime.now(UTC)
+    workers.run_started("slow", GLOBAL_TENANT, nxt, False, start)
+    workers.run_finished("slow", GLOBAL_TENANT, nxt, CronOutcome.SUCCESS, "",
+                         start + timedelta(seconds=0.5))  # fmt: skip
+    assert monitor.tick() == 1
+    assert _moves(r, keys, uid) == [("up", "degraded"), ("degraded", "up")]
+
+
+def test_a_run_that_finished_past_its_expected_duration_unseen_running_is_one_transition(
+    cron_app, r
+):
+    """A run beat never saw running (it ended between two ticks) is judged by its recorded
+    duration: one degraded transition; a failed run then goes down, one more."""
+    cron("* * * * *", app=cron_app, id="job", name="m.job", timeout=timedelta(seconds=60),
+         expected_duration=2)(_noop)  # fmt: skip
+    tasks = list(all_tasks(cron_app).values())
+    keys = state_keys(settings_of(cron_app))
+    uid = monitor_uid("job")
+    recorders.mark(r, keys, "w@h", time.time())
+    monitor = CronMonitor(cron_app, tasks)
+    monitor.tick()
+    workers = store_for(cron_app)
+    start = window_start(datetime.now(UTC))
+    for minute, took, outcome in [(0, 5, CronOutcome.SUCCESS), (1, 1, CronOutcome.FAILURE)]:
+        window = window_id(start + timedelta(minutes=minute))
+        began = datetime.now(UTC)
+        workers.run_started("job", GLOBAL_TENANT, window, False, began)
+        workers.run_finished("job", GLOBAL_TENANT, window, outcome, "boom",
+                             began + timedelta(seconds=took))  # fmt: skip
+        assert monitor.tick() == 1
+    assert _moves(r, keys, uid) == [("up", "degraded"), ("degraded", "down")]
+    assert _last(r, keys, uid)["status"] == "down"

@@ -143,6 +143,8 @@ def test_config_is_validated_and_a_token_made_when_none_is_given(store):
         ({"timezone": "Europe/Paris"}, "config.timezone"),
         ({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "config.timezone"),
         ({"max_duration": 0}, "config.max_duration"),
+        ({"max_duration": 10, "expected_duration": 11}, "config.expected_duration"),
+        ({"expected_duration": 0.5}, "config.expected_duration"),
         ({"token": "short"}, "config.token"),
         ({"colour": "red"}, "config.colour"),
     ]:

@@ -10,6 +10,9 @@ windows, transitions (once), results and metrics are those of every check:
 - a **fail** ping is a down run, and moves the job to the next deadline too (the job did run);
 - a **start** ping records when the run started; with ``max_duration`` the deadline comes no
   later than start + ``max_duration``, so a run that started and never finished is seen;
+- with ``expected_duration``, a run longer than it is a degraded result: still running at
+  start + ``expected_duration`` (a miss that points to degraded, the job then placed at the next
+  deadline or start + ``max_duration``), or a success ping whose run took longer;
 - a deadline that passes with no ping: ``promote.lua`` moves the job to
   ``Keys.heartbeats_late``, and beat's dispatcher (:func:`record_late`, no worker involved)
   writes a down run and places the job one period (or cron firing) later; each missed period
@@ -24,8 +27,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -199,6 +202,11 @@ def _ping_job(
             return False, None
         started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         record = _ping_record(job, ping, now_s, started)
+        if ping.kind == PingKind.SUCCESS and record.duration_ms is not None:
+            took = timedelta(milliseconds=record.duration_ms)
+            if pings.overran(took):
+                planner.result = State.DEGRADED
+                record = replace(record, degraded=_overran(pings, took))
         deadline = pings.deadline_after_success(now)
         done = _write(client, keys, settings, params, job, h, planner, record, deadline, 0)
         if done is not None:
@@ -328,10 +336,13 @@ def _miss(
         if job.scheduled_at > now_s:
             return None  # a ping came: not late any more
         missed = from_unix(job.scheduled_at)
+        started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
+        start = None if started is None else from_unix(started)
         deadline, passed = pings.deadline_after_miss(missed), 0
+        if pings.is_expected_overrun(missed, start):  # still running: slow, not failed yet
+            deadline = pings.deadline_after_overrun(missed, start)  # type: ignore[arg-type]  # started
         while to_unix(deadline) <= now_s:  # beat was away: every period missed is one
             deadline, passed = pings.deadline_after_miss(deadline), passed + 1
-        started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         record = RunRecord(
             status=RunStatus.DOWN,
             region=job.region,
@@ -341,10 +352,23 @@ def _miss(
             error=_late_reason(pings, missed, started),
             detail={"ping": "missed"},
         )
+        if pings.is_expected_overrun(missed, start) and passed == 0:
+            planner.result = State.DEGRADED
+            took = from_unix(now_s) - start  # type: ignore[operator]  # an overrun: started
+            record = replace(
+                record, status=RunStatus.UP, error_class=None, error=None,
+                degraded=_overran(pings, took, running=True), detail={"ping": "overrun"},
+            )  # fmt: skip
         done = _write(client, keys, settings, params, job, h, planner, record, deadline, passed)
         if done is not None:
             return done
     return None
+
+
+def _overran(pings: HeartbeatSchedule, took: timedelta, *, running: bool = False) -> str:
+    expected = pings.expected_duration.total_seconds()  # type: ignore[union-attr]  # overran
+    what = "still running after" if running else "ran"
+    return f"{what} {took.total_seconds():.1f} s, longer than its expected {expected:g} s"
 
 
 def _late_reason(pings: HeartbeatSchedule, missed: datetime, started: float | None) -> str:

@@ -749,6 +749,7 @@ class RuntimeField(StrEnum):
     GRACE = "grace"  # seconds, or empty: the app's CHECKBEAT_CRON_GRACE
     OVERLAP = "overlap"  # an Overlap value
     PAUSED = "paused"  # "1" / "0"
+    EXPECTED_DURATION = "expected_duration"  # seconds, or empty (absent): the timeout
 
 
 LUA_FIELD_TABLES.update(
