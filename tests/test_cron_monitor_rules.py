@@ -20,12 +20,14 @@ from celery_app.cron_tasks.registration import (
     GLOBAL_TENANT,
     CronSpecError,
     cron,
+    interval_window_id,
     window_id,
     window_start,
 )
 from celery_app.cron_tasks.runtime import add_schedule, runtime_store
 from celery_app.cron_tasks.task_sources import all_tasks, beat_policy
 from celery_app.factory import settings_of
+from celery_app.names import is_id
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CheckStateField, CronOutcome
 from celery_app.settings import load_settings
@@ -49,7 +51,9 @@ def test_which_tasks_are_watched_and_their_heartbeat(cron_app):
     tasks = _tasks(cron_app)
     settings = settings_of(cron_app)
     watched = sorted(t for t, task in tasks.items() if is_monitored(task, settings))
-    assert watched == ["ping", "report"]  # not per-tenant, not a 2.5 s interval
+    assert watched == ["per-t", "ping", "report"]  # not a 2.5 s interval
+    no_tenants = load_settings(tenants_provider="none")  # per-tenant tasks do not fire
+    assert not is_monitored(tasks["per-t"], no_tenants) and is_monitored(tasks["ping"], no_tenants)
     _period, config = heartbeat_config(tasks["report"], settings)
     assert config["cron"] == "*/5 * * * *" and config["timezone"] == "Europe/Paris"
     assert config["grace"] == (settings.cron_grace + timedelta(minutes=2)).total_seconds()
@@ -209,3 +213,80 @@ def test_a_run_that_finished_past_its_expected_duration_unseen_running_is_one_tr
         assert monitor.tick() == 1
     assert _moves(r, keys, uid) == [("up", "degraded"), ("degraded", "down")]
     assert _last(r, keys, uid)["status"] == "down"
+
+
+# --- per-tenant tasks --------------------------------------------------------------------
+
+
+def test_a_per_tenant_check_uid_is_a_valid_uid_unique_per_task_and_tenant():
+    assert monitor_uid("sync") == "cron.sync"
+    assert monitor_uid("sync", "acme") == "cron.sync.acme"
+    made = {
+        monitor_uid(task, tenant)
+        for task, tenant in [
+            ("sync", "ann@corp.com"), ("sync", "ann_corp.com"), ("s" * 200, "acme"),
+            ("s" * 200, "acme2"), ("s" * 195, GLOBAL_TENANT), ("sync", "a" * 128),
+        ]
+    }  # fmt: skip
+    assert len(made) == 6 and all(is_id(uid) for uid in made)
+
+
+def test_each_active_tenant_has_its_check_and_a_tenant_that_left_is_not_reported_missing(
+    cron_app, r
+):
+    """Three tenants of a per-tenant task: acme's failed run takes its check down, initech's
+    silence too (each one transition, in that tenant's stream), globex leaves and its check is
+    paused by another beat, so its silence makes none; when it comes back its check is on
+    again, not late."""
+    add_schedule(cron_app, "sync", task="m.sync", remote_task=True, every="1s", timeout="1s",
+                 grace="0.1s", per_tenant=True)  # fmt: skip
+    tasks = list(all_tasks(cron_app, runtime_store(cron_app)).values())
+    keys = state_keys(settings_of(cron_app))
+    tenants = ["acme", "globex", "initech"]
+    r.sadd(keys.tenants(), *tenants)
+    recorders.mark(r, keys, "w@h", time.time())
+    monitor = CronMonitor(cron_app, tasks)
+    monitor.tick()
+    store = CheckStore(r, keys, settings_of(cron_app))
+    for tenant in tenants:
+        made = store.get(f"cron.sync.{tenant}").definition
+        assert made.tenant == tenant and made.kind == "heartbeat" and made.enabled
+    assert r.smembers(keys.cron_monitor_tenants("sync")) == set(tenants)
+
+    workers = store_for(cron_app)
+    now = datetime.now(UTC)
+    window = interval_window_id(now.replace(microsecond=0))
+    for tenant, outcome in [("acme", CronOutcome.FAILURE), ("globex", CronOutcome.SUCCESS)]:
+        workers.run_started("sync", tenant, window, False, now)
+        workers.run_finished("sync", tenant, window, outcome, "boom", now)
+    assert monitor.tick() == 2
+
+    r.srem(keys.tenants(), "globex")
+    CronMonitor(cron_app, tasks).tick()  # another beat sees globex leave
+    assert not store.get("cron.sync.globex").definition.enabled
+    assert r.smembers(keys.cron_monitor_tenants("sync")) == {"acme", "initech"}
+
+    dispatcher = Dispatcher(cron_app, client=r, partition=keys.of_check("cron.sync.x").partition)
+
+    def initech_down() -> bool:
+        dispatcher.tick()
+        return r.hget(keys.check_state("cron.sync.initech"), CheckStateField.STATE) == "down"
+
+    wait_for(initech_down, 15, interval=0.05, what="the silent tenant's check down")
+    globex_deadline = float(r.time()[0]) + 3  # past globex's deadline had it stayed on
+
+    def past_globex_deadline() -> bool:
+        dispatcher.tick()
+        return float(r.time()[0]) > globex_deadline
+
+    wait_for(past_globex_deadline, 10, interval=0.05, what="globex's deadline passed")
+    assert _moves(r, keys, "cron.sync.acme") == [("up", "down")]
+    assert _moves(r, keys, "cron.sync.initech") == [("up", "down")]
+    assert _moves(r, keys, "cron.sync.globex") == []
+    assert [r.xlen(keys.tenant_transitions(t)) for t in tenants] == [1, 0, 1]
+
+    r.sadd(keys.tenants(), "globex")
+    CronMonitor(cron_app, tasks).tick()  # a beat sees it come back
+    assert store.get("cron.sync.globex").definition.enabled
+    dispatcher.tick()
+    assert _moves(r, keys, "cron.sync.globex") == []  # placed afresh, not late
