@@ -32,9 +32,18 @@ needs nothing on its workers, and ``cron_tasks`` and ``checks`` stay apart.
 Nothing is watched until a worker says it records cron runs (a worker with checkbeat installed):
 runs that nobody records would all look missed.
 
-What is not watched: tasks with a custom schedule class (no fixed grid), and intervals that
-are not whole seconds; per-tenant tasks when no tenants provider is set
-(``CHECKBEAT_TENANTS_PROVIDER=none``: they do not fire).
+- **A custom schedule class** (a ``beat_schedule`` entry with no fixed grid: ``solar``, a
+  ``BaseSchedule`` of the project's own) has no period: its check's is the longest a check may
+  have (``CUSTOM_PERIOD``), and each run's end ping carries when the schedule says it is next
+  due (``next_at``: :meth:`CustomSchedule.next_after` of the shared last run, what beat's
+  ``remaining_estimate`` gives), so the next deadline is that instant + the grace + the limit.
+  A failed run and an over-long one are watched as for any task; a miss only from the first
+  run on (before it, nothing says when one is due), and not at all for a schedule that cannot
+  estimate (``remaining_estimate`` raises or returns no timedelta): then the deadline stays a
+  ``CUSTOM_PERIOD`` away.
+
+What is not watched: intervals that are not whole seconds; per-tenant tasks when no tenants
+provider is set (``CHECKBEAT_TENANTS_PROVIDER=none``: they do not fire).
 """
 
 from __future__ import annotations
@@ -44,14 +53,16 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+from celery_app.checks.definition import MAX_PERIOD_S
 from celery_app.checks.heartbeat import Ping, PingKind, PingRefused, record_ping
 from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
 from celery_app.checks.store import CheckStore
 from celery_app.checks.transitions import claim_and_publish
 from celery_app.cron_tasks import recorders
+from celery_app.cron_tasks.celery_schedules import CustomSchedule
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, CronTask
 from celery_app.cron_tasks.tenants_provider import TenantsSource, read_tenants, resolve_tenants
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound
@@ -68,6 +79,9 @@ log = logging.getLogger(__name__)
 MONITOR_TENANT = "cron"
 #: The uid of a task's heartbeat check is this prefix and the task id.
 MONITOR_PREFIX = "cron."
+#: The period of a custom schedule's check: the longest a check may have (its deadlines come
+#: from the schedule's own estimate, carried by each end ping).
+CUSTOM_PERIOD = MAX_PERIOD_S
 #: How long a start or end stays marked as pinged: longer than any beat takes to see it.
 MARK_TTL = timedelta(hours=6)
 #: How often, at most, the tenants of per-tenant tasks are read again (a provider may query a
@@ -101,7 +115,7 @@ def is_monitored(task: CronTask, settings: Settings) -> bool:
         return False
     if task.per_tenant and settings.tenants_provider == "none":
         return False
-    return not task.is_custom and heartbeat_config(task, settings) is not None
+    return heartbeat_config(task, settings) is not None
 
 
 def heartbeat_config(task: CronTask, settings: Settings) -> tuple[int, dict[str, Any]] | None:
@@ -114,6 +128,8 @@ def heartbeat_config(task: CronTask, settings: Settings) -> tuple[int, dict[str,
     }
     if task.expected < limit:
         config["expected_duration"] = max(1.0, task.expected.total_seconds())
+    if task.is_custom:
+        return CUSTOM_PERIOD, config
     if task.is_interval:
         every = task.window_length.total_seconds()
         if every < 1 or every != int(every) or every > 31 * 86_400:
@@ -309,11 +325,22 @@ class CronMonitor:
                 PingKind.FAIL if failed else PingKind.SUCCESS,
                 duration_s=max(0.0, end - start),
                 body=(state.get(CronStateField.LAST_ERROR) or "")[:2000] if failed else "",
+                next_at=self._next_at(task) if task.is_custom else None,
             )
             return self._once(task, tenant, window, "end", ping)
         if outcome == CronOutcome.RUNNING:
             return self._once(task, tenant, window, "start", Ping(PingKind.START))
         return 0
+
+    def _next_at(self, task: CronTask) -> float | None:
+        """When a custom schedule is next due after its last run (the one all beats share,
+        ``Keys.cron_ref``), by its own estimate; None when it cannot say."""
+        assert isinstance(task.schedule, CustomSchedule)
+        raw = self.redis.get(self.keys.cron_ref(task.id, task.fingerprint))
+        if raw is None:
+            return None
+        found = task.schedule.next_after(datetime.fromtimestamp(float(raw), UTC))
+        return None if found is None else found.timestamp()
 
     def _once(self, task: CronTask, tenant: str, window: str, phase: str, ping: Ping) -> int:
         mark = self.keys.cron_monitor_mark(task.id, tenant, window, phase)

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.adoption import FlagSchedule
+from support.cron import seen_since, store_of
 from support.polling import wait_for
 
-from beat.cron_monitor import CronMonitor, heartbeat_config, is_monitored, monitor_uid
+from beat.cron_engine import CronEngine
+from beat.cron_monitor import (
+    CUSTOM_PERIOD,
+    CronMonitor,
+    heartbeat_config,
+    is_monitored,
+    monitor_uid,
+)
 from celery_app.checks.check_state import read_transitions
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.store import CheckStore
@@ -25,11 +35,12 @@ from celery_app.cron_tasks.registration import (
     window_start,
 )
 from celery_app.cron_tasks.runtime import add_schedule, runtime_store
+from celery_app.cron_tasks.sender import CronPublisher
 from celery_app.cron_tasks.task_sources import all_tasks, beat_policy
 from celery_app.factory import settings_of
 from celery_app.names import is_id
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import CheckStateField, CronOutcome
+from celery_app.redis.schema import CheckStateField, CronOutcome, JobField
 from celery_app.settings import load_settings
 
 
@@ -290,3 +301,67 @@ def test_each_active_tenant_has_its_check_and_a_tenant_that_left_is_not_reported
     assert store.get("cron.sync.globex").definition.enabled
     dispatcher.tick()
     assert _moves(r, keys, "cron.sync.globex") == []  # placed afresh, not late
+
+
+# --- custom schedule classes -------------------------------------------------------------
+
+
+def test_a_custom_schedule_is_watched_from_its_own_estimate_failure_success_then_a_miss(
+    cron_app, r, redis_url
+):
+    """A project's own BaseSchedule (every 2 s while a flag is on), fired by the real engine:
+    each run's end ping carries when the schedule says it is next due (its remaining_estimate
+    from the shared last run), so the deadline is that + grace + limit. A failed run, a good
+    one, then no run (flag off): one transition each, down, up, down."""
+    flag = "cronmon:flag"
+    r.set(flag, "on")
+    every = timedelta(seconds=2)
+    cron_app.conf.beat_schedule = {
+        "flagged": {"task": "m.flagged", "schedule": FlagSchedule(redis_url, flag, every)}
+    }
+    # an entry's limit is the 5 min default: made short so the miss comes within the test
+    task = replace(all_tasks(cron_app)["flagged"], timeout=timedelta(seconds=1),
+                   grace=timedelta(seconds=0.2))  # fmt: skip
+    assert task.is_custom
+    settings, keys = settings_of(cron_app), state_keys(settings_of(cron_app))
+    uid = monitor_uid("flagged")
+    period, config = heartbeat_config(task, settings)
+    assert period == CUSTOM_PERIOD and "cron" not in config and config["grace"] == 1.2
+    recorders.mark(r, keys, "w@h", time.time())
+    monitor = CronMonitor(cron_app, [task])
+    monitor.tick()
+    assert CheckStore(r, keys, settings).get(uid).definition.period == CUSTOM_PERIOD
+    workers = store_of(cron_app)
+    seen_since(cron_app, datetime.now(UTC) - timedelta(seconds=10))
+    publisher = CronPublisher(cron_app, settings.cron_grace)
+    publisher.prepare([task])
+    engine = CronEngine([task], workers, publisher, None, grace=settings.cron_grace,
+                        owner="beat-1")  # fmt: skip
+    dispatcher = Dispatcher(cron_app, client=r, partition=keys.of_check(uid).partition)
+
+    for outcome, state in [(CronOutcome.FAILURE, "down"), (CronOutcome.SUCCESS, "up")]:
+        before = r.get(keys.cron_ref("flagged", task.fingerprint))
+        wait_for(lambda: engine.tick().fired, 10, interval=0.05, what="the schedule fired")
+        # a custom schedule's window is named after the last run it was due from
+        wid = interval_window_id(datetime.fromtimestamp(float(before), UTC))
+        began = datetime.now(UTC)
+        workers.run_started("flagged", GLOBAL_TENANT, wid, False, began)
+        workers.run_finished("flagged", GLOBAL_TENANT, wid, outcome, "boom",
+                             began + timedelta(seconds=0.1))  # fmt: skip
+        assert monitor.tick() == 1
+        assert r.hget(keys.check_state(uid), CheckStateField.STATE) == state
+        last_run = float(r.get(keys.cron_ref("flagged", task.fingerprint)))
+        deadline = float(r.hget(keys.job(f"{uid}@local"), JobField.SCHEDULED_AT))
+        assert abs(deadline - (last_run + every.total_seconds() + 1.2)) < 0.05
+
+    r.set(flag, "off")  # the schedule stops being due: nothing fires, nothing runs
+
+    def down() -> bool:
+        engine.tick()
+        dispatcher.tick()
+        return r.hget(keys.check_state(uid), CheckStateField.STATE) == "down"
+
+    wait_for(down, 15, interval=0.05, what="the missed run seen")
+    assert float(r.time()[0]) + 1 >= deadline  # not before its deadline
+    assert "no success ping by" in _last(r, keys, uid)["error"]
+    assert _moves(r, keys, uid) == [("up", "down"), ("down", "up"), ("up", "down")]

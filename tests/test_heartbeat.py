@@ -105,6 +105,7 @@ def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings,
         (lambda: record_ping(r, keys, settings, "web", Ping()), "uid"),
         (lambda: record_ping(r, keys, settings, uid, Ping(), token="w" * 20), "token"),
         (lambda: record_ping(r, keys, settings, uid, Ping(body="x" * 10_001)), "body"),
+        (lambda: record_ping(r, keys, settings, uid, Ping(next_at=-1.0)), "next_at"),
     ]:
         with pytest.raises(PingRefused) as refused:
             call()

@@ -8,6 +8,8 @@ windows, transitions (once), results and metrics are those of every check:
 - a **success** ping is an up run (with the run's duration when a start ping came first, and its
   exit status when given), and moves the job to the next deadline;
 - a **fail** ping is a down run, and moves the job to the next deadline too (the job did run);
+  a ping may say when the next run is expected (``next_at``: a job with no fixed schedule, a
+  cron task with a schedule class of its own), and the next deadline is then that + ``grace``;
 - a **start** ping records when the run started; with ``max_duration`` the deadline comes no
   later than start + ``max_duration``, so a run that started and never finished is seen;
 - with ``expected_duration``, a run longer than it is a degraded result: still running at
@@ -44,7 +46,7 @@ from celery_app.checks.jobs import (
     from_unix,
     to_unix,
 )
-from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.checks.run_contract import MAX_UNIX_S, RunRecord, RunStatus
 from celery_app.errors import CheckbeatError
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, Keys, split_job_id
@@ -83,12 +85,14 @@ class PingRefused(CheckbeatError, ValueError):
 
 @dataclass(frozen=True)
 class Ping:
-    """One ping: its kind, and what the job says about its run (all optional)."""
+    """One ping: its kind, and what the job says about its run (all optional); ``next_at``
+    (Unix s): when the job's next run is expected, in place of the check's schedule."""
 
     kind: PingKind = PingKind.SUCCESS
     exit_status: int | None = None
     duration_s: float | None = None
     body: str = ""
+    next_at: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.body) > MAX_PING_BODY:
@@ -97,6 +101,8 @@ class Ping:
             raise PingRefused("exit_status", "must be a 32-bit integer")
         if self.duration_s is not None and not 0 <= self.duration_s <= 31 * 86_400:
             raise PingRefused("duration", "must be 0 to 31 days in seconds")
+        if self.next_at is not None and not 0 <= self.next_at <= MAX_UNIX_S:
+            raise PingRefused("next_at", "must be a Unix time in seconds up to the year 9999")
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,8 @@ def _ping_job(
                 planner.result = State.DEGRADED
                 record = replace(record, degraded=_overran(pings, took))
         deadline = pings.deadline_after_success(now)
+        if ping.next_at is not None:
+            deadline = max(now, from_unix(ping.next_at)) + pings.grace
         done = _write(client, keys, settings, params, job, h, planner, record, deadline, 0)
         if done is not None:
             return done
