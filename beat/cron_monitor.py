@@ -23,15 +23,6 @@ needs nothing on its workers, and ``cron_tasks`` and ``checks`` stay apart.
   miss is recorded, its history is kept), so a departed tenant is never reported missing.
   ``Keys.cron_monitor_tenants`` holds which tenants' checks are on, so any beat pauses the
   check of a tenant that left while it was away.
-- **A run's start, success or failure** becomes a start, success or fail ping, once, whichever
-  beat sees it first (``Keys.cron_monitor_mark``, SET NX).
-- **A missed window** is a late heartbeat: beat's dispatcher records it
-  (``checks/heartbeat.py``), so it moves the state and makes a transition, delivered once to the
-  hooks and notification targets, like any check's.
-
-Nothing is watched until a worker says it records cron runs (a worker with checkbeat installed):
-runs that nobody records would all look missed.
-
 - **A custom schedule class** (a ``beat_schedule`` entry with no fixed grid: ``solar``, a
   ``BaseSchedule`` of the project's own) has no period: its check's is the longest a check may
   have (``CUSTOM_PERIOD``), and each run's end ping carries when the schedule says it is next
@@ -41,9 +32,19 @@ runs that nobody records would all look missed.
   run on (before it, nothing says when one is due), and not at all for a schedule that cannot
   estimate (``remaining_estimate`` raises or returns no timedelta): then the deadline stays a
   ``CUSTOM_PERIOD`` away.
+- **A run's start, success or failure** becomes a start, success or fail ping, once, whichever
+  beat sees it first (``Keys.cron_monitor_mark``, SET NX).
+- **A missed window** is a late heartbeat: beat's dispatcher records it
+  (``checks/heartbeat.py``), so it moves the state and makes a transition, delivered once to the
+  hooks and notification targets, like any check's.
+
+Nothing is watched until a worker says it records cron runs (a worker with checkbeat installed):
+runs that nobody records would all look missed.
 
 What is not watched: intervals that are not whole seconds; per-tenant tasks when no tenants
-provider is set (``CHECKBEAT_TENANTS_PROVIDER=none``: they do not fire).
+provider is set (``CHECKBEAT_TENANTS_PROVIDER=none``: they do not fire). A task that leaves the
+list (removed, or ``schedule pause``) keeps its check, which then reports its windows missed:
+pause or delete the check (``checks disable|rm``) with it.
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ class CronMonitor:
         self._made = False
         self._tenants_read_at = None
         graces = [
-            heartbeat_config(t, self.settings)[1]["grace"]  # type: ignore[index]  # monitored
+            heartbeat_config(t, self.settings)[1]["grace"]  # type: ignore[index]  # is_monitored: a config
             for t in self.tasks
             if t.per_tenant
         ]

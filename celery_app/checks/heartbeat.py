@@ -347,8 +347,9 @@ def _miss(
         started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         start = None if started is None else from_unix(started)
         deadline, passed = pings.deadline_after_miss(missed), 0
-        if pings.is_expected_overrun(missed, start):  # still running: slow, not failed yet
-            deadline = pings.deadline_after_overrun(missed, start)  # type: ignore[arg-type]  # started
+        slow = False  # still running past its expected duration: slow, not failed yet
+        if start is not None and pings.is_expected_overrun(missed, start):
+            slow, deadline = True, pings.deadline_after_overrun(missed, start)
         while to_unix(deadline) <= now_s:  # beat was away: every period missed is one
             deadline, passed = pings.deadline_after_miss(deadline), passed + 1
         record = RunRecord(
@@ -360,9 +361,9 @@ def _miss(
             error=_late_reason(pings, missed, started),
             detail={"ping": "missed"},
         )
-        if pings.is_expected_overrun(missed, start) and passed == 0:
+        if slow and start is not None and passed == 0:  # passed: beat away past max_duration
             planner.result = State.DEGRADED
-            took = from_unix(now_s) - start  # type: ignore[operator]  # an overrun: started
+            took = from_unix(now_s) - start
             record = replace(
                 record, status=RunStatus.UP, error_class=None, error=None,
                 degraded=_overran(pings, took, running=True), detail={"ping": "overrun"},
@@ -374,7 +375,7 @@ def _miss(
 
 
 def _overran(pings: HeartbeatSchedule, took: timedelta, *, running: bool = False) -> str:
-    expected = pings.expected_duration.total_seconds()  # type: ignore[union-attr]  # overran
+    expected = pings.expected_duration.total_seconds()  # type: ignore[union-attr]  # set: only an overrun calls this
     what = "still running after" if running else "ran"
     return f"{what} {took.total_seconds():.1f} s, longer than its expected {expected:g} s"
 
