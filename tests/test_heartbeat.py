@@ -96,6 +96,37 @@ def test_a_start_with_no_success_within_max_duration_fails_and_a_fail_ping_is_do
     assert _state(r, keys, uid) == "down"
 
 
+@pytest.mark.timeout(30)
+def test_past_expected_duration_a_run_is_degraded_past_max_duration_down(
+    r, keys, settings, store, dispatcher_app
+):
+    """A run still going at start + expected_duration: degraded (beat's tick, no ping); still
+    going at start + max_duration: down; its late success: degraded. One transition each."""
+    uid = _heartbeat(store, "slow", expected_duration=1, max_duration=2)
+    store.update(uid, period=3600)  # only the run's duration can make it late now
+    dispatcher = Dispatcher(dispatcher_app, client=r, partition=keys.of_check(uid).partition)
+    record_ping(r, keys, settings, uid, Ping(PingKind.START))
+
+    def becomes(state: str):
+        def check() -> bool:
+            dispatcher.tick()
+            return _state(r, keys, uid) == state
+
+        return check
+
+    wait_for(becomes("degraded"), 10, interval=0.05, what="degraded past 1 s")
+    slow = _last(r, keys, uid)
+    assert slow["status"] == "up" and "still running after" in slow["degraded"]
+    wait_for(becomes("down"), 10, interval=0.05, what="down past 2 s")
+    assert "no success within 2 s" in _last(r, keys, uid)["error"]
+    record_ping(r, keys, settings, uid, Ping(PingKind.SUCCESS))
+    assert "longer than its expected 1 s" in _last(r, keys, uid)["degraded"]
+    moves = [
+        (t["from"], t["to"]) for t in reversed(read_transitions(r, keys.check_transitions(uid)))
+    ]
+    assert moves == [("up", "degraded"), ("degraded", "down"), ("down", "degraded")]
+
+
 def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings, store, test_kind):
     uid = _heartbeat(store)
     store.create(uid="web", tenant="acme", kind=test_kind, target="x", period=60)
@@ -105,6 +136,7 @@ def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings,
         (lambda: record_ping(r, keys, settings, "web", Ping()), "uid"),
         (lambda: record_ping(r, keys, settings, uid, Ping(), token="w" * 20), "token"),
         (lambda: record_ping(r, keys, settings, uid, Ping(body="x" * 10_001)), "body"),
+        (lambda: record_ping(r, keys, settings, uid, Ping(next_at=-1.0)), "next_at"),
     ]:
         with pytest.raises(PingRefused) as refused:
             call()
@@ -143,6 +175,8 @@ def test_config_is_validated_and_a_token_made_when_none_is_given(store):
         ({"timezone": "Europe/Paris"}, "config.timezone"),
         ({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "config.timezone"),
         ({"max_duration": 0}, "config.max_duration"),
+        ({"max_duration": 10, "expected_duration": 11}, "config.expected_duration"),
+        ({"expected_duration": 0.5}, "config.expected_duration"),
         ({"token": "short"}, "config.token"),
         ({"colour": "red"}, "config.colour"),
     ]:

@@ -67,6 +67,9 @@ BAD_FIELDS = [
     ("grace", "-5", "from 0 to 1 day"),
     ("grace", "2d", "from 0 to 1 day"),
     ("overlap", "sometimes", "must be one of skip, allow"),
+    ("expected_duration", "0", "more than 0 and at most the timeout"),
+    ("expected_duration", "1h", r"at most the timeout \(300s\)"),
+    ("expected_duration", "soon", "must be a number of seconds"),
 ]
 
 
@@ -205,6 +208,14 @@ def test_the_cli_adds_lists_and_refuses_a_bad_field_naming_its_flag(r):
     )
     assert bad.returncode == 2
     assert "--kwargs: must be a JSON object" in bad.stderr
+    slow = run_cli(
+        "add", "ping", "--task", "proj.ping", "--remote-task", "--every", "20s",
+        "--timeout", "30s", "--expected-duration", "1m",
+    )  # fmt: skip
+    assert slow.returncode == 2 and slow.stdout == ""
+    assert slow.stderr.splitlines() == [
+        "Error: --expected-duration: must be more than 0 and at most the timeout (30s), got '1m'"
+    ]
     assert _runtime_keys(r) == []
     good = run_cli(
         "add", "ping", "--task", "proj.ping", "--remote-task", "--every", "20s",

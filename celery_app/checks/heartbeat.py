@@ -8,8 +8,13 @@ windows, transitions (once), results and metrics are those of every check:
 - a **success** ping is an up run (with the run's duration when a start ping came first, and its
   exit status when given), and moves the job to the next deadline;
 - a **fail** ping is a down run, and moves the job to the next deadline too (the job did run);
+  a ping may say when the next run is expected (``next_at``: a job with no fixed schedule, a
+  cron task with a schedule class of its own), and the next deadline is then that + ``grace``;
 - a **start** ping records when the run started; with ``max_duration`` the deadline comes no
   later than start + ``max_duration``, so a run that started and never finished is seen;
+- with ``expected_duration``, a run longer than it is a degraded result: still running at
+  start + ``expected_duration`` (a miss that points to degraded, the job then placed at the next
+  deadline or start + ``max_duration``), or a success ping whose run took longer;
 - a deadline that passes with no ping: ``promote.lua`` moves the job to
   ``Keys.heartbeats_late``, and beat's dispatcher (:func:`record_late`, no worker involved)
   writes a down run and places the job one period (or cron firing) later; each missed period
@@ -25,8 +30,8 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -42,7 +47,7 @@ from celery_app.checks.jobs import (
     from_unix,
     to_unix,
 )
-from celery_app.checks.run_contract import RunRecord, RunStatus
+from celery_app.checks.run_contract import MAX_UNIX_S, RunRecord, RunStatus
 from celery_app.errors import CheckbeatError
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, Keys, split_job_id
@@ -81,12 +86,14 @@ class PingRefused(CheckbeatError, ValueError):
 
 @dataclass(frozen=True)
 class Ping:
-    """One ping: its kind, and what the job says about its run (all optional)."""
+    """One ping: its kind, and what the job says about its run (all optional); ``next_at``
+    (Unix s): when the job's next run is expected, in place of the check's schedule."""
 
     kind: PingKind = PingKind.SUCCESS
     exit_status: int | None = None
     duration_s: float | None = None
     body: str = ""
+    next_at: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.body) > MAX_PING_BODY:
@@ -95,6 +102,8 @@ class Ping:
             raise PingRefused("exit_status", "must be a 32-bit integer")
         if self.duration_s is not None and not 0 <= self.duration_s <= 31 * 86_400:
             raise PingRefused("duration", "must be 0 to 31 days in seconds")
+        if self.next_at is not None and not 0 <= self.next_at <= MAX_UNIX_S:
+            raise PingRefused("next_at", "must be a Unix time in seconds up to the year 9999")
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,7 @@ class _Planned:
     record: RunRecord
     deadline: datetime
     passed: int = 0
+    result: State | None = None  # the state the run reports, when not the writer's own
 
 
 #: Plans a write from the job hash as read and Redis's time: a run, or what to answer at once.
@@ -211,6 +221,8 @@ class _Writer:
             planned = plan(h, now_s)
             if not isinstance(planned, _Planned):
                 return planned
+            if planned.result is not None:
+                planner.result = planned.result
             done = self._write(h, planner, planned)
             if done is not None:
                 return done
@@ -261,7 +273,16 @@ def _ping_job(writer: _Writer, defn: CheckDefinition, job_id: str, ping: Ping) -
             return False, None
         started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         record = _ping_record(job, ping, now_s, started)
-        return _Planned(job, record, pings.deadline_after_success(now))
+        result = None
+        if ping.kind == PingKind.SUCCESS and record.duration_ms is not None:
+            took = timedelta(milliseconds=record.duration_ms)
+            if pings.overran(took):
+                result = State.DEGRADED
+                record = replace(record, degraded=_overran(pings, took))
+        deadline = pings.deadline_after_success(now)
+        if ping.next_at is not None:
+            deadline = max(now, from_unix(ping.next_at)) + pings.grace
+        return _Planned(job, record, deadline, result=result)
 
     result = State.DOWN if ping.kind == PingKind.FAIL else State.UP
     return writer.record("ping", job_id, result, plan)
@@ -344,10 +365,14 @@ def _miss(writer: _Writer, defn: CheckDefinition, job_id: str) -> _Done:
         if job.scheduled_at > now_s:
             return None  # a ping came: not late any more
         missed = from_unix(job.scheduled_at)
+        started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
+        start = None if started is None else from_unix(started)
         deadline, passed = pings.deadline_after_miss(missed), 0
+        slow = False  # still running past its expected duration: slow, not failed yet
+        if start is not None and pings.is_expected_overrun(missed, start):
+            slow, deadline = True, pings.deadline_after_overrun(missed, start)
         while to_unix(deadline) <= now_s:  # beat was away: every period missed is one
             deadline, passed = pings.deadline_after_miss(deadline), passed + 1
-        started = float(h.get(JobField.HEARTBEAT_STARTED) or 0) or None
         record = RunRecord(
             status=RunStatus.DOWN,
             region=job.region,
@@ -357,9 +382,22 @@ def _miss(writer: _Writer, defn: CheckDefinition, job_id: str) -> _Done:
             error=_late_reason(pings, missed, started),
             detail={"ping": "missed"},
         )
+        if slow and start is not None and passed == 0:  # passed: beat away past max_duration
+            took = from_unix(now_s) - start
+            record = replace(
+                record, status=RunStatus.UP, error_class=None, error=None,
+                degraded=_overran(pings, took, running=True), detail={"ping": "overrun"},
+            )  # fmt: skip
+            return _Planned(job, record, deadline, passed, result=State.DEGRADED)
         return _Planned(job, record, deadline, passed)
 
     return writer.record("miss", job_id, State.DOWN, plan)
+
+
+def _overran(pings: HeartbeatSchedule, took: timedelta, *, running: bool = False) -> str:
+    expected = pings.expected_duration.total_seconds()  # type: ignore[union-attr]  # set: only an overrun calls this
+    what = "still running after" if running else "ran"
+    return f"{what} {took.total_seconds():.1f} s, longer than its expected {expected:g} s"
 
 
 def _late_reason(pings: HeartbeatSchedule, missed: datetime, started: float | None) -> str:

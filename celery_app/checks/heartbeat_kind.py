@@ -9,6 +9,9 @@ beat's dispatcher fails it when a ping is late (``scheduling_core/heartbeat.py``
   after each firing; without it, one every ``period`` seconds (the check's period);
 - ``max_duration`` (seconds, 1 to 31 days, optional): a run that sent its start ping and no
   success within it is a failure, although the job may still be running;
+- ``expected_duration`` (seconds, 1 to 31 days and at most ``max_duration``, optional): a run
+  longer than it is degraded, whether still running at start + ``expected_duration`` or
+  finished (its success ping's duration);
 - ``token`` (16 to 128 letters, digits, '-' or '_'): the secret an HTTP ping must carry in its
   URL; one is made when none is given, and it is masked wherever a config is shown.
 """
@@ -30,7 +33,7 @@ MAX_GRACE_S = 7 * 86_400
 MAX_DURATION_S = 31 * 86_400
 DEFAULT_GRACE_S = 60
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
-_KEYS = {"grace", "cron", "timezone", "max_duration", "token"}
+_KEYS = {"grace", "cron", "timezone", "max_duration", "expected_duration", "token"}
 
 
 def _seconds(config: Mapping[str, Any], key: str, low: float, high: float) -> float | None:
@@ -78,6 +81,9 @@ def validate_heartbeat(target: str, config: Mapping[str, Any]) -> dict[str, Any]
     max_duration = _seconds(config, "max_duration", 1, MAX_DURATION_S)
     if max_duration is not None:
         out["max_duration"] = max_duration
+    expected = _seconds(config, "expected_duration", 1, max_duration or MAX_DURATION_S)
+    if expected is not None:
+        out["expected_duration"] = expected
     token = config.get("token")
     if token is None:
         token = secrets.token_urlsafe(24)

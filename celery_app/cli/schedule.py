@@ -228,6 +228,7 @@ _FLAG_OF = {
     "timeout": "--timeout",
     "grace": "--grace",
     "overlap": "--overlap",
+    "expected_duration": "--expected-duration",
 }
 
 
@@ -274,6 +275,12 @@ def _schedule_options(command):
             click.option("--timezone", "timezone", help="IANA zone of a cron spec."),
             click.option("--timeout", "timeout", help="Soft time limit (default 5m)."),
             click.option("--grace", "grace", help="How late a missed window may still fire."),
+            click.option(
+                "--expected-duration",
+                "expected_duration",
+                help="How long a run should take, at most --timeout (default: the timeout); "
+                "a monitored run longer than it makes the task's check degraded.",
+            ),
             click.option(
                 "--overlap",
                 "overlap",

@@ -37,6 +37,8 @@ GLOBAL_TENANT = "-"
 #: Extra seconds between the soft time limit (the timeout) and the hard kill.
 HARD_LIMIT_MARGIN = 5.0
 WINDOW = timedelta(minutes=1)
+#: Longest expected duration of a task without a timeout (a beat_schedule entry's).
+MAX_EXPECTED_DURATION = timedelta(days=31)
 
 
 class CronSpecError(CheckbeatError, ValueError):
@@ -71,7 +73,8 @@ class CronTask:
     ``schedule`` is one of :data:`CronSchedule`; the window a firing belongs to is a minute for
     crontabs and the interval's own window for intervals (and a forced run's :class:`Instant`),
     anchored where a beat first saw the task (:attr:`window_length`,
-    :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``. ``args``,
+    :meth:`window_id_of`). ``grace`` None means the app's ``CHECKBEAT_CRON_GRACE``;
+    ``expected_duration`` None means the timeout (what the cron monitor watches runs by). ``args``,
     ``kwargs`` and ``options`` are what the message carries (a beat_schedule entry's, as beat
     sends them; ``entry`` evaluates its ``BeatLazyFunc`` arguments at each send).
     """
@@ -90,6 +93,7 @@ class CronTask:
     label: str = ""  # the name as declared, when it is not a valid id (add_periodic_task)
     grace: timedelta | None = None
     overlap: str = Overlap.SKIP
+    expected_duration: timedelta | None = None  # None: the timeout
     args: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -182,6 +186,11 @@ class CronTask:
     def grace_or(self, default: timedelta) -> timedelta:
         return default if self.grace is None else self.grace
 
+    @property
+    def expected(self) -> timedelta:
+        """How long a run is expected to take: ``expected_duration``, else the timeout."""
+        return self.timeout if self.expected_duration is None else self.expected_duration
+
     def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments of one send (a beat entry's lazy values called)."""
         if self.entry is not None:
@@ -232,6 +241,7 @@ def make_cron_task(
     queue: str | None = None,
     grace: timedelta | None = None,
     overlap: str = Overlap.SKIP,
+    expected_duration: timedelta | float | None = None,
 ) -> CronTask:
     """Validate one declaration; raise CronSpecError naming the task on any bad field."""
     if not is_id(task_id):
@@ -251,6 +261,7 @@ def make_cron_task(
     if queue is not None and not queue:
         raise CronSpecError(f"cron task {task_id!r}: queue must be a non-empty name or None")
     check_policies(f"cron task {task_id!r}", grace, overlap)
+    expected = check_expected_duration(f"cron task {task_id!r}", expected_duration, timeout)
     return CronTask(
         id=task_id,
         name=name,
@@ -264,7 +275,31 @@ def make_cron_task(
         zone=zone,
         grace=grace,
         overlap=Overlap(overlap),
+        expected_duration=expected,
     )
+
+
+def check_expected_duration(
+    what: str, value: timedelta | float | None, timeout: timedelta | None
+) -> timedelta | None:
+    """``expected_duration`` as a timedelta (a number is seconds; None: the timeout), more
+    than 0 and at most ``timeout`` (a run is stopped there, so a longer one would never be
+    seen) or, without one, 31 days; CronSpecError naming ``what`` and the field."""
+    if value is None:
+        return None
+    limit = timeout or MAX_EXPECTED_DURATION
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= limit.total_seconds()
+    ):
+        bound = "the timeout" if timeout else "31 days"
+        raise CronSpecError(
+            f"{what}: expected_duration must be a timedelta or seconds, more than 0 and at most "
+            f"{bound} ({limit.total_seconds():g} s), got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def check_policies(what: str, grace: timedelta | None, overlap: str) -> None:
@@ -292,6 +327,7 @@ class CronDeclaration:
     queue: str | None = None
     grace: timedelta | None = None
     overlap: str = Overlap.SKIP
+    expected_duration: timedelta | float | None = None
 
     def resolve(self, default_timezone: str) -> CronTask:
         """The task as scheduled by an app whose default timezone is ``default_timezone``."""
@@ -316,6 +352,7 @@ def _resolve(declaration: CronDeclaration, timezone: str) -> CronTask:
         queue=declaration.queue,
         grace=declaration.grace,
         overlap=declaration.overlap,
+        expected_duration=declaration.expected_duration,
     )
 
 
@@ -332,6 +369,7 @@ def cron(
     app: Celery | None = None,
     grace: timedelta | None = None,
     overlap: str = Overlap.SKIP,
+    expected_duration: timedelta | float | None = None,
     **task_options: Any,
 ) -> Callable[[Callable[..., Any]], Any]:
     """Declare a cron task: ``@cron("0 3 * * *", per_tenant=True, timeout=timedelta(minutes=10))``.
@@ -342,7 +380,9 @@ def cron(
     Without ``timezone`` the task follows the ``CHECKBEAT_TIMEZONE`` of the app running it.
     ``grace``: how late a missed window may still fire (None: ``CHECKBEAT_CRON_GRACE``);
     ``overlap``: ``"skip"`` (a window while the previous run is in flight is skipped and
-    recorded) or ``"allow"`` (it fires anyway).
+    recorded) or ``"allow"`` (it fires anyway). ``expected_duration`` (a timedelta or seconds,
+    at most ``timeout``; None: the timeout): a monitored run longer than it makes the task's
+    heartbeat check degraded (``beat/cron_monitor.py``).
     """
 
     def decorate(fun: Callable[..., Any]) -> Any:
@@ -361,6 +401,7 @@ def cron(
             queue=queue,
             grace=grace,
             overlap=overlap,
+            expected_duration=expected_duration,
         )
         declaration.validate()
         declaring_registry(app).add(CRON, task_name, declaration, origin_of(fun))

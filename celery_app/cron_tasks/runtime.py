@@ -86,6 +86,7 @@ CHANGEABLE = (
     "timeout",
     "grace",
     "overlap",
+    "expected_duration",
 )
 
 
@@ -160,6 +161,7 @@ class RuntimeSchedule:
     grace: timedelta | None = None  # None: the app's CHECKBEAT_CRON_GRACE
     overlap: str = Overlap.SKIP
     paused: bool = False
+    expected_duration: timedelta | None = None  # None: the timeout
 
     @property
     def schedule_text(self) -> str:
@@ -181,6 +183,9 @@ class RuntimeSchedule:
             RuntimeField.GRACE: "" if self.grace is None else _seconds_text(self.grace),
             RuntimeField.OVERLAP: str(self.overlap),
             RuntimeField.PAUSED: "1" if self.paused else "0",
+            RuntimeField.EXPECTED_DURATION: (
+                "" if self.expected_duration is None else _seconds_text(self.expected_duration)
+            ),
         }
 
     @classmethod
@@ -201,6 +206,7 @@ class RuntimeSchedule:
             grace=get(RuntimeField.GRACE) or None,
             overlap=get(RuntimeField.OVERLAP) or Overlap.SKIP,
             paused=get(RuntimeField.PAUSED) == "1",
+            expected_duration=get(RuntimeField.EXPECTED_DURATION) or None,
         )
 
     def as_task(self, default_timezone: str) -> CronTask:
@@ -223,6 +229,7 @@ class RuntimeSchedule:
             source=CronSource.RUNTIME,
             grace=self.grace,
             overlap=self.overlap,
+            expected_duration=self.expected_duration,
             args=self.args,
             kwargs=dict(self.kwargs or {}),
         )
@@ -243,6 +250,7 @@ def validate_schedule(
     grace: Any = None,
     overlap: Any = Overlap.SKIP,
     paused: bool = False,
+    expected_duration: Any = None,
 ) -> RuntimeSchedule:
     """Every field checked; the first bad one raises ScheduleInputError naming it.
 
@@ -303,6 +311,15 @@ def validate_schedule(
     if overlap not in tuple(Overlap):
         allowed = ", ".join(o.value for o in Overlap)
         raise ScheduleInputError("overlap", f"must be one of {allowed}, got {overlap!r}")
+    expected = None
+    if expected_duration is not None:
+        expected = parse_duration(expected_duration, "expected_duration")
+        if not timedelta(0) < expected <= timeout_d:
+            raise ScheduleInputError(
+                "expected_duration",
+                f"must be more than 0 and at most the timeout ({_seconds_text(timeout_d)}s), "
+                f"got {_shown(expected_duration)}",
+            )
     return RuntimeSchedule(
         id=task_id,
         task=task,
@@ -317,6 +334,7 @@ def validate_schedule(
         grace=grace_d,
         overlap=Overlap(overlap),
         paused=paused,
+        expected_duration=expected,
     )
 
 

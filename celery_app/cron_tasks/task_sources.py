@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 from celery import Celery
 
 from celery_app.cron_tasks.celery_schedules import BeatEntry, beat_entries
-from celery_app.cron_tasks.registration import CronSpecError, CronTask, check_policies, cron_tasks
+from celery_app.cron_tasks.registration import (
+    CronSpecError,
+    CronTask,
+    check_expected_duration,
+    check_policies,
+    cron_tasks,
+)
 from celery_app.names import MAX_ID, is_id
 from celery_app.redis.schema import CronSource, Overlap
 
@@ -73,19 +79,29 @@ _POLICIES_ATTRIBUTE = "_checkbeat_beat_policies"
 
 
 def beat_policy(
-    app: Celery, entry: str, *, grace: timedelta | None = None, overlap: str = Overlap.ALLOW
+    app: Celery,
+    entry: str,
+    *,
+    grace: timedelta | None = None,
+    overlap: str = Overlap.ALLOW,
+    expected_duration: timedelta | float | None = None,
 ) -> None:
-    """Set the ``grace`` and ``overlap`` of the beat_schedule entry named ``entry`` (an entry
-    has no key for them: Celery's beat refuses unknown keys). Entries default to ``allow``, as
-    Celery's beat sends; ``skip`` needs workers that record runs (they import checkbeat: a
-    ``@cron`` task or ``celery_app.install(app)``). A policy naming no entry fails beat start,
-    so a typo cannot silently leave the defaults."""
-    check_policies(f"beat_policy for {entry!r}", grace, overlap)
+    """Set the ``grace``, ``overlap`` and ``expected_duration`` of the beat_schedule entry named
+    ``entry`` (an entry has no key for them: Celery's beat refuses unknown keys). Entries
+    default to ``allow``, as Celery's beat sends; ``skip`` needs workers that record runs (they
+    import checkbeat: a ``@cron`` task or ``celery_app.install(app)``). ``expected_duration``
+    (a timedelta or seconds, up to 31 days: checkbeat puts no time limit on an entry's run; None:
+    the default timeout, 5 minutes) is how long a monitored run may take before the entry's
+    heartbeat check is degraded. A policy naming no entry fails beat start, so a typo cannot
+    silently leave the defaults."""
+    what = f"beat_policy for {entry!r}"
+    check_policies(what, grace, overlap)
+    expected = check_expected_duration(what, expected_duration, None)
     policies = getattr(app, _POLICIES_ATTRIBUTE, None)
     if policies is None:
         policies = {}
         setattr(app, _POLICIES_ATTRIBUTE, policies)
-    policies[entry] = (grace, Overlap(overlap))
+    policies[entry] = (grace, Overlap(overlap), expected)
 
 
 def beat_schedule_tasks(app: Celery) -> list[CronTask]:
@@ -107,7 +123,9 @@ def beat_schedule_tasks(app: Celery) -> list[CronTask]:
                 "use overlap='allow'"
             )
         if policy is not None:
-            tasks[index] = replace(task, grace=policy[0], overlap=policy[1])
+            tasks[index] = replace(
+                task, grace=policy[0], overlap=policy[1], expected_duration=policy[2]
+            )
     if policies:
         raise CronSpecError(
             f"beat_policy for {', '.join(map(repr, sorted(policies)))}: no beat_schedule entry "

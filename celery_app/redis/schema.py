@@ -368,6 +368,12 @@ class Keys:
         the task's heartbeat check (``beat/cron_monitor.py``), so two beats ping once."""
         return f"{self._cron}:cron:monitored:{task_id}:{tenant}:{window}:{phase}"
 
+    def cron_monitor_tenants(self, task_id: str) -> str:
+        """Set of the tenants of a per-tenant task whose heartbeat check is enabled
+        (``beat/cron_monitor.py``): a tenant that leaves the provider's list is found here and
+        its check paused, whichever beat saw it leave."""
+        return f"{self._cron}:cron:monitor-tenants:{task_id}"
+
     def cron_recorders(self) -> str:
         """Hash worker hostname -> Unix s it last said it records cron runs (a worker that runs
         ``celery_app.cron_tasks.recording``): whether a run that no one recorded was lost or
@@ -749,6 +755,7 @@ class RuntimeField(StrEnum):
     GRACE = "grace"  # seconds, or empty: the app's CHECKBEAT_CRON_GRACE
     OVERLAP = "overlap"  # an Overlap value
     PAUSED = "paused"  # "1" / "0"
+    EXPECTED_DURATION = "expected_duration"  # seconds, or empty (absent): the timeout
 
 
 LUA_FIELD_TABLES.update(

@@ -221,10 +221,11 @@ class Settings(BaseSettings):
         "all",
         description=(
             'Which cron tasks a heartbeat check watches (docs/heartbeats.md, "Cron tasks"): '
-            "'all' (every task with a fixed schedule that runs once per window: a crontab, a "
-            "cron spec or an interval of whole seconds), 'none', or a comma-separated list of "
-            "task ids. A missed window, a failed run or a run past its timeout moves the "
-            "check's state and makes a transition, delivered once."
+            "'all' (every task but intervals that are not whole seconds; a per-tenant task "
+            "has one check per active tenant), 'none', or a "
+            "comma-separated list of task ids. A missed window, a failed run or a run past its "
+            "timeout moves the check's state (a run past its expected duration: degraded) and "
+            "makes a transition, delivered once."
         ),
     )
     tenants_provider: str = Field(
