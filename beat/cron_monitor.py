@@ -38,8 +38,10 @@ needs nothing on its workers, and ``cron_tasks`` and ``checks`` stay apart.
   (``checks/heartbeat.py``), so it moves the state and makes a transition, delivered once to the
   hooks and notification targets, like any check's.
 
-Nothing is watched until a worker says it records cron runs (a worker with checkbeat installed):
-runs that nobody records would all look missed.
+Nothing is watched in a project that only set ``beat_scheduler`` (its plain workers would
+discard the transitions as unregistered tasks: ``beat.scheduler.build_drivers`` leaves the
+monitor out), nor until a worker says it records cron runs: runs that nobody records would all
+look missed.
 
 What is not watched: intervals that are not whole seconds; per-tenant tasks when no tenants
 provider is set (``CHECKBEAT_TENANTS_PROVIDER=none``: they do not fire). A task that leaves the

@@ -103,6 +103,27 @@ def test_the_cli_pings_and_refuses_in_one_line(r, keys, store):
         assert "Traceback" not in bad.stderr
 
 
+def test_the_cli_prints_the_ping_url_a_job_then_calls(r, keys, store, ping_url, test_kind):
+    """``checks ping-url`` reveals the token on purpose (the job's script needs it): the URL it
+    prints is the one the endpoint takes."""
+    _heartbeat(store)
+    base = ping_url.removesuffix("/ping")
+    shown = run_module("celery_app.cli", "-A", "celery_app", "checks", "ping-url", "hb",
+                       "--base", base + "/", cwd=ROOT, pythonpath=[ROOT])  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    url = shown.stdout.strip()
+    assert url == f"{base}/ping/hb/{TOKEN}"
+    assert _request(url, b"all good")[0] == 200
+    assert _last(r, keys)["detail"] == {"ping": "success", "body": "all good"}
+    store.create(uid="probed", tenant="acme", kind=test_kind, target="x", period=60,
+                 regions=["eu"])  # fmt: skip
+    for uid, code, said in [("nope", 1, "nope"), ("probed", 2, "not a heartbeat check")]:
+        bad = run_module("celery_app.cli", "-A", "celery_app", "checks", "ping-url", uid,
+                         cwd=ROOT, pythonpath=[ROOT])  # fmt: skip
+        lines = [line for line in bad.stderr.splitlines() if line.strip()]
+        assert bad.returncode == code and len(lines) == 1 and said in lines[0], bad.stderr
+
+
 @pytest.mark.timeout(60)
 def test_a_task_sent_from_any_app_pings_through_a_worker(
     r, keys, store, celery_worker, dispatcher_app

@@ -24,7 +24,7 @@ import logging
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from celery_app.checks.heartbeat import MAX_PING_BODY, PingKind, PingRefused, ping
 
@@ -40,6 +40,12 @@ def parse_bind(bind: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"{bind!r} is not HOST:PORT (a port from 1 to 65535)")
     return host.strip("[]"), int(port)
+
+
+def ping_path(uid: str, token: str) -> str:
+    """The path a success ping of ``uid`` takes (``/start``, ``/fail`` or ``/<exit status>``
+    appended for the others): what :func:`route` reads."""
+    return f"/ping/{quote(uid, safe='')}/{quote(token, safe='')}"
 
 
 def route(path: str) -> tuple[str, str, str, int | None, float | None]:

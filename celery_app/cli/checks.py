@@ -522,11 +522,12 @@ _add_notify()
 
 def _add_checks_as_code() -> None:
     from celery_app.cli.checks_code import apply, export
-    from celery_app.cli.heartbeats import ping_command, serve_pings
+    from celery_app.cli.heartbeats import ping_command, ping_url, serve_pings
 
     checks.add_command(apply)
     checks.add_command(export)
     checks.add_command(ping_command)
+    checks.add_command(ping_url)
     checks.add_command(serve_pings)
 
 

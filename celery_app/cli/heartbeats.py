@@ -61,3 +61,27 @@ def serve_pings(ctx: click.Context, bind: str) -> None:
     except ValueError as exc:
         raise BadInput(f"--bind: {exc}") from None
     serve(load_app(ctx), host, port)
+
+
+@click.command("ping-url")
+@click.argument("uid")
+@click.option(
+    "--base",
+    default="",
+    help="Where the ping endpoint is reached (https://pings.example.com); default: the path only.",
+)
+@click.pass_context
+def ping_url(ctx: click.Context, uid: str, base: str) -> None:
+    """Print heartbeat check UID's ping URL, its secret token in it (for the job's script)."""
+    from celery_app.checks.ping_server import ping_path
+    from celery_app.cli.common import check_store
+    from celery_app.errors import CheckNotFound
+
+    try:
+        stored = check_store(ctx).require(uid)
+    except CheckNotFound as exc:
+        raise click.ClickException(str(exc)) from None
+    token = stored.definition.config.get("token")
+    if stored.definition.heartbeat() is None or not isinstance(token, str):
+        raise BadInput(f"uid: {uid!r} is not a heartbeat check (kind {stored.definition.kind})")
+    click.echo(base.rstrip("/") + ping_path(uid, token))

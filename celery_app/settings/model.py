@@ -225,7 +225,8 @@ class Settings(BaseSettings):
             "has one check per active tenant), 'none', or a "
             "comma-separated list of task ids. A missed window, a failed run or a run past its "
             "timeout moves the check's state (a run past its expected duration: degraded) and "
-            "makes a transition, delivered once."
+            "makes a transition, delivered once. Only in an app whose workers run checkbeat's "
+            "tasks (install(app), or checkbeat's own app)."
         ),
     )
     tenants_provider: str = Field(
