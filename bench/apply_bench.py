@@ -79,7 +79,7 @@ def checks_file(n: int, changed_every: int = 0, windows: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(n: int, sample: int, out=sys.stdout, windows: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def run(n: int, sample: int, out=sys.stdout, windows: bool = False) -> dict:
     import workers.probes  # noqa: F401 - registers the http kind
 
     def p(*a: object) -> None:

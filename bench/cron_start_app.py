@@ -52,7 +52,7 @@ def _window_of(request: Any) -> str | None:
 
 
 @app.task(name="bench.cron_started", bind=True)
-def cron_started(self) -> None:  # type: ignore[no-untyped-def]
+def cron_started(self) -> None:
     started = time.time()
     record = {"window": _window_of(self.request), "started_at": started, "id": self.request.id}
     _redis().rpush(STARTS_KEY, json.dumps(record))
@@ -107,9 +107,9 @@ def _profile_beat() -> None:
             _redis().rpush(BEAT_STAMPS_KEY, *stamps)
         return ids
 
-    CronScheduler._tick = timed_tick  # type: ignore[method-assign]
-    CronStore.claim = timed_claim  # type: ignore[method-assign]
-    CronPublisher.publish = timed_publish  # type: ignore[method-assign]
+    CronScheduler._tick = timed_tick
+    CronStore.claim = timed_claim
+    CronPublisher.publish = timed_publish
 
 
 if PROFILE:

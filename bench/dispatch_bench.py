@@ -50,16 +50,16 @@ def _bench_probe(target: str, config: dict) -> dict:
     return {"ok": True}
 
 
-def _used_memory(client) -> int:  # type: ignore[no-untyped-def]
+def _used_memory(client) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def _server_cpu(client) -> float:  # type: ignore[no-untyped-def]
+def _server_cpu(client) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def run(  # type: ignore[no-untyped-def]
+def run(
     checks: int, window: float, baseline_max: int | None, out=sys.stdout, *, profile: bool = False
 ) -> dict:
     import redis
@@ -223,7 +223,7 @@ def run(  # type: ignore[no-untyped-def]
         server.stop()
 
 
-def _profiled_tick(broker, dispatcher, now: float, top: int = 25) -> str:  # type: ignore[no-untyped-def]
+def _profiled_tick(broker, dispatcher, now: float, top: int = 25) -> str:
     """The next window's tick (promote, claim, publish; the workers' capacity holds both
     windows) under cProfile: its top functions by own time. The profiler slows Python, not
     Redis: read it for where Python's share goes."""

@@ -49,7 +49,7 @@ def _get(url: str) -> tuple[float, int]:
     return time.perf_counter() - started, len(body)
 
 
-def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
+def run(checks: int, out=sys.stdout) -> dict:
     import redis
 
     from beat.metrics_endpoint import checks_page

@@ -55,10 +55,10 @@ def _probe(target: str, config: dict) -> dict:
 
 def _skip_script_exists() -> None:
     """Pipelines send no SCRIPT EXISTS (every script is loaded before the first refill)."""
-    redis.client.Pipeline.load_scripts = lambda self: None  # type: ignore[method-assign]
+    redis.client.Pipeline.load_scripts = lambda self: None
 
 
-def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> dict[str, float]:
     from celery_app.checks.claiming import promote_due
     from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher
     from celery_app.checks.jobs import from_unix

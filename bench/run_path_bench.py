@@ -42,7 +42,7 @@ TARGET = "/delay/0"
 PERIOD_S = 31 * 24 * 3600
 
 
-def _claim(client: redis.Redis, keys, job_id: str, token: str) -> dict:  # type: ignore[no-untyped-def]
+def _claim(client: redis.Redis, keys, job_id: str, token: str) -> dict:
     """The lease the dispatcher's claim would write, due now: the run_check kwargs for it."""
     from celery_app.redis.clock import server_time
     from celery_app.redis.schema import JobField

@@ -33,23 +33,23 @@ from celery_app.settings import load_settings
 REGIONS = ["eu", "us", "ap"]
 
 
-def _lease(client, keys: Keys, jid: str, token: str) -> None:  # type: ignore[no-untyped-def]
+def _lease(client, keys: Keys, jid: str, token: str) -> None:
     client.hset(keys.job(jid), mapping={JobField.LEASE_TOKEN: token, JobField.LEASE_EXPIRY: "1"})
 
 
-def _no_state(job, now) -> None:  # type: ignore[no-untyped-def]
+def _no_state(job, now) -> None:
     """``health_of`` of the plain write: the check's state is not moved."""
     return None
 
 
-def _time(runs: int, complete) -> float:  # type: ignore[no-untyped-def]
+def _time(runs: int, complete) -> float:
     start = time.perf_counter()
     for i in range(runs):
         complete(i)
     return time.perf_counter() - start
 
 
-def run(runs: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
+def run(runs: int, out=sys.stdout) -> dict:
     import redis
 
     check_kind("statebench")(lambda target, config: True)

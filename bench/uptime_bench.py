@@ -93,7 +93,7 @@ def _history(rng: random.Random, uid: str, tenant: str, cap: int) -> list[str]:
         state = to
 
 
-def run(checks: int, out=sys.stdout) -> dict:  # type: ignore[no-untyped-def]
+def run(checks: int, out=sys.stdout) -> dict:
     check_kind(KIND)(_probe)
     rng = random.Random(7)
     server = RedisServer(Path(tempfile.mkdtemp(prefix="checkbeat-uptime-bench-"))).start()

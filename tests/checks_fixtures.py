@@ -91,8 +91,8 @@ def cli(dispatcher_app, store):
     def invoke(*args: str, ok: bool = True, input: str | None = None) -> str:
         result = runner.invoke(checks, list(args), obj=obj, catch_exceptions=False, input=input)
         assert (result.exit_code == 0) is ok, result.output
-        invoke.exit_code = result.exit_code  # type: ignore[attr-defined]
+        invoke.exit_code = result.exit_code
         return result.output
 
-    invoke.obj = obj  # type: ignore[attr-defined]  # for a test that needs stdout alone
+    invoke.obj = obj  # for a test that needs stdout alone
     return invoke

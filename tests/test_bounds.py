@@ -144,7 +144,7 @@ def test_a_bucket_for_a_bad_tenant_is_refused(r, keys):
         assert caught.value.field == "tenant"
     for value in (True, HUGE, "5"):
         with pytest.raises(CheckFieldError) as caught:
-            set_rate_limit(r, keys, "acme", per_minute=value, burst=5)  # type: ignore[arg-type]
+            set_rate_limit(r, keys, "acme", per_minute=value, burst=5)
         assert caught.value.field == "per_minute"
     assert r.dbsize() == 0
 

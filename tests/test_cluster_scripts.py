@@ -22,7 +22,7 @@ from celery_app.settings import load_settings
 pytestmark = pytest.mark.timeout(60)
 
 
-def _flush_scripts(cluster) -> None:  # type: ignore[no-untyped-def]
+def _flush_scripts(cluster) -> None:
     for node in cluster.nodes:
         with node.client() as client:
             client.script_flush()
@@ -72,7 +72,7 @@ def test_scripts_and_pipelines_on_a_cluster(redis_cluster):
         tx.execute()
 
 
-def _getkeys_calls(cluster) -> int:  # type: ignore[no-untyped-def]
+def _getkeys_calls(cluster) -> int:
     """COMMAND GETKEYS calls every node has served (``cmdstat_command|getkeys`` or, before
     Redis 7 names subcommands, ``cmdstat_command``)."""
     total = 0

@@ -238,7 +238,7 @@ dense_specs = st.tuples(
 def test_next_is_the_first_matching_minute(spec: str, start: datetime, tz: object) -> None:
     """next(t) matches, and no minute in [t, next(t)) matches -- checked minute by minute."""
     schedule = parse(spec)
-    t = start.replace(tzinfo=UTC).astimezone(tz)  # type: ignore[arg-type]
+    t = start.replace(tzinfo=UTC).astimezone(tz)
     fired = schedule.next(t)
     assert fired is not None
     assert fired.tzinfo is t.tzinfo

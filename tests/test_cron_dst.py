@@ -46,7 +46,7 @@ def walk(spec: str, start: datetime, count: int) -> list[str]:
         assert schedule.matches(fired)
         if previous is not None:
             assert schedule.next_after(previous) == fired
-            assert schedule.next_after(previous).utcoffset() == fired.utcoffset()  # type: ignore[union-attr]
+            assert schedule.next_after(previous).utcoffset() == fired.utcoffset()
         out.append(fired.strftime("%m-%d %H:%M%z"))
         t = (fired.astimezone(UTC) + MINUTE).astimezone(tz)  # one real minute later
         previous = fired

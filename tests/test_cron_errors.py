@@ -88,7 +88,7 @@ def test_unknown_macros(spec: str) -> None:
 
 def test_non_string_spec_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="must be a str"):
-        parse(5)  # type: ignore[arg-type]
+        parse(5)
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,7 @@ def test_value_semantics() -> None:
     assert parse("@hourly").fixed_time is False and parse("@daily").fixed_time is True
     assert len({weekly, parse("0 0 * * 0"), parse("@daily")}) == 2
     with pytest.raises(AttributeError):
-        weekly.spec = "x"  # type: ignore[misc]
+        weekly.spec = "x"
     assert Schedule("@weekly") == weekly and Schedule("@weekly").spec == "@weekly"
 
 

@@ -16,7 +16,7 @@ import threading
 from celery_app.redis.client import get_redis
 
 
-def _fork_while_the_pool_lock_is_held(lock: threading.Lock, in_child) -> int:  # type: ignore[no-untyped-def]
+def _fork_while_the_pool_lock_is_held(lock: threading.Lock, in_child) -> int:
     """Fork while another thread holds ``lock``; run ``in_child`` there (SIGALRM after 10 s);
     return the child's exit status (0: ``in_child`` returned)."""
     held, release = threading.Event(), threading.Event()

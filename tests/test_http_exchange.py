@@ -21,7 +21,7 @@ from workers.target_guard import AddressPolicy
 OPEN = AddressPolicy(allow_private=True)
 
 
-def probe(url: str, config: dict | None = None, timeout_s: float = 5.0):  # type: ignore[no-untyped-def]
+def probe(url: str, config: dict | None = None, timeout_s: float = 5.0):
     return http_probe(url, config or {}, ProbeContext(timeout_s, OPEN))
 
 
@@ -122,7 +122,7 @@ KEY_HEADERS = {
 }
 
 
-def _hops(content_server, other_server):  # type: ignore[no-untyped-def]
+def _hops(content_server, other_server):
     """/start -> /same (same origin) -> the other server's /away -> its /back -> site's /end:
     two servers on 127.0.0.1 on two ports are two origins."""
     content_server.answer("/start", 302, {"Location": "/same"}, b"")

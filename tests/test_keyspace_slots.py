@@ -161,7 +161,7 @@ def tagged_calls(monkeypatch):
     calls: dict[str, list[list[str]]] = defaultdict(list)
     original = Script.__call__
 
-    def recording(self, keys=None, args=None, client=None):  # type: ignore[no-untyped-def]
+    def recording(self, keys=None, args=None, client=None):
         name = by_source.get(self.script)
         if name is not None:  # kombu runs Lua of its own on the broker
             calls[name].append([str(k) for k in keys or []])
@@ -169,13 +169,13 @@ def tagged_calls(monkeypatch):
 
     queue = ScriptPipeline.queue_script
 
-    def queueing(self, sha, source, keys, args):  # type: ignore[no-untyped-def]
+    def queueing(self, sha, source, keys, args):
         calls[by_source[source]].append([str(k) for k in keys])
         return queue(self, sha, source, keys, args)
 
     direct = scripts._call_on_client
 
-    def calling(client, name, script, keys, args):  # type: ignore[no-untyped-def]
+    def calling(client, name, script, keys, args):
         calls[name].append([str(k) for k in keys])
         return direct(client, name, script, keys, args)
 

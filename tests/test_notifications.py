@@ -71,8 +71,8 @@ def deliverer(request, make_app, run_worker, test_kind):
         assert claim_and_publish(app, r, part, settings, time.time(), [made]) == [made]
         return made
 
-    transition.keys = keys  # type: ignore[attr-defined]
-    transition.app = app  # type: ignore[attr-defined]
+    transition.keys = keys
+    transition.app = app
     return transition
 
 

@@ -166,7 +166,7 @@ def test_a_plain_redis_py_pipeline_keeps_redis_pys_behaviour(r: redis.Redis) -> 
     assert _calls(r, "script") == 2  # SCRIPT EXISTS, then SCRIPT LOAD, before the pipeline
 
 
-def test_sentinel_and_tls_clients_build_script_pipelines(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_sentinel_and_tls_clients_build_script_pipelines(tmp_path) -> None:
     """Neither connects before its first command: the client classes are all this checks."""
     ca = tmp_path / "ca.pem"
     ca.write_text("")

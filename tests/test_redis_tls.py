@@ -129,7 +129,7 @@ def test_state_and_broker_over_rediss_run_a_check_and_fire_cron(
     assert stats[CronStatsField.LAST_OUTCOME] == "success", stats
 
 
-def _sentinel_settings(deployment, ca: Path, **overrides):  # type: ignore[no-untyped-def]
+def _sentinel_settings(deployment, ca: Path, **overrides):
     return load_settings(
         redis_url=deployment.url(1),
         broker_url=deployment.url(0),
@@ -140,7 +140,7 @@ def _sentinel_settings(deployment, ca: Path, **overrides):  # type: ignore[no-un
     )
 
 
-def _check_runs(client, keys, uid: str) -> int:  # type: ignore[no-untyped-def]
+def _check_runs(client, keys, uid: str) -> int:
     return int(client.hget(keys.job(f"{uid}@local"), JobField.RUNS) or 0)
 
 

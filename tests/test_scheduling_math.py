@@ -292,7 +292,7 @@ def test_jitter_accepts_any_str_including_lone_surrogates() -> None:
 
 def test_jitter_rejects_non_str_uid() -> None:
     with pytest.raises(TypeError, match="check_uid"):
-        jitter_for(b"check-1", 60 * S)  # type: ignore[arg-type]
+        jitter_for(b"check-1", 60 * S)
 
 
 # --- region_index / region_spread ------------------------------------------------------------
@@ -474,7 +474,7 @@ def test_params_fields_and_zero_defaults() -> None:
 
 def test_params_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Params().check_timeout = 5 * S  # type: ignore[misc]
+        Params().check_timeout = 5 * S
 
 
 def test_params_converts_int_thresholds_to_float() -> None:
@@ -712,7 +712,7 @@ def run_input(**overrides: object) -> PostExecInput:
         "next_scheduled_at": NEXT,
     }
     values.update(overrides)
-    return PostExecInput(**values)  # type: ignore[arg-type]
+    return PostExecInput(**values)
 
 
 def test_post_exec_first_run_seeds_both_ewmas() -> None:
@@ -800,6 +800,6 @@ def test_post_exec_input_rejects_naive(field: str) -> None:
 def test_post_exec_values_are_frozen() -> None:
     state = Params().post_exec(run_input())
     with pytest.raises(dataclasses.FrozenInstanceError):
-        state.lane = LANE_SLOW  # type: ignore[misc]
+        state.lane = LANE_SLOW
     with pytest.raises(dataclasses.FrozenInstanceError):
-        run_input().timed_out = True  # type: ignore[misc]
+        run_input().timed_out = True

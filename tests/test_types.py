@@ -49,6 +49,19 @@ def test_every_type_ignore_has_a_code_and_a_reason():
     assert not found, "a type: ignore needs [code] and '  # why':\n" + "\n".join(found)
 
 
+def test_tests_and_benches_carry_no_type_ignore():
+    """mypy checks the packages only ([tool.mypy] files): in tests/ and bench/ an ignore would
+    silence nothing, and say something untrue to the reader."""
+    found = [
+        f"{path.relative_to(REPO)}:{token.start[0]}"
+        for folder in ("tests", "bench")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+        if token.type == tokenize.COMMENT and IGNORE.search(token.string)
+    ]
+    assert not found, found
+
+
 @pytest.mark.parametrize(
     ("line", "allowed"),
     [

@@ -169,7 +169,7 @@ def run_worker() -> Iterator:
                 )
             )
 
-        run.stop = stack.close  # type: ignore[attr-defined]
+        run.stop = stack.close
         yield run
 
 

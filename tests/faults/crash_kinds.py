@@ -29,7 +29,7 @@ def validate_tracked(target: str, config: dict) -> dict:
 
 
 @check_kind("tracked", validate=validate_tracked)
-def tracked(target: str, config: dict, context) -> bool:  # type: ignore[no-untyped-def]
+def tracked(target: str, config: dict, context) -> bool:
     _event("start", target)
     end = time.monotonic() + min(config["seconds"], context.timeout_s)
     while time.monotonic() < end:

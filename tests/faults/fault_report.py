@@ -92,7 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     rows = REPORT.rows()
     if not rows:
         return

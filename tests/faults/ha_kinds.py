@@ -28,12 +28,12 @@ _client = redis.Redis.from_url(os.environ.get(WITNESS_ENV, "redis://127.0.0.1:1/
 
 
 @check_kind("hatracked")
-def hatracked(target: str, config: dict, context) -> bool:  # type: ignore[no-untyped-def]
+def hatracked(target: str, config: dict, context) -> bool:
     time.sleep(0.01)
     return True
 
 
-def _witness_check_run(sender: Any = None, kwargs: Any = None, retval: Any = None, **_: Any):  # type: ignore[no-untyped-def]
+def _witness_check_run(sender: Any = None, kwargs: Any = None, retval: Any = None, **_: Any):
     if getattr(sender, "name", None) != "checkbeat.run_check" or not isinstance(kwargs, dict):
         return
     if isinstance(retval, dict) and "discarded" in retval:

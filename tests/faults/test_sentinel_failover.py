@@ -72,7 +72,7 @@ def _window(wid: str) -> datetime:
     return datetime.strptime(wid, "%Y-%m-%dT%H:%MZ").replace(tzinfo=UTC)
 
 
-def _promoted(deployment) -> bool:  # type: ignore[no-untyped-def]
+def _promoted(deployment) -> bool:
     return deployment.master_port_seen() == deployment.replica.port
 
 

@@ -18,7 +18,7 @@ class CountingConnection(redis.Connection):
 
     sends: list[bytes]
 
-    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+    def send_packed_command(self, command, check_health=True):
         packed = command if isinstance(command, bytes) else b"".join(command)
         self.sends.append(packed)
         return super().send_packed_command(command, check_health)

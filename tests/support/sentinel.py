@@ -67,7 +67,7 @@ class SentinelProcess:
             stop(self.process, timeout=10)
 
 
-def sentinels_agree(sentinels: list) -> bool:  # type: ignore[type-arg]
+def sentinels_agree(sentinels: list) -> bool:
     """Every Sentinel answers, sees the two others and the replica (each has ``.client()``)."""
     for sentinel in sentinels:
         try:
@@ -80,7 +80,7 @@ def sentinels_agree(sentinels: list) -> bool:  # type: ignore[type-arg]
     return True
 
 
-def master_port_seen(sentinels: list) -> int | None:  # type: ignore[type-arg]
+def master_port_seen(sentinels: list) -> int | None:
     """The master port the first answering Sentinel reports."""
     for sentinel in sentinels:
         with contextlib.suppress(redis.RedisError), sentinel.client() as client:

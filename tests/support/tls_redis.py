@@ -88,7 +88,7 @@ def tls_client(port: int, files: TlsFiles, db: int = 0, **options: object) -> re
         ssl_keyfile=str(files.key),
         socket_timeout=2,
         decode_responses=True,
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -144,7 +144,7 @@ class TlsRedisServer:
         with self.client() as client:
 
             def answers() -> bool:
-                if self.process.poll() is not None:  # type: ignore[union-attr]
+                if self.process.poll() is not None:
                     text = "".join(
                         f.read_text(errors="replace") for f in (output, log) if f.exists()
                     )
