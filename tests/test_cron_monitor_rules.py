@@ -7,6 +7,7 @@ import json
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from support.adoption import FlagSchedule
@@ -97,6 +98,17 @@ def test_checks_are_made_once_a_worker_records_runs(cron_app, r):
 # --- expected duration -------------------------------------------------------------------
 
 
+def _watched(cron_app, r) -> tuple[list, Any, CronMonitor]:
+    """The app's tasks, its keys and a beat's cron monitor that has made their checks, with a
+    worker marked as recording runs (else nothing is watched)."""
+    tasks = list(all_tasks(cron_app).values())
+    keys = state_keys(settings_of(cron_app))
+    recorders.mark(r, keys, "w@h", time.time())
+    monitor = CronMonitor(cron_app, tasks)
+    monitor.tick()
+    return tasks, keys, monitor
+
+
 def _moves(r, keys, uid: str) -> list[tuple[str, str]]:
     found = reversed(read_transitions(r, keys.check_transitions(uid)))
     return [(t["from"], t["to"]) for t in found]
@@ -161,12 +173,8 @@ def test_a_run_past_its_expected_duration_is_degraded_once_and_the_next_good_run
     its late success keeps it degraded (no second transition); a run within it: up."""
     cron("* * * * *", app=cron_app, id="slow", name="m.slow", timeout=timedelta(seconds=60),
          expected_duration=1)(_noop)  # fmt: skip
-    tasks = list(all_tasks(cron_app).values())
-    keys = state_keys(settings_of(cron_app))
+    tasks, keys, monitor = _watched(cron_app, r)
     uid = monitor_uid("slow")
-    recorders.mark(r, keys, "w@h", time.time())
-    monitor = CronMonitor(cron_app, tasks)
-    monitor.tick()
     dispatcher = Dispatcher(cron_app, client=r, partition=keys.of_check(uid).partition)
     workers = store_for(cron_app)
     now = datetime.now(UTC)
@@ -207,12 +215,8 @@ def test_a_run_that_finished_past_its_expected_duration_unseen_running_is_one_tr
     duration: one degraded transition; a failed run then goes down, one more."""
     cron("* * * * *", app=cron_app, id="job", name="m.job", timeout=timedelta(seconds=60),
          expected_duration=2)(_noop)  # fmt: skip
-    tasks = list(all_tasks(cron_app).values())
-    keys = state_keys(settings_of(cron_app))
+    _, keys, monitor = _watched(cron_app, r)
     uid = monitor_uid("job")
-    recorders.mark(r, keys, "w@h", time.time())
-    monitor = CronMonitor(cron_app, tasks)
-    monitor.tick()
     workers = store_for(cron_app)
     start = window_start(datetime.now(UTC))
     for minute, took, outcome in [(0, 5, CronOutcome.SUCCESS), (1, 1, CronOutcome.FAILURE)]:

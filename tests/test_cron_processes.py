@@ -92,6 +92,16 @@ def _start_beat(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
     )
 
 
+def _beat_until(tmp_path: Path, env: dict, done, what: str, stop: signal.Signals) -> None:
+    """Run a beat until ``done()`` (at most 30 s), then stop it with ``stop``."""
+    beat = _start_beat(tmp_path, env)
+    try:
+        wait_for(done, timeout=30, what=what)
+    finally:
+        beat.send_signal(stop)
+        beat.wait(15)
+
+
 @pytest.mark.slow
 def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diagnosed(
     tmp_path, cron_app, broker_url, r, run_worker
@@ -107,22 +117,12 @@ def test_beat_killed_with_sigkill_then_another_never_fires_twice_and_gap_is_diag
     env = clocked_env(tmp_path, clock, "sigkill_tasks", BEAT_TASK, CHECKBEAT_CRON_GRACE="60")
     stats = KEYS.cron_stats("tick")
     run_worker(cron_app, ["celery"], 2)
-    first = _start_beat(tmp_path, env)
-    try:
-        wait_for(lambda: len(runs) >= 3, timeout=30, what="the first beat's windows to run")
-    finally:
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
+    _beat_until(tmp_path, env, lambda: len(runs) >= 3, "the first beat's windows", signal.SIGKILL)
     killed_at = clock.now()
     last_before = r.hget(stats, "last_window")
     # Stay down for longer than a window plus its grace, so windows are lost.
     wait_for(lambda: clock.now() > killed_at + timedelta(minutes=4), timeout=15)
-    second = _start_beat(tmp_path, env)
-    try:
-        wait_for(lambda: len(runs) >= 6, timeout=30, what="the second beat's windows")
-    finally:
-        second.send_signal(signal.SIGTERM)
-        second.wait(15)
+    _beat_until(tmp_path, env, lambda: len(runs) >= 6, "the second beat's windows", signal.SIGTERM)
     wait_for(lambda: r.hget(KEYS.cron_state("tick", GLOBAL_TENANT), "outcome") == "success")
     run_worker.stop()
     assert len(runs) == len(set(runs)), f"a window ran twice: {runs}"
