@@ -127,6 +127,24 @@ def test_past_expected_duration_a_run_is_degraded_past_max_duration_down(
     assert moves == [("up", "degraded"), ("degraded", "down"), ("down", "degraded")]
 
 
+def test_a_ping_is_timed_only_from_its_own_runs_start(r, keys, settings, store):
+    """A success ping ends the run a start ping began: a later success with no start of its own
+    has no duration, and is not judged slow from the old start."""
+    uid = _heartbeat(store, "sometimes", expected_duration=1)
+    store.update(uid, period=3600)
+    record_ping(r, keys, settings, uid, Ping(PingKind.START))
+    record_ping(r, keys, settings, uid, Ping(PingKind.SUCCESS))
+    timed = _last(r, keys, uid)
+    assert timed["duration_ms"] is not None and timed["duration_ms"] < 1000
+    began = timed["started_at"]
+    wait_for(lambda: r.time()[0] > datetime.fromisoformat(began).timestamp() + 1.5, 5)
+    record_ping(r, keys, settings, uid, Ping(PingKind.SUCCESS))  # a run that sent no start
+    untimed = _last(r, keys, uid)
+    assert untimed["duration_ms"] is None and untimed["started_at"] is None
+    assert untimed["degraded"] is None and _state(r, keys, uid) in (None, "up")
+    assert read_transitions(r, keys.check_transitions(uid)) == []
+
+
 def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings, store, test_kind):
     uid = _heartbeat(store)
     store.create(uid="web", tenant="acme", kind=test_kind, target="x", period=60)

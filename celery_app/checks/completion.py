@@ -113,6 +113,8 @@ class CompleteCall:
         results_maxlen: int,
         guard: ReadGuard | None = None,
         handoff: Handoff | None = None,
+        *,
+        run_ended: bool = False,
     ) -> CompleteCall:
         uid, region = split_job_id(run.job_id)
         state = run.state
@@ -134,6 +136,8 @@ class CompleteCall:
             plan["record"] = run.record.to_json()
         if guard is not None:
             plan["guard"] = guard.plan()
+        if run_ended:  # a heartbeat's success or fail ping: the started run is over
+            plan["run_ended"] = "1"
         script_keys = [
             keys.job(run.job_id),
             keys.due(),

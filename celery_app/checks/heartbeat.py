@@ -194,6 +194,7 @@ class _Planned:
     deadline: datetime
     passed: int = 0
     result: State | None = None  # the state the run reports, when not the writer's own
+    ends_run: bool = False  # a success or fail ping: the run a start ping began is over
 
 
 #: Plans a write from the job hash as read and Redis's time: a run, or what to answer at once.
@@ -249,7 +250,9 @@ class _Writer:
         run = CompletedRun(job.job_id, None, state, deadline, record, health, planned.passed)
         guard = ReadGuard.of(h, planner.version)
         pipe = self.client.pipeline(transaction=False)
-        CompleteCall.of(self.keys, run, self.settings.results_history, guard).queue(pipe)
+        CompleteCall.of(
+            self.keys, run, self.settings.results_history, guard, run_ended=planned.ends_run
+        ).queue(pipe)
         pipe.zrem(self.keys.heartbeats_late(), job.job_id)
         reply, _ = pipe.execute()
         return completion_reply(reply)
@@ -282,7 +285,7 @@ def _ping_job(writer: _Writer, defn: CheckDefinition, job_id: str, ping: Ping) -
         deadline = pings.deadline_after_success(now)
         if ping.next_at is not None:
             deadline = max(now, from_unix(ping.next_at)) + pings.grace
-        return _Planned(job, record, deadline, result=result)
+        return _Planned(job, record, deadline, result=result, ends_run=True)
 
     result = State.DOWN if ping.kind == PingKind.FAIL else State.UP
     return writer.record("ping", job_id, result, plan)

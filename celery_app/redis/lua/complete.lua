@@ -21,6 +21,8 @@
 --         fields {name: value} (every field but the lease's), maintenance (version then, '' =
 --         unset)},
 --       lease_lane (absent = unknown): the lane whose lease index holds the lease,
+--       run_ended (absent = no): a heartbeat's success or fail ping ended the run its start
+--         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
@@ -139,7 +141,11 @@ if health then
   fields[#fields + 1] = health.streak
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
+if plan.run_ended then
+  redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY, JOB.HEARTBEAT_STARTED)
+else
+  redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
+end
 if not job[JOB.DISABLED] then
   redis.call('ZADD', KEYS[2], plan.sa, id)
 end
