@@ -2,7 +2,8 @@
 replica each): a protected write's WAIT goes to the master that took the write, on the same
 connection, after it (each master a pipeline writes to gets its own); a lagging replica is a
 shortfall of its master alone; a write that a failover moved (MOVED, sent again alone by
-redis-py) is a shortfall, not an error, and the next write waits on the promoted master."""
+redis-py) is a shortfall, not an error, and the next write waits on the promoted master; a
+run's start reads Redis's time after its WAIT, on the same master."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from support.polling import wait_for
 from celery_app.checks.start_read import read_start
 from celery_app.redis import replication
 from celery_app.redis.client import get_redis
+from celery_app.redis.clock import from_time_reply
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import CheckField, JobField
 from celery_app.settings import load_settings
@@ -138,3 +140,37 @@ def test_a_write_a_failover_moved_is_a_shortfall_and_the_next_waits_on_the_new_m
     assert replication.run_replicated(client, "due", [due], ["5", 10], "test") == "j"
     assert replication.shortfalls() == before + 1  # acknowledged by the demoted master
     assert _waits(new) == waits + 1
+
+
+def _calls(node, command: str) -> int:  # type: ignore[no-untyped-def]
+    with node.client() as client:
+        stats = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_runs_start_reads_the_time_after_its_wait_on_its_own_master(redis_cluster_with_replicas):
+    """A partition away from the client's default node (the keyless commands'): the start
+    read's TIME follows its WAIT on the partition's master and connection, not the default
+    node, whose answer would not wait for the WAIT."""
+    cluster = redis_cluster_with_replicas
+    client, settings = _client(cluster, check_partitions=12)
+    default = next(n for n in cluster.nodes if n.port == client.get_default_node().port)
+    uid = next(
+        f"u{n}"
+        for n in range(1000)
+        if cluster.node_of_slot(key_slot(state_keys(settings).job(f"u{n}@eu").encode()))
+        is not default
+    )
+    keys = state_keys(settings).of_job(f"{uid}@eu")
+    owner = cluster.node_of_slot(key_slot(keys.job(f"{uid}@eu").encode()))
+    client.hset(keys.check(uid), mapping={CheckField.KIND: "http", CheckField.TARGET: "http://x/"})
+    client.hset(keys.job(f"{uid}@eu"), JobField.LEASE_TOKEN, "t1")
+    times = {n.port: _calls(n, "time") for n in cluster.nodes}
+    waits = {n.port: _waits(n) for n in cluster.nodes}
+    read = read_start(client, keys, f"{uid}@eu", uid, "t1", "celery-1", 60_000)
+    assert read.first_delivery
+    assert _waits(owner) == waits[owner.port] + 1
+    assert _calls(default, "time") == times[default.port]  # nothing keyless went there
+    assert _calls(owner, "time") > times[owner.port]
+    with owner.client() as direct:
+        assert abs(read.server_now - from_time_reply(direct.time())) < 5
