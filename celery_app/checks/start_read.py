@@ -13,7 +13,9 @@ Replication is ordered, so once a replica has the started marker it also has the
 made the lease: a master that dies after the probe began cannot take the claim with it, and
 the promoted replica does not claim and run the same tick again. A shortfall is logged and
 counted, and the run goes on (docs/high-availability.md, "A check run across a failover").
-A ``TIME`` after the ``WAIT`` is then the read's time: the script's own is older by however
+On a Redis Cluster the ``WAIT`` goes to the master that owns the job's slot, on the connection
+the script went on (``celery_app/redis/replication.py``). A ``TIME`` after the ``WAIT`` (on the
+same connection) is then the read's time: the script's own is older by however
 long the WAIT blocked (up to ``CHECKBEAT_REDIS_WAIT_TIMEOUT``), and a run that planned its next
 tick from it would place the tick in the past and run again at once.
 """
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.cluster import RedisCluster
 
 from celery_app.checks.definition import decode_config
 from celery_app.checks.redaction import stored_check_secrets
@@ -90,7 +91,7 @@ def read_start(
     script_keys = [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token),
                    keys.maintenance_version()]  # fmt: skip
     args = [lease_token, task_id, marker_ttl_ms]
-    if isinstance(client, RedisCluster) or wait_policy(client)[0] <= 0:  # no replica to wait for
+    if wait_policy(client)[0] <= 0:  # no replica to wait for
         job, check, now, first, version = run_script(client, "run_start", script_keys, args)
     else:
         pipe = client.pipeline(transaction=False)

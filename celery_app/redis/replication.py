@@ -14,6 +14,14 @@ one failed node into an outage of every schedule. After a shortfall the client s
 ``DEGRADED_S`` (right after a failover the new master has no replica at all, and every write
 would stall for the timeout), then tries again. docs/high-availability.md explains the exposure
 that leaves (the master must die within that lag).
+
+On a Redis Cluster the same holds per node: a pipeline's writes go to the masters that own
+their slots, each over one connection, and a WAIT is queued for each of those masters, bound to
+its slot (``celery_app/redis/cluster.py`` sends it on that connection, after the writes). The
+shortfall's skip is per master there: a promoted replica without a replica of its own does not
+turn WAIT off for the other masters. A write that redis-py had to send again on its own (a
+MOVED, an ASK, a connection lost in a failover) is not covered by any WAIT: it counts as a
+shortfall.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
+from redis.exceptions import NoScriptError
 
 from celery_app.redis.scripts import run_script
 from celery_app.settings import Settings
@@ -40,7 +49,10 @@ _lock = threading.Lock()
 
 
 def wanted_replicas(settings: Settings, *, sentinel: bool) -> int:
-    """``CHECKBEAT_REDIS_WAIT_REPLICAS``, with -1 meaning 1 under Sentinel and 0 otherwise."""
+    """``CHECKBEAT_REDIS_WAIT_REPLICAS``, with -1 meaning 1 under Sentinel and 0 otherwise (a
+    plain Redis has no replica, and a cluster's replicas are the operator's to name: a client
+    cannot tell from its slot table whether a master has one, which lists only the replicas
+    known to the node it asked, when it asked)."""
     wanted = settings.redis_wait_replicas
     if wanted < 0:
         return 1 if sentinel else 0
@@ -52,6 +64,7 @@ def mark_client(client: Any, settings: Settings, *, sentinel: bool) -> Any:
     wanted = wanted_replicas(settings, sentinel=sentinel)
     timeout_ms = max(1, int(settings.redis_wait_timeout * 1000))
     setattr(client, _WAIT_ATTR, (wanted, timeout_ms))
+    setattr(client, _DEGRADED_ATTR, {})
     return client
 
 
@@ -60,38 +73,65 @@ def wait_policy(client: Any) -> tuple[int, int]:
     return getattr(client, _WAIT_ATTR, (0, 0))
 
 
-def queue_wait(pipe: Any, client: Any) -> bool:
-    """Queue ``WAIT`` at the end of ``pipe`` if ``client`` asks for replicas; whether it did."""
+def _degraded(client: Any) -> dict[str, float]:
+    """Per master (its node name; "" for a plain or Sentinel client): until when its writes
+    go without WAIT after a shortfall."""
+    return getattr(client, _DEGRADED_ATTR, {})
+
+
+def queue_wait(pipe: Any, client: Any) -> list[str]:
+    """Queue ``WAIT`` at the end of ``pipe`` if ``client`` asks for replicas: one for a plain
+    or Sentinel client, one per master the pipeline writes to on a cluster (not those skipped
+    after a shortfall). The masters waited for ("" for a plain client): pass them to
+    :func:`took_wait`; empty (false) when none was queued."""
     wanted, timeout_ms = wait_policy(client)
-    if wanted <= 0 or getattr(client, _DEGRADED_ATTR, 0.0) > time.monotonic():
-        return False
-    pipe.wait(wanted, timeout_ms)
-    return True
+    if wanted <= 0:
+        return []
+    now, skipped = time.monotonic(), _degraded(client)
+    if not isinstance(pipe, ClusterPipeline):
+        if skipped.get("", 0.0) > now:
+            return []
+        pipe.wait(wanted, timeout_ms)
+        return [""]
+    by_master: dict[str, int] = {}
+    for slot in pipe.written_slots():  # type: ignore[attr-defined]  # cluster.py's pipeline
+        by_master.setdefault(pipe.owner(slot).name, slot)  # type: ignore[attr-defined]
+    waited = [name for name in by_master if skipped.get(name, 0.0) <= now]
+    for name in waited:
+        pipe.queue_wait_on_slot(by_master[name], wanted, timeout_ms)  # type: ignore[attr-defined]
+    return waited
 
 
-def took_wait(results: list[Any], queued: bool, client: Any, what: str) -> list[Any]:
-    """``results`` without the WAIT's answer; a shortfall is logged and counted."""
+def took_wait(results: list[Any], queued: list[str], client: Any, what: str) -> list[Any]:
+    """``results`` without the WAITs' answers (the last ``len(queued)``); a shortfall is
+    logged and counted, once per pipeline, and its master skipped for ``DEGRADED_S``."""
     if not queued:
         return results
-    if isinstance(results[-1], Exception):  # a pipeline run with raise_on_error=False
-        raise results[-1]
-    acked = int(results[-1])
+    answers, results = results[-len(queued) :], results[: -len(queued)]
     wanted, timeout_ms = wait_policy(client)
-    if acked < wanted:
+    short = []
+    for master, answer in zip(queued, answers, strict=True):
+        if isinstance(answer, Exception):  # a pipeline run with raise_on_error=False
+            raise answer
+        if int(answer) < wanted:
+            short.append((master, int(answer)))
+    if short:
         global _shortfalls
         with _lock:
             _shortfalls += 1
-        setattr(client, _DEGRADED_ATTR, time.monotonic() + DEGRADED_S)
+        skipped, until = _degraded(client), time.monotonic() + DEGRADED_S
+        for master, _acked in short:
+            skipped[master] = until
         log.warning(
-            "checkbeat: %s acknowledged by %d of %d replicas within %d ms; going on without "
+            "checkbeat: %s acknowledged by %s of %d replicas within %d ms; going on without "
             "WAIT for %.0f s (a failover now could lose writes)",
             what,
-            acked,
+            ", ".join(f"{acked} on {master}" if master else str(acked) for master, acked in short),
             wanted,
             timeout_ms,
             DEGRADED_S,
         )
-    return results[:-1]
+    return results
 
 
 def shortfalls() -> int:
@@ -104,10 +144,20 @@ def run_replicated(
 ) -> Any:
     """``run_script(client, name, keys, args)``, then WAIT on the same connection; its answer.
 
-    On a Redis Cluster (no WAIT: settings refuse replicas there) the script runs alone, so a
-    NOSCRIPT after a failover or reshard is answered by redis-py loading it again."""
-    if isinstance(client, RedisCluster):
-        return run_script(client, name, keys, args)
+    A cluster pipeline answers NOSCRIPT (a node restarted at the same address lost its script
+    cache) without running the call, and loads the scripts again for the next one: the call is
+    sent once more."""
+    try:
+        return _run_and_wait(client, name, keys, args, what)
+    except NoScriptError:
+        if not isinstance(client, RedisCluster):
+            raise
+        return _run_and_wait(client, name, keys, args, what)
+
+
+def _run_and_wait(
+    client: Any, name: str, keys: Sequence[str], args: Sequence[Any], what: str
+) -> Any:
     pipe = client.pipeline(transaction=False)
     run_script(pipe, name, keys, args)
     queued = queue_wait(pipe, client)

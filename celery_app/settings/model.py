@@ -163,9 +163,9 @@ class Settings(BaseSettings):
     redis_wait_replicas: int = setting(
         -1,
         description=(
-            "Replicas that must acknowledge a cron window key, a cron run key or a check "
-            "completion before checkbeat acts on it (Redis WAIT); see "
-            "docs/high-availability.md."
+            "Replicas that must acknowledge a cron window key, a cron run key, a check run's "
+            "start or its completion before checkbeat acts on it (Redis WAIT; on a Redis "
+            "Cluster, of the master that took the write); see docs/high-availability.md."
         ),
         bound=Bound(-1, 16, note="-1 = 1 under Sentinel, else 0"),
     )
@@ -640,12 +640,6 @@ class Settings(BaseSettings):
                 f"{_name('broker_url')} must be set when {_name('redis_url')} is a Redis Cluster: "
                 "the broker stays a plain or Sentinel Redis (kombu has no Cluster transport, "
                 "celery/celery#2852)"
-            )
-        if is_cluster_url(self.redis_url) and self.redis_wait_replicas > 0:
-            raise ValueError(
-                f"{_name('redis_wait_replicas')} ({self.redis_wait_replicas}) must be 0 or -1 with "
-                "a Redis Cluster state store: WAIT covers one connection's writes, and a cluster "
-                "client spreads them over nodes"
             )
         if self.fast_lane_reserved >= self.pool_size:
             raise ValueError(
