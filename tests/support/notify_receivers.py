@@ -4,6 +4,7 @@ that keeps every message it accepts. Their fixtures are in ``notify_fixtures``."
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -82,6 +83,9 @@ class SmtpReceiver:
     def __init__(self) -> None:
         from aiosmtpd.controller import Controller
 
+        # aiosmtpd logs every connection at INFO; under an in-process worker (whose logging
+        # setup takes the root logger) that would reach the test run's output
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
         self.messages: list[Message] = []
         outer = self
 
