@@ -59,6 +59,10 @@ PROBE_S = 0.3  # the failover test's probes on the killed master: some is in fli
 #: 2 s + CHECKBEAT_LEASE_MARGIN 1 s: a run whose completion died with the master is reaped at
 #: its expiry), one period each, and the tick of the run cut off.
 MAX_LOST_TICKS = 3
+#: With WAIT on, the beats stall a WAIT timeout (one period here) on the promoted master, which
+#: has no replica, once per replication.DEGRADED_S: over the window after the failover (four
+#: periods) each stall may pass over one more tick, reported like the others.
+STALL_LOST_TICKS = 2
 #: More than loopback's socket buffers hold: what follows it on the replication link stays in
 #: the master's memory while the replica is stopped, and dies with the master.
 LINK_FILLER_BYTES = 64 * 1024 * 1024
@@ -159,6 +163,32 @@ class System:
 
     def hits(self, uid: str, region: str) -> list[float]:
         return self.target.hit_times(f"{uid}/{region}")
+
+    def steady_window(self, slow: list[str]) -> tuple[float, dict[tuple[str, str], int]]:
+        """``slow`` checks' targets answer after PROBE_S; once every job runs steadily, a
+        window starts: its start, and the ticks each job had reported not run before it."""
+        for uid in slow:
+            for region in REGIONS:
+                self.target.set_delay(f"{uid}/{region}", PROBE_S)
+        wait_for(
+            lambda: self.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{self.logs()}"
+        )
+        window_start = time.time()
+        before = {(uid, g): self.counters(uid, g) for uid in CHECKS for g in REGIONS}
+        wait_for(lambda: self.every_job_hit_since(window_start, 2), 30, what="runs in the window")
+        return window_start, before
+
+    def runs_again_after(self, since: float) -> None:
+        """Every job runs again after ``since`` (a failover is over), or fail naming those that
+        did not, with the processes' logs of that moment."""
+        wait_for(
+            lambda: self.every_job_hit_since(since, 1),
+            60,
+            what=lambda: (
+                f"runs after the failover: {self.not_hit_since(since)} not run since "
+                f"{since:.3f}\n{self.logs()}"
+            ),
+        )
 
     def every_job_hit_since(self, since: float, at_least: int) -> bool:
         return all(
@@ -310,15 +340,7 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
         if cluster.node_of_slot(_slot_of_partition(p)) is cluster.nodes[victim]
     ]  # fmt: skip
     assert len(on_victim) == 4, on_victim
-    for uid in on_victim:
-        for region in REGIONS:
-            system.target.set_delay(f"{uid}/{region}", PROBE_S)
-    wait_for(
-        lambda: system.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{system.logs()}"
-    )
-    window_start = time.time()
-    before = {(uid, g): system.counters(uid, g) for uid in CHECKS for g in REGIONS}
-    wait_for(lambda: system.every_job_hit_since(window_start, 2), 30, what="runs in the window")
+    window_start, before = system.steady_window(slow=on_victim)
 
     def probing() -> bool:  # a probe of the victim's in flight: a hit within PROBE_S / 2
         now = time.time()
@@ -334,14 +356,7 @@ def test_a_master_killed_mid_runs_runs_no_tick_twice_and_reports_the_ticks_lost(
     took = cluster.promote(cluster.replicas[victim][0])
     resumed_at = time.time()
     window_end = resumed_at + 4 * PERIOD_S
-    wait_for(
-        lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
-        60,
-        what=lambda: (
-            f"runs after the failover: {system.not_hit_since(window_end + PERIOD_S)} "
-            f"not run since {window_end + PERIOD_S:.3f}\n{system.logs()}"
-        ),
-    )
+    system.runs_again_after(window_end + PERIOD_S)
     system.procs.stop()
 
     _assert_failover_accounted(system, on_victim, before, window_start, window_end, killed_at, took)
@@ -364,7 +379,7 @@ def _assert_failover_accounted(
     ``beats_stall``: a WAIT timeout about a period long, and a promoted master without a
     replica. Each beat's reaper then waits that long for its completions on that master, once
     per shortfall's skip (replication.DEGRADED_S), and every partition's dispatch waits
-    behind it: the other masters' jobs may lose ticks too, as many as the killed one's, each
+    behind it: every job may lose up to STALL_LOST_TICKS more, the other masters' too, each
     one reported."""
     measured = []
     for uid in CHECKS:
@@ -390,7 +405,8 @@ def _assert_failover_accounted(
             f"{uid}@{region} lost ticks nothing reports\n{summary}"
         )
         if uid in on_victim or beats_stall:
-            assert len(ledger.missed()) <= MAX_LOST_TICKS, f"{uid}@{region}\n{summary}"
+            bound = MAX_LOST_TICKS + (STALL_LOST_TICKS if beats_stall else 0)
+            assert len(ledger.missed()) <= bound, f"{uid}@{region}\n{summary}"
         else:  # the other masters' partitions run on as if nothing happened
             assert ledger.missed() == [], f"{uid}@{region} lost a tick\n{summary}"
     assert system.cross_slot_lines() == []
@@ -422,15 +438,7 @@ def test_a_lagging_replica_promoted_runs_no_tick_twice(system):
     parts = [p for p in range(PARTITIONS) if cluster.node_of_slot(_slot_of_partition(p))
              is cluster.nodes[victim]]  # fmt: skip
     on_victim = [CHECKS[p] for p in parts]
-    for uid in on_victim:
-        for region in REGIONS:
-            system.target.set_delay(f"{uid}/{region}", PROBE_S)
-    wait_for(
-        lambda: system.every_job_hit_since(0, 2), 90, what=lambda: f"steady runs\n{system.logs()}"
-    )
-    window_start = time.time()
-    before = {(uid, g): system.counters(uid, g) for uid in CHECKS for g in REGIONS}
-    wait_for(lambda: system.every_job_hit_since(window_start, 2), 30, what="runs in the window")
+    window_start, before = system.steady_window(slow=on_victim)
 
     master = cluster.nodes[victim].client()
 
@@ -470,14 +478,7 @@ def test_a_lagging_replica_promoted_runs_no_tick_twice(system):
     assert unreplicated, "no claim the replica lacked when its master died"
     took = cluster.promote(replica)
     window_end = time.time() + 4 * PERIOD_S
-    wait_for(
-        lambda: system.every_job_hit_since(window_end + PERIOD_S, 1),
-        60,
-        what=lambda: (
-            f"runs after the failover: {system.not_hit_since(window_end + PERIOD_S)} "
-            f"not run since {window_end + PERIOD_S:.3f}\n{system.logs()}"
-        ),
-    )
+    system.runs_again_after(window_end + PERIOD_S)
     system.procs.stop()
     _assert_failover_accounted(
         system, on_victim, before, window_start, window_end, killed_at, took, beats_stall=True

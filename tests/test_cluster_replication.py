@@ -25,7 +25,7 @@ from celery_app.settings import load_settings
 pytestmark = pytest.mark.timeout(90)
 
 
-def _tag_on(cluster, node) -> str:  # type: ignore[no-untyped-def]
+def _tag_on(cluster, node) -> str:
     """A hash tag whose slot ``node`` (a master as started) owns."""
     n = 0
     while cluster.node_of_slot(key_slot(f"t{n}".encode())) is not node:
@@ -33,20 +33,20 @@ def _tag_on(cluster, node) -> str:  # type: ignore[no-untyped-def]
     return f"{{t{n}}}"
 
 
-def _waits(node) -> int:  # type: ignore[no-untyped-def]
+def _waits(node) -> int:
     """WAITs ``node`` has served."""
     with node.client() as client:
         return int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
 
 
-def _on_replica(replica, key: str) -> str | None:  # type: ignore[no-untyped-def]
+def _on_replica(replica, key: str) -> str | None:
     """``key`` read on the replica itself (READONLY: a replica otherwise answers MOVED)."""
     with redis.Redis(port=replica.port, decode_responses=True, single_connection_client=True) as r:
         r.execute_command("READONLY")
         return r.get(key)
 
 
-def _client(cluster, **settings):  # type: ignore[no-untyped-def]
+def _client(cluster, **settings):
     loaded = load_settings(
         redis_url=cluster.url(), broker_url=cluster.broker_url(), redis_wait_replicas=1,
         redis_wait_timeout=0.2, **settings,
@@ -142,7 +142,7 @@ def test_a_write_a_failover_moved_is_a_shortfall_and_the_next_waits_on_the_new_m
     assert _waits(new) == waits + 1
 
 
-def _calls(node, command: str) -> int:  # type: ignore[no-untyped-def]
+def _calls(node, command: str) -> int:
     with node.client() as client:
         stats = client.info("commandstats")
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))

@@ -11,7 +11,7 @@ Sentinel Redis (kombu has no Cluster transport, celery/celery#2852).
 Why WAIT is routed by hand: ``WAIT`` counts the replicas that have every earlier write *of the
 connection it is sent on*, and redis-py sends a keyless command to the default node. A WAIT that
 protects a pipeline's writes (:mod:`celery_app.redis.replication`) is queued with
-:meth:`_Pipeline.queue_wait_on_slot`: it goes to the node that owns the written slot, in the
+:meth:`WaitingPipeline.queue_wait_on_slot`: it goes to the node that owns the written slot, in the
 same batch and on the same connection as the writes, after them. When any command of the
 pipeline had to be sent again on its own (a MOVED, an ASK, a connection lost in a failover:
 redis-py retries those one by one on other connections), the WAITs cover nothing it can name,
@@ -32,7 +32,7 @@ from celery_app.redis.scripts import forget_loaded
 from celery_app.settings import Settings
 
 
-class _Pipeline(ClusterPipeline):
+class WaitingPipeline(ClusterPipeline):
     """A cluster pipeline that queues EVALSHA and TIME, which redis-py blocks in cluster
     pipelines: an EVALSHA is routed by its keys (which share one slot here), and TIME goes to
     the default node (the check half's, :func:`time_from_check_half`), as the same calls on one
@@ -135,7 +135,7 @@ class _Strategy(PipelineStrategy):
     def _send_cluster_commands(
         self, stack: Any, raise_on_error: bool = True, allow_redirections: bool = True
     ) -> Any:
-        pipe: _Pipeline = self._pipe  # type: ignore[assignment]  # Cluster.pipeline's
+        pipe: WaitingPipeline = self._pipe  # type: ignore[assignment]  # Cluster.pipeline's
         for command in stack:
             slot = pipe._bound.get(command.position)
             if slot is not None:
@@ -146,11 +146,11 @@ class _Strategy(PipelineStrategy):
 
 
 class Cluster(RedisCluster):
-    """redis-py's cluster client whose pipelines are :class:`_Pipeline`."""
+    """redis-py's cluster client whose pipelines are :class:`WaitingPipeline`."""
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
-        pipe.__class__ = _Pipeline  # adds methods and the two fields below to the parent's
+        pipe.__class__ = WaitingPipeline  # adds methods and the two fields below to the parent's
         pipe._bound, pipe._sent_alone = {}, False
         pipe.parent_execute_command = pipe._send_alone
         if type(pipe._execution_strategy) is PipelineStrategy:  # not a transaction

@@ -35,6 +35,7 @@ from typing import Any
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import NoScriptError
 
+from celery_app.redis.cluster import WaitingPipeline
 from celery_app.redis.scripts import run_script
 from celery_app.settings import Settings
 
@@ -93,12 +94,14 @@ def queue_wait(pipe: Any, client: Any) -> list[str]:
             return []
         pipe.wait(wanted, timeout_ms)
         return [""]
+    if not isinstance(pipe, WaitingPipeline):  # checkbeat's Cluster makes only these
+        raise TypeError("a cluster pipeline that cannot wait: make the client with get_redis")
     by_master: dict[str, int] = {}
-    for slot in pipe.written_slots():  # type: ignore[attr-defined]  # cluster.py's pipeline
-        by_master.setdefault(pipe.owner(slot).name, slot)  # type: ignore[attr-defined]
+    for slot in pipe.written_slots():
+        by_master.setdefault(pipe.owner(slot).name, slot)
     waited = [name for name in by_master if skipped.get(name, 0.0) <= now]
     for name in waited:
-        pipe.queue_wait_on_slot(by_master[name], wanted, timeout_ms)  # type: ignore[attr-defined]
+        pipe.queue_wait_on_slot(by_master[name], wanted, timeout_ms)
     return waited
 
 

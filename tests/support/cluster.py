@@ -142,6 +142,14 @@ class LocalCluster:
             )
         every = [*self.nodes, *(r for rs in self.replicas for r in rs)]
         wait_for(lambda: all(n.answers() for n in every), timeout, what="the nodes to start")
+        # Distinct config epochs before the nodes meet, as redis-cli --cluster create sets them:
+        # left equal, they are settled by collisions over gossip, and a TAKEOVER made before
+        # that (the failover tests) can claim slots with an epoch no higher than their dead
+        # owner's, which the other nodes then ignore: they keep the dead owner, and answer
+        # CLUSTERDOWN for as long as the test runs.
+        for epoch, node in enumerate(every, start=1):
+            with node.client() as client:
+                client.execute_command("CLUSTER SET-CONFIG-EPOCH", epoch)
         share = SLOTS // self.masters
         for i, node in enumerate(self.nodes):
             first = i * share
@@ -200,11 +208,27 @@ class LocalCluster:
         with replica.client() as client:
             client.execute_command("CLUSTER FAILOVER", "TAKEOVER")
         wait_for(
-            lambda: replica in self.current_masters() and self._live_ok(),
+            lambda: (
+                replica in self.current_masters()
+                and self._live_ok()
+                and self._all_see_serving(replica)
+            ),
             timeout,
-            what="the replica promoted and the cluster ok",
+            what="the replica promoted, seen serving slots by every node, and the cluster ok",
         )
         return time.monotonic() - began
+
+    def _all_see_serving(self, master: ClusterNodeProcess) -> bool:
+        """Whether every live node's slot table names ``master`` as the owner of some slots."""
+        for node in self.live_nodes():
+            try:
+                with node.client() as client:
+                    ranges = client.execute_command("CLUSTER SLOTS")
+            except redis.RedisError:
+                return False
+            if not any(int(r[2][1]) == master.port for r in ranges):
+                return False
+        return True
 
     def _live_ok(self) -> bool:
         for node in self.live_nodes():
