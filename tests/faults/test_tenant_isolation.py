@@ -184,7 +184,7 @@ def test_a_hostile_tenant_does_not_make_another_tenants_checks_late(
         punycode = b"a" * (1 << 20)
         random_ab = "".join(rng.choice("ab") for _ in range(1 << 20))
         hostile = {
-            # uid: (target, config, the error class its runs must have)
+            # uid: (target, config, the error class(es) its runs must have)
             "evil-regex": (
                 pages.page("/as", long_as),
                 {"body_regex": "^(a+)+$"},
@@ -193,7 +193,10 @@ def test_a_hostile_tenant_does_not_make_another_tenants_checks_late(
             "evil-costly-regex": (
                 pages.page("/ab", random_ab),
                 {"body_regex": "[ab]*a[ab]{250}c"},
-                "timeout",
+                # RE2 is linear but this pattern's is a slow one: within the 1 s budget on a
+                # fast, quiet machine (no match: body), past it on a loaded one (timeout);
+                # either way the slot comes back in time (the overrun bound above)
+                ("timeout", "body"),
             ),
             "evil-drip-headers": (dripped_headers.url("/"), {}, "timeout"),
             "evil-drip-body": (dripped_body.url("/"), {}, "timeout"),
@@ -274,7 +277,8 @@ def test_a_hostile_tenant_does_not_make_another_tenants_checks_late(
     for uid, (_target, _config, error_class) in hostile.items():
         rows = evil[uid]
         assert len(rows) >= 0.5 * HOSTILE_S / HOSTILE_PERIOD_S, (uid, len(rows))
+        allowed = error_class if isinstance(error_class, tuple) else (error_class,)
         wrong = [
-            (row["error_class"], row["error"]) for row in rows if row["error_class"] != error_class
+            (row["error_class"], row["error"]) for row in rows if row["error_class"] not in allowed
         ]
         assert not wrong, (uid, error_class, wrong[:3])
