@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
@@ -114,6 +114,13 @@ def build_drivers(app: Any) -> list[Driver]:
 class _DriverSlot:
     driver: Driver
     due: float  # monotonic
+    # what the driver is, decided once: a runtime Protocol check costs a tick too much
+    paced: PacedDriver | None = field(init=False)
+    wakeable: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.paced = self.driver if isinstance(self.driver, PacedDriver) else None
+        self.wakeable = _wakeable(self.driver)
 
 
 @contextmanager
@@ -252,7 +259,7 @@ class CronScheduler(Scheduler):
         if self.waker.wait(sleep):
             now = time.monotonic()
             for slot in self.drivers:
-                if _wakeable(slot.driver):
+                if slot.wakeable:
                     slot.due = now
         return 0.0
 
@@ -324,8 +331,8 @@ class CronScheduler(Scheduler):
                 wait = slot.driver.interval
                 try:
                     driven = slot.driver.tick()
-                    if isinstance(slot.driver, PacedDriver):
-                        wait = slot.driver.next_wait(driven)
+                    if slot.paced is not None:
+                        wait = slot.paced.next_wait(driven)
                 except Exception:
                     log.exception(
                         "beat: driver %r failed; it runs again next interval", slot.driver
