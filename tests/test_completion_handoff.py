@@ -64,7 +64,7 @@ def complete(r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | Non
         exec_start=at(now_s), record=RunRecord(RunStatus.UP, REGION, finished_at=now_s),
     )  # fmt: skip
     guard = ReadGuard.of(h, r.get(keys.maintenance_version()))
-    handoff = Handoff(worker, REGION, LEASE_S, lease_lane)
+    handoff = Handoff(worker, REGION, LEASE_S, lease_lane, now=now_s)
     done = complete_as_read(r, keys, run, guard, handoff, results_maxlen=10)
     assert done is not None and done.written
     return handoff, done

@@ -14,6 +14,7 @@ from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.checks.store import CheckStore
+from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, check_queue, job_id
 from scheduling_core import Params
 
@@ -34,8 +35,10 @@ def start_read(r, keys) -> tuple[JobState, ReadGuard]:
     return JobState.from_hash(JOB, h), ReadGuard.of(h, r.get(keys.maintenance_version()))
 
 
-#: A worker that is not registered: nothing is handed off, the refill's reads still come back.
-UNREGISTERED = Handoff("nobody@test", "eu", 60.0)
+def unregistered(now_s: float) -> Handoff:
+    """A worker that is not registered: nothing is handed off, the refill's reads still come
+    back."""
+    return Handoff("nobody@test", "eu", 60.0, now=now_s)
 
 
 def write(r, keys, job: JobState, guard: ReadGuard):
@@ -50,7 +53,7 @@ def write(r, keys, job: JobState, guard: ReadGuard):
         exec_start=at(now_s - 0.05),
         record=RunRecord(RunStatus.UP, "eu", finished_at=now_s),
     )
-    return complete_as_read(r, keys, run, guard, UNREGISTERED, results_maxlen=10)
+    return complete_as_read(r, keys, run, guard, unregistered(now_s), results_maxlen=10)
 
 
 def test_an_unchanged_job_is_written_and_the_refill_reads_see_the_write(r, keys, started):
@@ -59,7 +62,9 @@ def test_an_unchanged_job_is_written_and_the_refill_reads_see_the_write(r, keys,
     assert done is not None and (done.written, done.transition, done.handed) == (True, None, "")
     after = read_job(r, keys, JOB)
     assert after.lease_token is None and after.runs == 1 and after.cost_ewma_ms == 40.0
-    [(_time, first_due, waiting)] = done.refill_needs  # read in the same call, after the write
+    [(time_reply, first_due, waiting)] = done.refill_needs  # read in the same call, after the write
+    # the refill's cut-off is the time the write was planned at, not one more TIME of Redis's
+    assert from_time_reply(time_reply) == pytest.approx(job.scheduled_at + 0.2, abs=1e-6)
     assert first_due[0] == JOB and float(first_due[1]) == pytest.approx(after.scheduled_at)
     assert waiting == 0  # nothing ready, nothing held
     assert r.xlen(keys.results("c1")) == 1

@@ -302,3 +302,37 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
         read_start(r, KEYS, job, "c", "tok", "celery-id-2", 60_000).probe()
     r.delete(KEYS.check("c"))
     assert not read_start(r, KEYS, job, "c", "tok", "celery-id-3", 60_000).check_exists
+
+
+def test_a_window_written_since_the_worker_last_read_the_version_holds_the_next_change(
+    r, claim, make_app, run_worker, target, allow_private
+):
+    """A run's write is planned with the maintenance version its process last saw (the start
+    read does not read it): a window written since sends the write back to read, and the
+    window holds the change."""
+    from celery_app.checks.maintenance import WINDOWS, MaintenanceStore, validate_window
+
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(
+        uid="mw", tenant="t", kind="http", target=target.url("/status/503"), period=60,
+        failure_threshold=1, success_threshold=1,
+    )  # fmt: skip
+    job = job_id("mw", "local")
+    run_worker(app, QUEUES)
+    send(app, claim(r, KEYS, job, "a"))  # the first run: down, and the transition it makes
+    wait_for(lambda: r.hget(KEYS.check_state("mw"), "s") == "down", 20, what="down")
+    seen = WINDOWS.known_version(KEYS.of_job(job))
+    store.update("mw", target=target.url("/status/200"))  # up again at its next run
+    always = validate_window(uid="mw", cron="* * * * *", duration=3600, timezone="UTC")
+    MaintenanceStore(r, KEYS).add(always)
+    written = r.get(KEYS.of_job(job).maintenance_version())
+    assert written is not None and written != seen  # the worker plans with an older version
+
+    send(app, claim(r, KEYS, job, "b"))
+    wait_for(lambda: r.xlen(KEYS.results("mw")) == 2, 20, what="the second run")
+    last = results(r, KEYS, "mw")[-1]
+    assert (last["status"], last["maintenance"]) == ("up", True)
+    state = r.hgetall(KEYS.check_state("mw"))
+    assert (state["s"], state["o"]) == ("down", "up") and "hu" in state  # held, not announced
+    assert WINDOWS.known_version(KEYS.of_job(job)) == written  # learnt for the runs after

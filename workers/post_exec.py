@@ -101,6 +101,7 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
                 region,
                 lease_seconds(params, settings.lease_margin),
                 lease_lane=_lane_of(outcome.queue, region),
+                now=start.now(),  # the write is planned at this time too
             )
             completed = _write_as_read(
                 client, keys, params, settings.results_history, outcome, start, planner, handoff
@@ -170,7 +171,7 @@ def _write_as_read(
         params,
         start.job,
         outcome.lease_token,
-        now=from_unix(start.now()),
+        now=from_unix(handoff.now),
         duration_ms=outcome.duration_ms,
         timed_out=outcome.timed_out,
         exec_start=_exec_start(outcome),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -54,12 +54,19 @@ STALE = -1
 class Handoff:
     """A worker's completion hands the slot it frees to the region's next ready job, in the
     same call (see complete.lua's header for when it may): ``worker`` is the hostname it is
-    registered under, ``lease_s`` a claim's lease (``run_contract.lease_seconds``)."""
+    registered under, ``lease_s`` a claim's lease (``run_contract.lease_seconds``), ``now`` the
+    Redis time the run's write was planned at (``workers.run_start.RunStart.now``: the start
+    read's ``TIME`` advanced by the worker's monotonic clock). The handed job's lease runs from
+    it and the refill's cut-off is it, so the completion asks the server for no ``TIME`` of its
+    own; it trails the server's by the start read's reply latency at most, which only makes a
+    lease end and a cut-off earlier, never a start early."""
 
     worker: str
     region: str
     lease_s: float
     lease_lane: int | None = None  # the lane of the queue the run came from, if known
+    _: KW_ONLY
+    now: float
 
     def script_keys(self, keys: Keys) -> list[str]:
         """complete.lua's hand-off KEYS (H .. H+5, see its header)."""
@@ -148,7 +155,7 @@ class CompleteCall:
             keys.maintenance_version(),
         ]
         if handoff is not None:
-            plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}"}
+            plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}", "now": f"{handoff.now:.6f}"}
             if handoff.lease_lane is not None:
                 plan["lease_lane"] = str(handoff.lease_lane)
             script_keys += handoff.script_keys(keys)

@@ -169,15 +169,25 @@ MAX_CACHED = 100_000
 
 class WindowCache:
     """The windows of the checks this process completes, valid while the maintenance version
-    (``Keys.maintenance_version``) it read them under is unchanged: the post-exec write reads
-    the version with the job (no extra round trip) and the windows only when it moved."""
+    (``Keys.maintenance_version``) it read them under is unchanged, and the newest version it
+    saw in each partition: a run's write is planned with that one, unread (``checks.start_read``),
+    and its guard (``complete.lua``) sends the run back to read it when it moved."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str], tuple[str, list[Window]]] = {}
+        self._versions: dict[str, str | None] = {}  # Keys.maintenance_version -> its value
+
+    def known_version(self, keys: Keys) -> str | None:
+        """The maintenance version of ``keys``' partition as this process last read it (None:
+        unset, or never read here)."""
+        return self._versions.get(keys.maintenance_version())
 
     def windows(
         self, client: Any, keys: Keys, uid: str, tenant: str, version: str | None
     ) -> list[Window]:
+        """The windows of check ``uid`` of ``tenant`` under ``version``, read now (None: no
+        window was ever written)."""
+        self._versions[keys.maintenance_version()] = version
         if version is None:
             return []  # no window was ever written
         key = (keys.prefix, uid, tenant)

@@ -1,11 +1,16 @@
 """A check run's start read: one script call (``run_start.lua``) just before the probe.
 
-Why one call: the run needs its job (is the lease still its own?), its check's kind, target and
-config (what to probe: only those, not the whole definition),
-Redis's time (to start on its tick, on the server's clock) and the maintenance version (the
-post-exec write plans from this read), and must mark its lease started so a second delivery of
-the same message is dropped. As five pipelined commands this cost the worker five commands to
-pack and five replies to parse on every run; as one script, one of each.
+Why one call: the run needs its job (is the lease still its own? the post-exec write plans
+from it), its check's kind, target and config (what to probe: only those, not the whole
+definition) and Redis's time (to start on its tick, on the server's clock), and must mark its
+lease started so a second delivery of the same message is dropped. As pipelined commands this
+cost the worker a command to pack and a reply to parse for each; as one script, one of each.
+
+Why no maintenance version: it changes when an operator edits a window, rarely, and the write
+planned from this read is guarded by it (``complete.lua``), so the worker plans with the version
+its window cache last saw (:meth:`~celery_app.checks.maintenance.WindowCache.known_version`);
+when that moved, the guard writes nothing and the worker reads it and plans again, once per
+change and process, instead of a read on every run.
 
 Why replicated before the probe: when the deployment waits for replicas
 (``CHECKBEAT_REDIS_WAIT_REPLICAS``), the script is followed by ``WAIT`` on the same round trip.
@@ -59,7 +64,6 @@ class StartRead:
     check_fields: tuple[str | None, str | None, str | None]  # kind, target, config
     server_now: float  # Redis's time (Unix s) when the read ran
     first_delivery: bool  # this lease is current and no delivery of it started before
-    maintenance_version: str | None
 
     @property
     def check_exists(self) -> bool:
@@ -88,11 +92,10 @@ def read_start(
     """Read the run of ``job_id`` under ``lease_token`` before its probe, and mark it started
     (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before;
     replicated (WAIT) before it answers when ``client`` asks for replicas."""
-    script_keys = [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token),
-                   keys.maintenance_version()]  # fmt: skip
+    script_keys = [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token)]
     args = [lease_token, task_id, marker_ttl_ms]
     if wait_policy(client)[0] <= 0:  # no replica to wait for
-        job, check, now, first, version = run_script(client, "run_start", script_keys, args)
+        job, check, now, first = run_script(client, "run_start", script_keys, args)
     else:
         pipe = client.pipeline(transaction=False)
         run_script(pipe, "run_start", script_keys, args)
@@ -102,7 +105,7 @@ def read_start(
         replies = pipe.execute()
         after_wait = replies.pop() if queued else None
         (reply,) = took_wait(replies, queued, client, "a check run's start")
-        job, check, now, first, version = reply
+        job, check, now, first = reply
         now = after_wait if after_wait is not None else now
     kind, target, config = check
-    return StartRead(_pairs(job), (kind, target, config), from_time_reply(now), first == 1, version)
+    return StartRead(_pairs(job), (kind, target, config), from_time_reply(now), first == 1)

@@ -23,15 +23,17 @@
 --       lease_lane (absent = unknown): the lane whose lease index holds the lease,
 --       run_ended (absent = no): a heartbeat's success or fail ping ended the run its start
 --         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
---       handoff (absent = none; a worker's completion): {lease_s (a claim's lease)}}
+--       handoff (absent = none; a worker's completion): {lease_s (a claim's lease), now (the
+--         Redis time the run's write was planned at: the handed lease runs from it)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
--- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance windows changed
--- since the run read them (nothing written: read again, plan again); else {1, the id of the
--- transition this run made or ''}, and with a plan.handoff three more: the job handed the
--- freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' = none), this
--- server's TIME, and what a refill would find (celery_app.checks.dispatch.RefillNeeds: the
--- first due job {id, score} or {}, how many of ready fast, ready slow, held tenants exist;
+-- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance
+-- windows changed since the run read them (nothing written: read again, plan again); else
+-- {1, the id of the transition this run made or ''}, and with a plan.handoff three more: the
+-- job handed the freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' =
+-- none), the plan's now as a TIME reply {seconds, micros}, and what a refill would find
+-- (celery_app.checks.dispatch.RefillNeeds: the first due job {id, score} or {}, how many of
+-- ready fast, ready slow, held tenants exist;
 -- {} and 0 when a job was handed the slot: then there is no refill).
 --
 -- The hand-off: the slot this run frees goes at once to the region's next ready job, when the
@@ -158,10 +160,10 @@ local reply = {1, ''}
 local S = 8
 if plan.handoff then
   S = 14
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  local now = tonumber(plan.handoff.now)
   reply[3] = handoff(plan.handoff, freed_lane, now)
-  reply[4] = t
+  local seconds = math.floor(now)
+  reply[4] = {seconds, math.floor((now - seconds) * 1000000)}  -- as TIME replies
   if reply[3] == '' then  -- what a refill would find; a slot handed off needs no refill
     reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
     reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
