@@ -279,7 +279,7 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
     """``run_start.lua`` returns the check's kind, target and config, not its whole hash: a
     deleted check reads as absent, a torn one is an error that names what is missing."""
     from celery_app.checks.start_read import read_start
-    from celery_app.redis.schema import CheckField
+    from celery_app.redis.schema import CheckField, JobField
 
     app = make_app(allow_private_targets=True)
     url = target.url("/delay/0")
@@ -294,6 +294,12 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
     probe = read.probe()
     assert (probe.kind, probe.target, probe.config["method"]) == ("http", url, "HEAD")
 
+    store_for(r, app.conf.checkbeat_settings).update("c", config={"method": "GET"})
+    edited = read_start(r, KEYS, job, "c", "tok", "celery-id-0", 60_000).probe()
+    assert edited.config["method"] == "GET"  # the job's digest moved: the check read again
+
+    # a job without a digest (written before it existed) reads its check on every run
+    r.hdel(KEYS.job(job), JobField.PROBE_DIGEST)
     r.hset(KEYS.check("c"), CheckField.CONFIG, "[1]")  # written by something else
     with pytest.raises(ValueError, match="config is not a JSON object"):
         read_start(r, KEYS, job, "c", "tok", "celery-id-1", 60_000).probe()
@@ -336,3 +342,39 @@ def test_a_window_written_since_the_worker_last_read_the_version_holds_the_next_
     state = r.hgetall(KEYS.check_state("mw"))
     assert (state["s"], state["o"]) == ("down", "up") and "hu" in state  # held, not announced
     assert WINDOWS.known_version(KEYS.of_job(job)) == written  # learnt for the runs after
+
+
+def test_a_run_reads_its_check_only_when_the_check_was_written_since(r, claim, make_app, target):
+    """The start read sends the check's kind, target and config only when the job's digest of
+    them is not the one the process keeps: an unedited check's run reads its job alone, every
+    write through the store (even one that changes the target only) is seen by the next run."""
+    from celery_app.checks.definition import probe_digest
+    from celery_app.checks.start_read import KEPT, read_start
+    from celery_app.redis.schema import JobField
+
+    app = make_app(allow_private_targets=True)
+    store = store_for(r, app.conf.checkbeat_settings)
+    store.create(uid="k", tenant="t", kind="http", target=target.url("/a"), period=60)
+    job = job_id("k", "local")
+    digest = r.hget(KEYS.job(job), JobField.PROBE_DIGEST)
+    stored = r.hmget(KEYS.check("k"), "k", "tg", "cf")
+    assert digest == probe_digest(*stored)
+
+    def hmgets_of_the_check(token: str) -> tuple[int, str]:
+        claim(r, KEYS, job, token)
+        before = r.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0)
+        read = read_start(r, KEYS, job, "k", token, f"celery-{token}", 60_000)
+        after = r.info("commandstats").get("cmdstat_hmget", {}).get("calls", 0)
+        return after - before, read.probe().target
+
+    kept = KEPT.get(KEYS.check("k"))  # an earlier test's check "k" may be kept already
+    read_before = 0 if kept is not None and kept[0] == digest else 1
+    assert hmgets_of_the_check("t1") == (read_before, target.url("/a"))
+    assert hmgets_of_the_check("t2") == (0, target.url("/a"))  # kept: the job's digest is it
+    store.update("k", target=target.url("/b"))
+    assert hmgets_of_the_check("t3") == (1, target.url("/b"))  # edited: read again
+    assert hmgets_of_the_check("t4") == (0, target.url("/b"))
+    # deleted and created again: its version starts over, its digest does not
+    store.delete("k")
+    store.create(uid="k", tenant="t", kind="http", target=target.url("/c"), period=60)
+    assert hmgets_of_the_check("t5") == (1, target.url("/c"))

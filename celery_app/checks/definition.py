@@ -7,6 +7,7 @@ becomes the check hash (``Keys.check(uid)``, fields :class:`~celery_app.redis.sc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -309,6 +310,16 @@ def encode_check(defn: CheckDefinition) -> dict[str, str]:
         fields[CheckField.REGION_SPREAD] = repr(defn.region_spread)
     fields.update(health_fields(defn, CheckField))
     return fields
+
+
+def probe_digest(kind: str, target: str, config: str) -> str:
+    """A digest of what a run probes, as the check hash stores it (``encode_check``'s kind,
+    target and config): copied into each job (``JobField.PROBE_DIGEST``) so a worker that keeps
+    a check's fields knows from the job it reads anyway whether they are still the stored ones.
+    A digest of the content, not the check's version: a check deleted and created again starts
+    its version over."""
+    text = "\0".join((kind, target, config)).encode()
+    return hashlib.blake2b(text, digest_size=12).hexdigest()
 
 
 def health_fields(defn: CheckDefinition, table: Any) -> dict[str, str]:

@@ -29,13 +29,15 @@ off   "1" while the check is disabled (the job is in no index)     store
 ft    failure_threshold ("" = the settings default)                store
 st    success_threshold ("" = the settings default)                store
 q     quorum ("" = a majority of the regions)                      store
+pd    a digest of the check's kind, target and config              store
 hs    the region's state: up / degraded / down (absent = up)       complete
 hk    the state the current run of identical results points to     complete
 hn    how many results in a row point to hk                        complete
 ====  ===========================================================  ==========================
 
 The uid and region come from the job id; kind, target and config from the check hash (one
-copy per check). (*) a rate-limited job's ``sa`` moves on to its latest tick, ``ea`` stays.
+copy per check), which a worker reads only when ``pd`` is not the digest of the copy it keeps
+(``checks.start_read``). (*) a rate-limited job's ``sa`` moves on to its latest tick, ``ea`` stays.
 
 Where a job is: in ``Keys.due`` (score sa) waiting for its tick, in ``Keys.ready(region, lane)``
 (score ea) due and waiting for a slot, in ``Keys.held(region, lane, tenant)`` (score ea) due but

@@ -6,6 +6,11 @@ definition) and Redis's time (to start on its tick, on the server's clock), and 
 lease started so a second delivery of the same message is dropped. As pipelined commands this
 cost the worker a command to pack and a reply to parse for each; as one script, one of each.
 
+Why the check's fields are not read every time: they change only when the check is edited,
+and every such write puts their digest in the check's jobs (``JobField.PROBE_DIGEST``), which
+the run reads anyway; the process keeps the fields it read (:class:`KeptFields`) and the script
+reads them again only when the job's digest is not the one kept.
+
 Why no maintenance version: it changes when an operator edits a window, rarely, and the write
 planned from this read is guarded by it (``complete.lua``), so the worker plans with the version
 its window cache last saw (:meth:`~celery_app.checks.maintenance.WindowCache.known_version`);
@@ -32,11 +37,11 @@ from typing import Any
 
 import redis
 
-from celery_app.checks.definition import decode_config
+from celery_app.checks.definition import decode_config, probe_digest
 from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait, wait_policy
-from celery_app.redis.schema import Keys
+from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 
 
@@ -61,7 +66,7 @@ class StartRead:
     """What ``run_start.lua`` read; the job hash is empty when absent."""
 
     job_hash: dict[str, str]
-    check_fields: tuple[str | None, str | None, str | None]  # kind, target, config
+    check_fields: CheckFields
     server_now: float  # Redis's time (Unix s) when the read ran
     first_delivery: bool  # this lease is current and no delivery of it started before
 
@@ -80,6 +85,40 @@ class StartRead:
         return stored_check_secrets(target or "", config or "")
 
 
+CheckFields = tuple[str | None, str | None, str | None]  # kind, target, config
+
+#: Most checks whose fields one process keeps before it starts over.
+MAX_KEPT = 100_000
+
+
+class KeptFields:
+    """The kind, target and config of the checks this process ran, each kept with its digest
+    (``definition.probe_digest``): ``run_start.lua`` sends them again only when the job's
+    digest (``JobField.PROBE_DIGEST``) is another, so a run of an unedited check reads its job
+    and not its check. Only fields whose digest is the job's are kept: a job written without
+    one (before the field existed) reads its check on every run."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[str, CheckFields]] = {}
+
+    def get(self, check_key: str) -> tuple[str, CheckFields] | None:
+        return self._kept.get(check_key)
+
+    def keep(self, check_key: str, job_digest: str | None, fields: CheckFields) -> None:
+        kind, target, config = fields
+        if job_digest is None or kind is None or target is None or config is None:
+            return
+        if probe_digest(kind, target, config) != job_digest:
+            return
+        if len(self._kept) >= MAX_KEPT:
+            self._kept.clear()
+        self._kept[check_key] = (job_digest, fields)
+
+
+#: The process's copy (runs start on many threads; a dict read or write is atomic).
+KEPT = KeptFields()
+
+
 def _pairs(flat: list[str]) -> dict[str, str]:
     items = iter(flat)
     return dict(zip(items, items, strict=True))
@@ -92,8 +131,10 @@ def read_start(
     """Read the run of ``job_id`` under ``lease_token`` before its probe, and mark it started
     (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before;
     replicated (WAIT) before it answers when ``client`` asks for replicas."""
-    script_keys = [keys.job(job_id), keys.check(uid), keys.run_started(job_id, lease_token)]
-    args = [lease_token, task_id, marker_ttl_ms]
+    check_key = keys.check(uid)
+    kept = KEPT.get(check_key)  # this thread's snapshot: the digest sent is the copy used
+    script_keys = [keys.job(job_id), check_key, keys.run_started(job_id, lease_token)]
+    args = [lease_token, task_id, marker_ttl_ms, kept[0] if kept else ""]
     if wait_policy(client)[0] <= 0:  # no replica to wait for
         job, check, now, first = run_script(client, "run_start", script_keys, args)
     else:
@@ -107,5 +148,13 @@ def read_start(
         (reply,) = took_wait(replies, queued, client, "a check run's start")
         job, check, now, first = reply
         now = after_wait if after_wait is not None else now
-    kind, target, config = check
-    return StartRead(_pairs(job), (kind, target, config), from_time_reply(now), first == 1)
+    job_hash = _pairs(job)
+    if check is None:  # the job's digest is the one sent: the copy kept is current
+        if kept is None:
+            raise RuntimeError("run_start.lua answered 'current' for a check not kept")
+        fields = kept[1]
+    else:
+        kind, target, config = check
+        fields = (kind, target, config)
+        KEPT.keep(check_key, job_hash.get(JobField.PROBE_DIGEST), fields)
+    return StartRead(job_hash, fields, from_time_reply(now), first == 1)

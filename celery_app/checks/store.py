@@ -36,6 +36,7 @@ from celery_app.checks.definition import (
     decode_check,
     encode_check,
     health_fields,
+    probe_digest,
     validate_definition,
 )
 from celery_app.checks.heartbeat_kind import HEARTBEAT_KIND
@@ -45,7 +46,7 @@ from celery_app.checks.notify import NotifyStore
 from celery_app.checks.quarantine import release as release_quarantined
 from celery_app.errors import CheckExists, CheckFieldError, CheckNotFound, ConcurrentUpdate
 from celery_app.redis.keyspace import state_keys
-from celery_app.redis.schema import JobField, Keys, by_partition, maintenance_scope
+from celery_app.redis.schema import CheckField, JobField, Keys, by_partition, maintenance_scope
 from celery_app.redis.scripts import run_script
 from celery_app.registry import SHARED, Registry, registry_of
 from celery_app.settings import Settings
@@ -72,7 +73,7 @@ def listed_uids(client: Any, keys: Keys, tenant: str | None = None) -> list[str]
 
 def job_fields(defn: CheckDefinition) -> dict[str, str]:
     """The job hash fields copied from the definition (tenant, weight, period, regions, spread,
-    thresholds and quorum, whether its check is a heartbeat):
+    thresholds and quorum, whether its check is a heartbeat, the digest of what it probes):
     written by every reconcile, and by the repair after a restore."""
     fields: dict[str, str] = {
         JobField.TENANT: defn.tenant,
@@ -81,6 +82,10 @@ def job_fields(defn: CheckDefinition) -> dict[str, str]:
         JobField.REGIONS: ",".join(defn.regions),
         JobField.HEARTBEAT: "1" if defn.kind == HEARTBEAT_KIND else "0",
     }
+    check = encode_check(defn)
+    fields[JobField.PROBE_DIGEST] = probe_digest(
+        check[CheckField.KIND], check[CheckField.TARGET], check[CheckField.CONFIG]
+    )
     if defn.region_spread is not None:
         fields[JobField.REGION_SPREAD] = repr(defn.region_spread)
     fields.update(health_fields(defn, JobField))

@@ -81,6 +81,7 @@ class JobField(StrEnum):
     FAILURE_THRESHOLD = "ft"  # copied from the check ("" = default); store
     SUCCESS_THRESHOLD = "st"  # copied from the check ("" = default); store
     QUORUM = "qm"  # copied from the check ("" = majority); store
+    PROBE_DIGEST = "pd"  # digest of the check's kind, target and config (definition.probe_digest)
     HEALTH = "hs"  # the region's state, a health.State (absent = up); complete
     STREAK_STATE = "hk"  # the state the current run of identical results points to; complete
     STREAK = "hn"  # how many results in a row point to STREAK_STATE; complete
