@@ -19,7 +19,7 @@ from celery_app.checks.maintenance import MaintenanceStore, validate_window
 from celery_app.checks.repair import repair
 from celery_app.checks.transitions import claim, finish_delivery, release_held, start_delivery
 from celery_app.errors import CheckFieldError
-from celery_app.redis.schema import CheckStateField, DeliveryOutcome, TransitionStart
+from celery_app.redis.schema import CheckStateField, DeliveryOutcome, JobField, TransitionStart
 from scheduling_core.health import State, overall_state
 
 T0 = 1_790_000_000.0
@@ -114,6 +114,31 @@ def test_a_run_that_moves_no_region_counts_again_after_the_quorum_or_regions_cha
     store.update("e", now=at(T0 + 64), quorum=None, regions=["us", "ap"])  # eu removed
     assert run_once(r, keys, s, p, "e@us", True, T0 + 65)[1] == "e#2"  # 0 of 2 down: up
     assert state_of(r, keys, "e")[CheckStateField.STATE] == "up"
+
+
+def test_a_held_change_is_made_by_the_next_run_of_any_region_once_its_window_is_gone(
+    r, keys, store
+):
+    """A window holds eu's failure back; once the window is gone, the next run of *another*
+    region, whose own state does not move, counts again and makes the transition (every
+    region's job carries the hold while it lasts, and none does after)."""
+    make(store, uid="h", regions=("eu", "us"), failure_threshold=1, success_threshold=1, quorum=1)
+    s, p = store.settings, store.params
+    start = (T0 // 3600) * 3600 + 60
+    assert run_once(r, keys, s, p, "h@us", True, start)[1] is None  # counted once, up
+    windows = MaintenanceStore(r, keys)
+    window = windows.add(validate_window(uid="h", cron="0 * * * *", duration=1800, timezone="UTC"))
+    assert run_once(r, keys, s, p, "h@eu", False, start + 1)[1] is None  # held
+    held = [r.hget(keys.job(f"h@{region}"), JobField.HOLD) for region in ("eu", "us")]
+    assert held == ["1", "1"] and CheckStateField.HELD_UNTIL in state_of(r, keys, "h")
+    assert windows.remove(window.id)
+    assert run_once(r, keys, s, p, "h@us", True, start + 2)[1] == "h#1"  # us still up: counts
+    assert state_of(r, keys, "h")[CheckStateField.STATE] == "down"
+    assert [r.hget(keys.job(f"h@{region}"), JobField.HOLD) for region in ("eu", "us")] == [
+        None,
+        None,
+    ]
+    assert run_once(r, keys, s, p, "h@us", True, start + 3)[1] is None  # nothing to count
 
 
 def test_degraded_results_make_a_degraded_check(r, keys, store):

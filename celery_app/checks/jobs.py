@@ -33,6 +33,8 @@ pd    a digest of the check's kind, target and config              store
 hs    the region's state: up / degraded / down (absent = up)       complete
 hk    the state the current run of identical results points to     complete
 hn    how many results in a row point to hk                        complete
+cb    the quorum and regions the region last counted the check by  complete
+hd    "1" while a window holds the check's change back             complete, release
 ====  ===========================================================  ==========================
 
 The uid and region come from the job id; kind, target and config from the check hash (one

@@ -85,6 +85,13 @@ class JobField(StrEnum):
     HEALTH = "hs"  # the region's state, a health.State (absent = up); complete
     STREAK_STATE = "hk"  # the state the current run of identical results points to; complete
     STREAK = "hn"  # how many results in a row point to STREAK_STATE; complete
+    # "<quorum>|<regions, comma list>" this region's run last counted the check's state by; a
+    # run whose region's state did not move counts again only when it differs (an edit of the
+    # quorum or regions); complete
+    COUNTED = "cb"
+    # "1" while a window holds the check's change back (CheckStateField.HELD_UNTIL): the
+    # region's runs count the state again; complete, transition_release
+    HOLD = "hd"
 
 
 @unique
@@ -792,10 +799,9 @@ class CheckStateField(StrEnum):
     SINCE = "at"  # Unix s of the last transition
     SEQ = "n"  # transitions so far; the next one's id is <uid>#<SEQ+1>
     LAST_TRANSITION = "lt"  # id of the last transition
-    HELD_UNTIL = "hu"  # Unix s a held transition waits for (a window's end), while held
-    # what OBSERVED was counted over: "<quorum>|<regions, comma list>"; a run whose region's
-    # state did not move counts again only when this differs (an edit of the quorum or regions)
-    BASIS = "qb"
+    # Unix s a held transition waits for (a window's end), while held; every region's job
+    # carries JobField.HOLD meanwhile, so its runs count the state again
+    HELD_UNTIL = "hu"
     # Unix s of the first result that counted the check's state (HSETNX): where its uptime
     # history starts (checks/uptime.py); absent on a check that has not run yet
     FIRST = "fr"

@@ -44,11 +44,13 @@
 -- of leases does not change, so no capacity needs counting. Otherwise nothing is handed off
 -- and the worker's refill (a full claim) runs on what the reply says waits.
 --
--- Why one HGETALL: the lease check, the guard, the run count, the disabled flag and the
--- region's previous state all come from the one read. Why the quorum part only runs when the
--- region's state moved, a maintenance window holds a change back, or the quorum or the regions
--- changed since the check's state was last counted (CHECK_STATE.BASIS): the check's observed
--- state is a function of those, so a run that moves none cannot move it.
+-- Why one HGETALL: the lease check, the guard, the run count, the disabled flag, the region's
+-- previous state and whether the quorum part must run all come from the one read. Why the
+-- quorum part only runs when the region's state moved, a maintenance window holds a change
+-- back (JOB.HOLD, set on every region's job with CHECK_STATE.HELD_UNTIL), or the quorum or the
+-- regions changed since this region last counted the check's state (JOB.COUNTED): the check's
+-- observed state is a function of those, so a run that moves none cannot move it. Both are
+-- the job's own fields, so such a run reads nothing of the check's state.
 --#include transition
 --#include lease_sequence
 local plan = cjson.decode(ARGV[1])
@@ -128,6 +130,12 @@ for _, l in ipairs(hint and {hint, 1 - hint} or {0, 1}) do
   end
 end
 local health = plan.health
+local basis, recount = nil, false
+if health then
+  basis = health.quorum .. '|' .. table.concat(health.regions, ',')
+  recount = (job[JOB.HEALTH] or STATE.UP) ~= health.state or job[JOB.COUNTED] ~= basis
+    or job[JOB.HOLD] ~= nil
+end
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
   plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
 if passed then
@@ -141,6 +149,10 @@ if health then
   fields[#fields + 1] = health.streak_state
   fields[#fields + 1] = JOB.STREAK
   fields[#fields + 1] = health.streak
+  if recount then
+    fields[#fields + 1] = JOB.COUNTED
+    fields[#fields + 1] = basis
+  end
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 if plan.run_ended then
@@ -171,12 +183,7 @@ if plan.handoff then
     reply[5], reply[6] = {}, 0
   end
 end
-if not health then return reply end
-local basis = health.quorum .. '|' .. table.concat(health.regions, ',')
-if (job[JOB.HEALTH] or STATE.UP) == health.state then
-  local seen = redis.call('HMGET', KEYS[S], CHECK_STATE.HELD_UNTIL, CHECK_STATE.BASIS)
-  if not seen[1] and seen[2] == basis then return reply end
-end
+if not recount then return reply end
 
 -- The region's state moved (decided in Python: scheduling_core.health.region_step), a held
 -- change may be due, or the basis changed: the check's state from the quorum of its regions
@@ -203,7 +210,7 @@ if down >= quorum then
 elseif bad >= quorum then
   observed = STATE.DEGRADED
 end
-redis.call('HSET', KEYS[S], CHECK_STATE.OBSERVED, observed, CHECK_STATE.BASIS, basis)
+redis.call('HSET', KEYS[S], CHECK_STATE.OBSERVED, observed)
 redis.call('HSETNX', KEYS[S], CHECK_STATE.FIRST, health.now)  -- an uptime report's start
 local announced = redis.call('HGET', KEYS[S], CHECK_STATE.STATE) or STATE.UP
 local was_held = redis.call('HEXISTS', KEYS[S], CHECK_STATE.HELD_UNTIL) == 1
@@ -211,14 +218,16 @@ if observed == announced then
   if was_held then
     redis.call('HDEL', KEYS[S], CHECK_STATE.HELD_UNTIL)
     redis.call('ZREM', KEYS[S + 5], health.uid)
+    unhold_jobs(jobs)
+  elseif job[JOB.HOLD] then
+    redis.call('HDEL', KEYS[1], JOB.HOLD)  -- the hold ended elsewhere: this job knows it now
   end
   return reply
 end
 if health.hold_until then
   -- Inside a maintenance window: hold the change; beat delivers it at the window's end if the
   -- state still differs then (transition_release.lua).
-  redis.call('HSET', KEYS[S], CHECK_STATE.HELD_UNTIL, health.hold_until)
-  redis.call('ZADD', KEYS[S + 5], health.hold_until, health.uid)
+  hold_jobs(KEYS[S], KEYS[S + 5], jobs, health.uid, health.hold_until)
   return reply
 end
 redis.call('ZREM', KEYS[S + 5], health.uid)

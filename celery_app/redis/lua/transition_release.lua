@@ -13,20 +13,20 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local observed = redis.call('HGET', KEYS[1], CHECK_STATE.OBSERVED) or STATE.UP
 local announced = redis.call('HGET', KEYS[1], CHECK_STATE.STATE) or STATE.UP
-if observed == announced then
-  redis.call('HDEL', KEYS[1], CHECK_STATE.HELD_UNTIL)
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  return 0
-end
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], CHECK_STATE.HELD_UNTIL, ARGV[5])
-  redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
-  return 0
-end
-redis.call('ZREM', KEYS[6], ARGV[1])
 local regions = split_commas(ARGV[3])
 local jobs = {}
 for i = 1, #regions do jobs[i] = KEYS[7 + i] end
+if observed == announced then
+  redis.call('HDEL', KEYS[1], CHECK_STATE.HELD_UNTIL)
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  unhold_jobs(jobs)
+  return 0
+end
+if ARGV[5] ~= '' then
+  hold_jobs(KEYS[1], KEYS[6], jobs, ARGV[1], ARGV[5])
+  return 0
+end
+redis.call('ZREM', KEYS[6], ARGV[1])
 return make_transition({
   state = KEYS[1], check_stream = KEYS[2], tenant_stream = KEYS[3], outbox = KEYS[4],
   payloads = KEYS[5], last = KEYS[7], jobs = jobs, regions = regions, uid = ARGV[1],

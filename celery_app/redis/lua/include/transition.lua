@@ -13,6 +13,22 @@ local function split_commas(text)
   return out
 end
 
+-- A window holds the check's change back until ``held_until``: the check's state and the held
+-- index say so, and so does every region's job (JOB.HOLD), whose runs then count the state
+-- again (complete.lua reads no check state for a run whose job says nothing changed).
+local function hold_jobs(state, held_index, jobs, uid, held_until)
+  redis.call('HSET', state, CHECK_STATE.HELD_UNTIL, held_until)
+  redis.call('ZADD', held_index, held_until, uid)
+  for _, key in ipairs(jobs) do
+    if redis.call('EXISTS', key) == 1 then redis.call('HSET', key, JOB.HOLD, '1') end
+  end
+end
+
+-- The hold is over: no region's job carries it any more.
+local function unhold_jobs(jobs)
+  for _, key in ipairs(jobs) do redis.call('HDEL', key, JOB.HOLD) end
+end
+
 local function make_transition(t)
   local seq = redis.call('HINCRBY', t.state, CHECK_STATE.SEQ, 1)
   local id = t.uid .. '#' .. seq
@@ -38,6 +54,7 @@ local function make_transition(t)
   redis.call('HSET', t.state, CHECK_STATE.STATE, t.to, CHECK_STATE.SINCE, t.now,
     CHECK_STATE.LAST_TRANSITION, id)
   redis.call('HDEL', t.state, CHECK_STATE.HELD_UNTIL)
+  if t.held then unhold_jobs(t.jobs) end
   redis.call('XADD', t.check_stream, 'MAXLEN', t.check_maxlen, '*', TRANSITION.ID, id,
     TRANSITION.RECORD, json)
   redis.call('XADD', t.tenant_stream, 'MAXLEN', t.tenant_maxlen, '*', TRANSITION.ID, id,
