@@ -159,7 +159,7 @@ def test_redis_crash_with_aof_under_load_loses_nothing_and_everyone_reconnects(
                 lambda: int(client.hget(KEYS.cron_stats("r0"), "fired")) > fired_at_restart,
                 # the next minute's window: up to 60 s away, plus beat's wake-up on a busy machine
                 75,
-                what="cron to fire again",
+                what=lambda: f"cron to fire again; beat's log then:\n{beat.output()[-4000:]}",
             )
             wait_for(
                 lambda: client.hget(KEYS.cron_state("r0", GLOBAL_TENANT), "outcome") == "success",
