@@ -4,14 +4,14 @@ raise before their probe: the handler runs in the pool child) fed by the real di
 Before its probe (its check's stored config torn: the run raises after its start read found the
 lease its own; or its check's hash replaced by a string: the start read itself fails, after
 ``run_start.lua`` took the started marker; both torn behind the store's back, with the jobs'
-digest of the check's fields dropped so the run reads the check again) the run gives its lease back at once and its job
-goes to its next tick: every tick of the check is either run once or counted lost in the job
-(``JobField.ABANDONED``), none is left to the reaper (which would record a lost run about 20 s
-later and skip the ticks in between), and the worker logs it and counts it in
-``checkbeat_check_runs_abandoned_total``. The same holds where ``time.sleep`` itself fails (the
-worker under libfaketime's monotonic bug: ``OSError: [Errno 22]`` in the wait for the tick of a
-run claimed ahead). After its probe (a user kind's result that cannot be
-built into an outcome) the run is recorded, as an error naming the exception.
+digest of the check's fields dropped so the run reads the check again) the run gives its lease
+back at once and its job goes to its next tick: every tick of the check is either run once or
+counted lost in the job (``JobField.ABANDONED``), none is left to the reaper (which would record
+a lost run about 20 s later and skip the ticks in between), and the worker logs it and counts
+it in ``checkbeat_check_runs_abandoned_total``. The same holds where ``time.sleep`` itself
+fails (the worker under libfaketime's monotonic bug: ``OSError: [Errno 22]`` in the wait for the
+tick of a run claimed ahead). After its probe (a user kind's result that cannot be built into an
+outcome) the run is recorded, as an error naming the exception.
 """
 
 from __future__ import annotations

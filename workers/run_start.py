@@ -1,9 +1,10 @@
 """What a run read when it started, and its outcome, kept for its post-exec write in the same
 thread.
 
-Why: the task reads the job, the maintenance version and Redis's time in one round trip just
-before its probe; the post-exec write (``task_postrun``, sent in the thread that ran the task,
-in every pool) plans from that read and checks it atomically instead of reading it all again
+Why: the task reads the job and Redis's time in one round trip just before its probe (with the
+maintenance version its process last saw, ``maintenance.WINDOWS.known_version``); the
+post-exec write (``task_postrun``, sent in the thread that ran the task, in every pool) plans
+from that read and checks it atomically instead of reading it all again
 (:mod:`celery_app.checks.completion`). The outcome is handed over the same way, so the task's
 return value is only a short summary for the log line and Flower (Celery ``saferepr``s it into
 both on every run). Kept per thread, matched by task id: a run that failed before its outcome

@@ -330,10 +330,11 @@ _UNGUARDED = frozenset((JobField.LEASE_TOKEN, JobField.LEASE_EXPIRY))
 
 @dataclass(frozen=True)
 class ReadGuard:
-    """What a write was planned from: the job hash and the maintenance version as a run read
-    them when it started. ``complete.lua`` writes only if both are unchanged (the guard), so a
-    worker can plan its write from that read and spend one round trip after the probe, not
-    two; an edit, pause or transition meanwhile sends it back to read again."""
+    """What a write was planned from: the job hash as a run read it when it started, and the
+    maintenance version its process last saw. ``complete.lua`` writes only if both are
+    unchanged (the guard), so a worker can plan its write from that read and spend one round
+    trip after the probe, not two; an edit, pause, transition or a window's hold meanwhile, or
+    a window changed since the process last read the version, sends it back to read again."""
 
     fields: dict[str, str]  # every field of the job but the lease's
     maintenance_version: str
