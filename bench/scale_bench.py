@@ -60,7 +60,6 @@ from celery_app.checks.definition import validate_definition
 from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.jobs import JobState, ReadGuard, from_unix
 from celery_app.checks.kinds import check_kind
-from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.run_contract import RunRequest, max_timeout_s
 from celery_app.checks.start_read import read_start
 from celery_app.checks.store import CheckStore
@@ -173,7 +172,7 @@ def _run_all(app: Any, state: Any, keys: Keys, consumer: RunConsumer, runs: int)
         start = RunStart(
             task_id,
             JobState.from_hash(request.job_id, read.job_hash),
-            ReadGuard.of(read.job_hash, WINDOWS.known_version(keys.of_job(request.job_id))),
+            ReadGuard.of(read.job_hash, read.maintenance_version),
             read.server_now,
             time.perf_counter(),
         )

@@ -399,8 +399,7 @@ def _assert_failover_accounted(
     )
     print(summary)
     for uid, region, ledger, reported in measured:
-        # the window spans the kill: 5 or 6 ticks of each job, by its region's phase
-        assert len(ledger.due()) >= 5, summary
+        assert len(ledger.due()) >= 6, summary
         assert ledger.twice() == [], f"{uid}@{region} probed a tick twice\n{summary}"
         assert len(ledger.unrecorded_misses()) <= reported, (
             f"{uid}@{region} lost ticks nothing reports\n{summary}"

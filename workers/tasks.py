@@ -22,7 +22,6 @@ from celery.exceptions import Reject
 
 from celery_app.checks.jobs import JobState, ReadGuard
 from celery_app.checks.kinds import get_kind
-from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.quarantine import DATA_ERRORS, quarantine
 from celery_app.checks.run_contract import (
     RUN_CHECK_TASK,
@@ -125,7 +124,7 @@ def run_check(self: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         RunStart(
             self.request.id,
             job,
-            ReadGuard.of(job_hash, WINDOWS.known_version(keys)),
+            ReadGuard.of(job_hash, read.maintenance_version),
             read.server_now,
             read_at,
         )

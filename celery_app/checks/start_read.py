@@ -38,6 +38,7 @@ from typing import Any
 import redis
 
 from celery_app.checks.definition import decode_config, probe_digest
+from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait, wait_policy
@@ -69,6 +70,8 @@ class StartRead:
     check_fields: CheckFields
     server_now: float  # Redis's time (Unix s) when the read ran
     first_delivery: bool  # this lease is current and no delivery of it started before
+    # the version this process last saw (not read here: see the module's docstring)
+    maintenance_version: str | None
 
     @property
     def check_exists(self) -> bool:
@@ -157,4 +160,6 @@ def read_start(
         kind, target, config = check
         fields = (kind, target, config)
         KEPT.keep(check_key, job_hash.get(JobField.PROBE_DIGEST), fields)
-    return StartRead(job_hash, fields, from_time_reply(now), first == 1)
+    return StartRead(
+        job_hash, fields, from_time_reply(now), first == 1, WINDOWS.known_version(keys)
+    )
