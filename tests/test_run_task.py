@@ -350,14 +350,14 @@ def test_a_run_reads_its_check_only_when_the_check_was_written_since(r, claim, m
     write through the store (even one that changes the target only) is seen by the next run."""
     from celery_app.checks.definition import probe_digest
     from celery_app.checks.start_read import KEPT, read_start
-    from celery_app.redis.schema import JobField
+    from celery_app.redis.schema import CheckField, JobField
 
     app = make_app(allow_private_targets=True)
     store = store_for(r, app.conf.checkbeat_settings)
     store.create(uid="k", tenant="t", kind="http", target=target.url("/a"), period=60)
     job = job_id("k", "local")
     digest = r.hget(KEYS.job(job), JobField.PROBE_DIGEST)
-    stored = r.hmget(KEYS.check("k"), "k", "tg", "cf")
+    stored = r.hmget(KEYS.check("k"), CheckField.KIND, CheckField.TARGET, CheckField.CONFIG)
     assert digest == probe_digest(*stored)
 
     def hmgets_of_the_check(token: str) -> tuple[int, str]:
