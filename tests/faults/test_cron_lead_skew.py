@@ -206,14 +206,11 @@ def run_lead(tmp_path, make_app, r, broker_url, fault_report, beat_skew, skews):
     assert not early, sorted(early, key=lambda e: e[1])[:10]
     assert not lost, (lost, skipped, missing[:10])
     # No worker waited on its own clock: one waiting on a clock 2 s behind would start every run
-    # it gets 2 s late. Its typical start is within the lead, and at most one run of each is as
-    # late as the skew: a run of a skewed worker now and then takes seconds (seen on both
-    # workers, in each one's first run and once 3.6 s late later; cause not found, the wait for
-    # the window is on Redis's answer), and holds the singleton's later windows in flight.
+    # it gets 2 s late. Its typical start is within the lead, and none is as late as the skew (a
+    # loaded machine's stall may delay a few runs of either worker by over a second).
     behind = abs(next(iter(BEHIND.values())))
     assert all(late_by_host[host] for host in BEHIND), late_by_host
     for host, host_late in late_by_host.items():
         if host_late:
             assert statistics.median(host_late) < 0.5, (host, sorted(host_late))
-            stalled = [t for t in host_late if t >= behind - SKEW_TOLERANCE_S]
-            assert len(stalled) <= 1, (host, sorted(host_late))
+            assert max(host_late) < behind - SKEW_TOLERANCE_S, (host, sorted(host_late))
