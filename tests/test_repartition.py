@@ -57,11 +57,13 @@ def test_reconcile_moves_every_check_with_its_state_and_back(r, redis_url, broke
                      regions=REGIONS, failure_threshold=1, success_threshold=1,
                      quorum=1)  # fmt: skip
     set_rate_limit(r, keys1, "t1", per_minute=120, burst=10)
-    window = validate_window(tenant="t0", cron="0 3 * * *", duration=3600, timezone="UTC")
+    now = r.time()[0] + 0.0
+    # the window opens twelve hours away, so it moves along but never holds c2's transition back
+    away = (from_unix(now).hour + 12) % 24
+    window = validate_window(tenant="t0", cron=f"0 {away} * * *", duration=3600, timezone="UTC")
     MaintenanceStore(r, keys1).add(window)
     target = validate_target(tenant="t0", url="json://hooks.example.com/in", target_id="n1")
     NotifyStore(r, keys1).add(target)
-    now = r.time()[0] + 0.0
     written, transition = run_once(r, keys1, one, Params.from_settings(one), "c2@eu", False, now)
     assert written and transition == "c2#1"
     assert run_once(r, keys1, one, Params.from_settings(one), "c3@us", True, now)[0]
