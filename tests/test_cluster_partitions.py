@@ -415,8 +415,8 @@ def _assert_failover_accounted(
 
 @pytest.mark.parametrize(
     "system",
-    [{"CHECKBEAT_REDIS_WAIT_REPLICAS": "1", "CHECKBEAT_REDIS_WAIT_TIMEOUT": "2"}],
-    ids=["wait-1-replica"],
+    [{"CHECKBEAT_REDIS_WAIT_TIMEOUT": "2"}],  # the default WAIT: 1 on a master with a replica
+    ids=["default-wait"],
     indirect=True,
 )
 def test_a_lagging_replica_promoted_runs_no_tick_twice(system):

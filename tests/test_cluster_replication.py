@@ -47,11 +47,52 @@ def _on_replica(replica, key: str) -> str | None:
 
 
 def _client(cluster, **settings):
-    loaded = load_settings(
-        redis_url=cluster.url(), broker_url=cluster.broker_url(), redis_wait_replicas=1,
-        redis_wait_timeout=0.2, **settings,
-    )  # fmt: skip
+    settings = {"redis_wait_replicas": 1, "redis_wait_timeout": 0.2} | settings
+    loaded = load_settings(redis_url=cluster.url(), broker_url=cluster.broker_url(), **settings)
     return get_redis(loaded.redis_url, loaded), loaded
+
+
+def _start_on_every_master(cluster, client, keys) -> dict[int, int]:
+    """A run's start of a check on each master; the WAITs each master served meanwhile."""
+    waits = {n.port: _waits(n) for n in cluster.nodes}
+    for node in cluster.nodes:
+        uid = next(
+            f"u{n}"
+            for n in range(1000)
+            if cluster.node_of_slot(key_slot(keys.job(f"u{n}@eu").encode())) is node
+        )
+        job, part = f"{uid}@eu", keys.of_check(uid)
+        client.hset(part.check(uid), mapping={CheckField.KIND: "http", CheckField.TARGET: "x"})
+        client.hset(part.job(job), JobField.LEASE_TOKEN, "t1")
+        assert read_start(client, part, job, uid, "t1", "celery-1", 60_000).first_delivery
+    return {n.port: _waits(n) - waits[n.port] for n in cluster.nodes}
+
+
+def test_by_default_a_write_waits_for_a_replica_where_its_master_has_one(
+    redis_cluster_with_replicas,
+):
+    """A cluster's default (``CHECKBEAT_REDIS_WAIT_REPLICAS=-1``): a run's start waits for one
+    replica on the master that took it, as under Sentinel, so a failover to a lagging replica
+    cannot lose a started tick (tests/test_cluster_partitions.py kills a master to see it)."""
+    cluster = redis_cluster_with_replicas
+    client, settings = _client(cluster, redis_wait_replicas=-1, check_partitions=12)
+    assert replication.wait_policy(client) == (replication.PER_MASTER, 200)
+    before = replication.shortfalls()
+    served = _start_on_every_master(cluster, client, state_keys(settings))
+    assert served == {n.port: 1 for n in cluster.nodes}
+    assert replication.shortfalls() == before
+
+
+def test_by_default_a_master_without_a_replica_is_not_waited_for(redis_cluster):
+    """The same default on a cluster whose masters have no replica: no WAIT at all, so no
+    write stalls for the timeout and no shortfall is logged."""
+    client, settings = _client(
+        redis_cluster, redis_wait_replicas=-1, redis_wait_timeout=5, check_partitions=12
+    )
+    before = replication.shortfalls()
+    served = _start_on_every_master(redis_cluster, client, state_keys(settings))
+    assert served == {n.port: 0 for n in redis_cluster.nodes}
+    assert replication.shortfalls() == before
 
 
 def test_a_write_waits_on_its_own_master_and_a_lagging_replica_is_its_masters_shortfall(

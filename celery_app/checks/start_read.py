@@ -41,7 +41,7 @@ from celery_app.checks.definition import decode_config, probe_digest
 from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import from_time_reply
-from celery_app.redis.replication import queue_wait, took_wait, wait_policy
+from celery_app.redis.replication import may_wait, queue_wait, took_wait
 from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
 
@@ -138,7 +138,7 @@ def read_start(
     kept = KEPT.get(check_key)  # this thread's snapshot: the digest sent is the copy used
     script_keys = [keys.job(job_id), check_key, keys.run_started(job_id, lease_token)]
     args = [lease_token, task_id, marker_ttl_ms, kept[0] if kept else ""]
-    if wait_policy(client)[0] <= 0:  # no replica to wait for
+    if not may_wait(client):  # no replica to wait for
         job, check, now, first = run_script(client, "run_start", script_keys, args)
     else:
         pipe = client.pipeline(transaction=False)

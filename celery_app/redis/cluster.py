@@ -178,7 +178,7 @@ def cluster_client(url: str, settings: Settings, **options: Any) -> RedisCluster
     except RedisClusterException as exc:  # as a plain Redis that is down: a ConnectionError
         raise redis.ConnectionError(str(exc)) from exc
     time_from_check_half(client, Keys(settings.key_prefix, cluster=True))
-    return mark_client(client, settings, sentinel=False)
+    return mark_client(client, settings, sentinel=False, cluster=True)
 
 
 def time_from_check_half(client: RedisCluster, keys: Keys) -> None:

@@ -21,7 +21,13 @@ its slot (``celery_app/redis/cluster.py`` sends it on that connection, after the
 shortfall's skip is per master there: a promoted replica without a replica of its own does not
 turn WAIT off for the other masters. A write that redis-py had to send again on its own (a
 MOVED, an ASK, a connection lost in a failover) is not covered by any WAIT: it counts as a
-shortfall.
+shortfall. By default a cluster write waits for one replica on each master that has one
+connected (:data:`PER_MASTER`), and for none on a master without: a cluster failover promotes
+a replica, so one that lags must not lose a started tick, and a cluster without replicas (a
+development one) must not stall every write for the timeout. Each master is asked (``ROLE``)
+at most every :data:`REPLICAS_CHECKED_S`: a client's slot table cannot say, as it lists the
+replicas the node it asked knew when it asked (none, for a client that started with the
+cluster).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import Any
 
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.exceptions import NoScriptError
+from redis.utils import str_if_bytes
 
 from celery_app.redis.cluster import WaitingPipeline
 from celery_app.redis.scripts import run_script
@@ -45,33 +52,64 @@ _WAIT_ATTR = "_checkbeat_wait"
 _DEGRADED_ATTR = "_checkbeat_wait_skipped_until"
 #: How long a client writes without WAIT after a shortfall before it waits again.
 DEGRADED_S = 5.0
+#: The replicas a cluster client waits for by default: one on each master that has a replica
+#: connected, none on the others.
+PER_MASTER = -1
+#: How long a cluster client trusts what a master said of its replicas before asking again.
+REPLICAS_CHECKED_S = 10.0
+_REPLICAS_ATTR = "_checkbeat_master_replicas"
 _shortfalls = 0
 _lock = threading.Lock()
 
 
-def wanted_replicas(settings: Settings, *, sentinel: bool) -> int:
-    """``CHECKBEAT_REDIS_WAIT_REPLICAS``, with -1 meaning 1 under Sentinel and 0 otherwise (a
-    plain Redis has no replica, and a cluster's replicas are the operator's to name: a client
-    cannot tell from its slot table whether a master has one, which lists only the replicas
-    known to the node it asked, when it asked)."""
+def wanted_replicas(settings: Settings, *, sentinel: bool, cluster: bool = False) -> int:
+    """``CHECKBEAT_REDIS_WAIT_REPLICAS``, with -1 meaning 1 under Sentinel, 1 on each master
+    that has a replica on a cluster (:data:`PER_MASTER`), and 0 on a plain Redis (it has no
+    replica)."""
     wanted = settings.redis_wait_replicas
     if wanted < 0:
-        return 1 if sentinel else 0
+        return 1 if sentinel else PER_MASTER if cluster else 0
     return wanted
 
 
-def mark_client(client: Any, settings: Settings, *, sentinel: bool) -> Any:
+def mark_client(client: Any, settings: Settings, *, sentinel: bool, cluster: bool = False) -> Any:
     """Remember on ``client`` how many replicas its protected writes wait for, and how long."""
-    wanted = wanted_replicas(settings, sentinel=sentinel)
+    wanted = wanted_replicas(settings, sentinel=sentinel, cluster=cluster)
     timeout_ms = max(1, int(settings.redis_wait_timeout * 1000))
     setattr(client, _WAIT_ATTR, (wanted, timeout_ms))
     setattr(client, _DEGRADED_ATTR, {})
+    setattr(client, _REPLICAS_ATTR, {})
     return client
 
 
 def wait_policy(client: Any) -> tuple[int, int]:
-    """(replicas, timeout ms) of ``client``; (0, 0) for a client checkbeat did not open."""
+    """(replicas, timeout ms) of ``client``; (0, 0) for a client checkbeat did not open.
+    Replicas :data:`PER_MASTER`: one on each master with a replica (a cluster's default)."""
     return getattr(client, _WAIT_ATTR, (0, 0))
+
+
+def may_wait(client: Any) -> bool:
+    """Whether a protected write of ``client`` may queue a WAIT (whether it does is
+    :func:`queue_wait`'s to say, per master)."""
+    return wait_policy(client)[0] != 0
+
+
+def _has_replica(client: Any, node: Any) -> bool:
+    """Whether the cluster master ``node`` has a replica connected, as it said (``ROLE``) at
+    most :data:`REPLICAS_CHECKED_S` ago. A master that does not answer is taken to have one:
+    the write that follows goes to it too, and a WAIT that falls short is a shortfall."""
+    known: dict[str, tuple[float, bool]] = getattr(client, _REPLICAS_ATTR, {})
+    now = time.monotonic()
+    seen = known.get(node.name)
+    if seen is not None and seen[0] > now:
+        return seen[1]
+    try:
+        role = client.execute_command("ROLE", target_nodes=node)
+        has = str_if_bytes(role[0]) == "master" and len(role[2]) > 0
+    except Exception:  # redis-py's cluster errors are not all RedisErrors
+        has = True
+    known[node.name] = (now + REPLICAS_CHECKED_S, has)
+    return has
 
 
 def _degraded(client: Any) -> dict[str, float]:
@@ -86,11 +124,11 @@ def queue_wait(pipe: Any, client: Any) -> list[str]:
     after a shortfall). The masters waited for ("" for a plain client): pass them to
     :func:`took_wait`; empty (false) when none was queued."""
     wanted, timeout_ms = wait_policy(client)
-    if wanted <= 0:
+    if wanted == 0:
         return []
     now, skipped = time.monotonic(), _degraded(client)
     if not isinstance(pipe, ClusterPipeline):
-        if skipped.get("", 0.0) > now:
+        if wanted < 0 or skipped.get("", 0.0) > now:
             return []
         pipe.wait(wanted, timeout_ms)
         return [""]
@@ -98,10 +136,12 @@ def queue_wait(pipe: Any, client: Any) -> list[str]:
         raise TypeError("a cluster pipeline that cannot wait: make the client with get_redis")
     by_master: dict[str, int] = {}
     for slot in pipe.written_slots():
-        by_master.setdefault(pipe.owner(slot).name, slot)
+        owner = pipe.owner(slot)
+        if owner.name not in by_master and (wanted > 0 or _has_replica(client, owner)):
+            by_master[owner.name] = slot
     waited = [name for name in by_master if skipped.get(name, 0.0) <= now]
     for name in waited:
-        pipe.queue_wait_on_slot(by_master[name], wanted, timeout_ms)
+        pipe.queue_wait_on_slot(by_master[name], max(wanted, 1), timeout_ms)
     return waited
 
 
@@ -112,6 +152,7 @@ def took_wait(results: list[Any], queued: list[str], client: Any, what: str) -> 
         return results
     answers, results = results[-len(queued) :], results[: -len(queued)]
     wanted, timeout_ms = wait_policy(client)
+    wanted = max(wanted, 1)  # PER_MASTER queued WAIT 1 where it queued one
     short = []
     for master, answer in zip(queued, answers, strict=True):
         if isinstance(answer, Exception):  # a pipeline run with raise_on_error=False

@@ -167,7 +167,9 @@ class Settings(BaseSettings):
             "start or its completion before checkbeat acts on it (Redis WAIT; on a Redis "
             "Cluster, of the master that took the write); see docs/high-availability.md."
         ),
-        bound=Bound(-1, 16, note="-1 = 1 under Sentinel, else 0"),
+        bound=Bound(
+            -1, 16, note="-1 = 1 under Sentinel, 1 per cluster master with a replica, else 0"
+        ),
     )
     redis_wait_timeout: float = setting(
         0.25,
