@@ -96,8 +96,9 @@ def may_wait(client: Any) -> bool:
 
 def _has_replica(client: Any, node: Any) -> bool:
     """Whether the cluster master ``node`` has a replica connected, as it said (``ROLE``) at
-    most :data:`REPLICAS_CHECKED_S` ago. A master that does not answer is taken to have one:
-    the write that follows goes to it too, and a WAIT that falls short is a shortfall."""
+    most :data:`REPLICAS_CHECKED_S` ago. A master that does not answer, or refuses (``ROLE`` is
+    in ACL category @admin), is taken to have one: the write that follows goes to it too, and a
+    WAIT that falls short is a shortfall."""
     known: dict[str, tuple[float, bool]] = getattr(client, _REPLICAS_ATTR, {})
     now = time.monotonic()
     seen = known.get(node.name)
