@@ -113,7 +113,11 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
                     got = dispatcher.claim(now, (REGION,), rate_limited_scan=SCAN)
                 else:
                     got = dispatcher._promote_claim(
-                        now, now + settings.dispatch_lead, (REGION,), SCAN
+                        now,
+                        now + settings.dispatch_lead,
+                        (REGION,),
+                        SCAN,
+                        dispatcher._first_rounds((REGION,), SCAN),
                     )[1]
                 claimed += len(got.claims)
             t = totals[name]

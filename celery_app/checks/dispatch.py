@@ -23,7 +23,9 @@ tick, and the message's time limits include the lead; the worker waits in its sl
 tick on Redis's clock (``workers.tasks``). ``tick()`` reports the next due instant and
 :meth:`Dispatcher.next_wait` tells beat to run again when it enters the lead
 (``scheduling_core.on_tick``), not a fixed interval later: under spare capacity a check
-starts on its tick, never before.
+starts on its tick, never before. Such a tick usually finds nothing due yet: it then promotes
+the lead's jobs and claims them with what waits in one round (``_fill``), in effective-deadline
+order, instead of a round for nothing and one for the lead.
 
 Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
@@ -163,7 +165,7 @@ class Dispatcher:
         now_s = self._now(now)
         upkeep = self._upkeep_due(now_s)
         reaped = self.reap(now_s) if upkeep else 0
-        promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN)
+        promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN, one_round=True)
         published = self.publish(claimed.claims)
         self.record_late_heartbeats(now_s)
         if upkeep:
@@ -250,14 +252,41 @@ class Dispatcher:
         except Exception:
             log.exception("checkbeat: the transition sweep failed; retried next tick")
 
-    def _fill(self, now_s: float, regions: Sequence[str], scan: int) -> tuple[int, ClaimResult]:
+    def _fill(
+        self, now_s: float, regions: Sequence[str], scan: int, *, one_round: bool = False
+    ) -> tuple[int, ClaimResult]:
         """Promote and claim what is due; then, if slots are still free, what is due within the
-        lead (its workers wait for the tick). (promoted, claimed)."""
-        promoted, claimed = self._promote_claim(now_s, now_s, regions, scan)
-        if self.lead <= 0 or not _slots_left(claimed):
+        lead (its workers wait for the tick). (promoted, claimed).
+
+        ``one_round`` (beat's tick): when nothing came due since the last tick (beat woke as a
+        job entered the lead, the usual tick under spare capacity), one round promotes the
+        lead's jobs and claims them with whatever waits in the ready indexes, in
+        effective-deadline order, on the regions' states the first round read a moment ago
+        (its claim script re-validates them as any other). Not a refill's: it runs because
+        work waits, which its first round claims without reading the due index twice."""
+        firsts = self._first_rounds(regions, scan)
+        lead = self.lead > 0
+        promoted, claimed = self._promote_claim(
+            now_s, now_s, regions, scan, firsts, defer_if_none_due=lead and one_round
+        )
+        if claimed is None:  # nothing due now: the lead's round claims what waits too
+            states = [f.state for f in firsts]
+            ahead, together = self._promote_claim(
+                now_s, now_s + self.lead, regions, scan, self._first_rounds(regions, scan, states)
+            )
+            assert together is not None  # the round claims
+            return ahead, together
+        if not lead or not _slots_left(claimed):
             return promoted, claimed
-        ahead, more = self._promote_claim(now_s, now_s + self.lead, regions, scan, only_due=True)
-        if not ahead:
+        ahead, more = self._promote_claim(
+            now_s,
+            now_s + self.lead,
+            regions,
+            scan,
+            self._first_rounds(regions, scan),
+            only_due=True,
+        )
+        if not ahead or more is None:
             return promoted, claimed
         return promoted + ahead, ClaimResult(
             claimed.claims + more.claims,
@@ -265,20 +294,33 @@ class Dispatcher:
             claimed.rate_limited + more.rate_limited,
         )
 
+    def _first_rounds(
+        self, regions: Sequence[str], scan: int, states: Sequence[Any] | None = None
+    ) -> list[FirstRound]:
+        """Each region's first claim round; ``states``: those read already (None: read it)."""
+        known = states or [None] * len(regions)
+        return [
+            FirstRound(self._claimer(r), batch=CLAIM_BATCH, max_holds=scan, state=state)
+            for r, state in zip(regions, known, strict=True)
+        ]
+
     def _promote_claim(
         self,
         now_s: float,
         until_s: float,
         regions: Sequence[str],
         scan: int,
+        firsts: Sequence[FirstRound],
         *,
         only_due: bool = False,
-    ) -> tuple[int, ClaimResult]:
+        defer_if_none_due: bool = False,
+    ) -> tuple[int, ClaimResult | None]:
         """Promote what is due at ``until_s`` and claim at ``now_s``: (promoted, claimed), in
-        three round trips when a batch holds every due job (each region's claim reads ride on
-        the promote's, :func:`~celery_app.checks.claiming.promote_and_read`). ``only_due``:
-        no claim when nothing was promoted (the lead's jobs after a claim that left slots)."""
-        firsts = [FirstRound(self._claimer(r), batch=CLAIM_BATCH, max_holds=scan) for r in regions]
+        three round trips when a batch holds every due job (each region's claim reads, in
+        ``firsts``, ride on the promote's, :func:`~celery_app.checks.claiming.promote_and_read`).
+        ``only_due``: no claim when nothing was promoted (the lead's jobs after a claim that
+        left slots); ``defer_if_none_due``: then no claim either, and None for the claims (the
+        caller's next round claims what waits)."""
         placed: Counter[tuple[str, int]] = Counter()
         moved = promote_and_read(
             self.redis,
@@ -287,9 +329,11 @@ class Dispatcher:
             PROMOTE_BATCH,
             placed,
             firsts,
-            read_if_none_due=not only_due,
+            read_if_none_due=not (only_due or defer_if_none_due),
         )
         metrics.promoted(placed)
+        if not moved and defer_if_none_due:
+            return 0, None
         if only_due and not moved:
             return 0, ClaimResult()
         return moved, self.claim(now_s, regions, rate_limited_scan=scan, firsts=firsts)

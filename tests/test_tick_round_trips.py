@@ -1,0 +1,79 @@
+"""Beat's dispatcher tick under spare capacity: when nothing came due since the last tick (it woke
+as a job entered the lead), one round promotes the lead's jobs and claims them with what waits in
+the ready indexes, reading each region's state and candidates once; when something is due, it is
+claimed first and the lead's jobs only with the slots left."""
+
+from __future__ import annotations
+
+import pytest
+from support.checks import learned, register_fake_worker
+from support.partitions import first_partition_names
+from support.round_trips import counting_client, preload_scripts, state_round_trips
+
+from celery_app.checks.claiming import promote_due
+from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher
+from celery_app.checks.store import CheckStore
+from celery_app.factory import settings_of
+from celery_app.redis.clock import server_time
+from celery_app.redis.scripts import _script
+
+pytestmark = pytest.mark.app_settings(regions=["eu"], dispatch_lead=0.5)
+
+#: Its checks share the first partition, the one its dispatcher and ``keys`` read.
+U, J = first_partition_names()
+
+
+def _checks(r, keys, app, at: dict[str, float]) -> None:
+    store = CheckStore(r, keys, settings_of(app))
+    for uid, scheduled_at in at.items():
+        store.create(
+            uid=U(uid), tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"]
+        )
+        learned(r, keys, store.params, J(uid), scheduled_at=scheduled_at)
+
+
+def _count(sends: list[bytes], marker: bytes) -> int:
+    """Commands of ``sends`` naming ``marker`` (redis-py's own SCRIPT EXISTS aside)."""
+    return sum(s.count(marker) for s in state_round_trips(sends))
+
+
+def test_a_tick_with_nothing_due_claims_the_lead_and_what_waits_reading_each_once(
+    r, keys, app, broker, redis_url
+):
+    now = server_time(r)
+    _checks(r, keys, app, {"waits": now - 5, "soon": now + 0.3})
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
+    preload_scripts(r, "due", "promote", "top", "claim")
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    dispatcher.claim(now - 10, ("eu",))  # the claimer learns the region's workers
+    promote_due(r, keys, now, PROMOTE_BATCH)  # "waits" is ready, left unclaimed: nothing is due
+    sends.clear()
+    report = dispatcher.tick(now)
+    assert sorted(c.job_id for c in report.claims) == sorted([J("waits"), J("soon")])
+    assert _count(sends, b"SCARD") == 1  # the region's state, read once
+    assert _count(sends, _script("top").sha.encode()) == 1  # its candidates, read once
+    assert _count(sends, _script("due").sha.encode()) == 2  # due now, then due within the lead
+    assert r.zcard(keys.due()) == 0 and r.zcard(keys.ready("eu", 0)) == 0
+
+
+def test_a_tick_claims_what_is_due_before_the_lead(r, keys, app, broker, redis_url):
+    now = server_time(r)
+    _checks(r, keys, app, {"soon": now + 0.1, "due": now - 0.2})
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=1)
+    dispatcher = Dispatcher(app)
+    dispatcher.claim(now - 10, ("eu",))
+    assert [c.job_id for c in dispatcher.tick(now).claims] == [J("due")]  # the one slot
+    assert r.zscore(keys.due(), J("soon")) is not None  # the lead's job waits in the due index
+
+
+def test_a_tick_claims_due_work_then_the_lead_with_the_slots_left(r, keys, app, broker, redis_url):
+    now = server_time(r)
+    _checks(r, keys, app, {"soon": now + 0.1, "due": now - 0.2})
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    dispatcher.claim(now - 10, ("eu",))
+    sends.clear()
+    assert [c.job_id for c in dispatcher.tick(now).claims] == [J("due"), J("soon")]
+    assert _count(sends, b"SCARD") == 2  # the due round claimed: the lead's reads the state again
