@@ -57,6 +57,11 @@ MAX_BACKOFF = 10.0
 HEARTBEAT_MIN_GAP = 5.0
 #: Smallest sleep: a window boundary is waited for, not spun on.
 MIN_SLEEP = 0.005
+#: The loop's watch for rare events (a runtime schedule changed; a dead beat's claim, whose
+#: lease lasts seconds, to take over) reads Redis at most this often. Why: beat's loop also
+#: wakes for the check dispatcher, as often as a job enters its lead, and these reads ran on
+#: every wake-up, a few per check run at low rates.
+CRON_WATCH_GAP_S = 0.25
 
 
 @runtime_checkable
@@ -175,6 +180,7 @@ class CronScheduler(Scheduler):
         self._backoff = 0.0
         self._last_sweep: datetime | None = None
         self._last_heartbeat = float("-inf")
+        self._last_watch = float("-inf")
         self.observer: BeatObserver | None = None
         self.waker: WakeListener | None = None
         self.monitor: CronMonitor | None = None
@@ -304,8 +310,10 @@ class CronScheduler(Scheduler):
     def _tick(self) -> float:
         assert self.engine is not None
         now = self.clock()
+        watch = self._watch_due()
         try:
-            self._reload_if_changed(now)
+            if watch:
+                self._reload_if_changed(now)
             # The engine reads its clocks itself: ``now`` may be older than a blocked call.
             report = self.engine.tick()
             metrics.cron_tick(report)
@@ -319,7 +327,8 @@ class CronScheduler(Scheduler):
             log.warning("cron: tick failed (%s); retrying in %.1fs", exc, self._backoff)
             return self._backoff
         self._backoff = 0.0
-        self._take_over(now)
+        if watch:
+            self._take_over(now)
         self._sweep(now)
         if report.fired or report.skipped:
             log.info(
@@ -343,8 +352,21 @@ class CronScheduler(Scheduler):
                 slot.due = started + wait
         return self._sleep_for(self.clock())
 
+    def _watch_due(self) -> bool:
+        """Whether this pass reloads changed runtime schedules and takes over claims: at most
+        every :data:`CRON_WATCH_GAP_S`, and on every pass when a caller drives the clock (it
+        drives the passes too, and counts on each)."""
+        if not self._may_wait:
+            return True
+        mono = time.monotonic()
+        if mono - self._last_watch < CRON_WATCH_GAP_S:
+            return False
+        self._last_watch = mono
+        return True
+
     def _take_over(self, now: datetime) -> None:
-        """Every tick (one ZRANGEBYSCORE): publish claims whose claimer never confirmed them."""
+        """At most every CRON_WATCH_GAP_S (one ZRANGEBYSCORE): publish claims whose claimer
+        never confirmed them."""
         assert self.engine is not None
         try:
             taken = self.engine.take_over(now)
@@ -360,9 +382,10 @@ class CronScheduler(Scheduler):
             )
 
     def _reload_if_changed(self, now: datetime) -> None:
-        """One GET per tick: when the runtime schedules' version moved, reload the task list
-        (unchanged tasks keep their place). A list that no longer merges (a runtime id now
-        declared in code) is logged and the running list kept: a beat must not stop."""
+        """One GET, at most every CRON_WATCH_GAP_S: when the runtime schedules' version moved,
+        reload the task list (unchanged tasks keep their place). A list that no longer merges
+        (a runtime id now declared in code) is logged and the running list kept: a beat must
+        not stop."""
         assert self.engine is not None
         version = self.runtime.version()
         if version == self._runtime_version:

@@ -4,6 +4,7 @@ shadow a task declared in code."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -194,6 +195,29 @@ def test_a_running_beat_sees_add_and_rm_at_its_next_tick(cron_app, broker_url, r
     assert (T0 + 62 * SEC).strftime(wid) not in counts
     for beat in beats:
         beat.close()
+
+
+def test_a_beat_on_the_real_clock_watches_for_changes_at_most_every_gap(cron_app, r):
+    """Beat's loop wakes for the check dispatcher as often as a job enters its lead; the reads
+    that watch for a changed runtime schedule and for claims to take over run at most every
+    CRON_WATCH_GAP_S of them, and a change is still seen within one gap."""
+    beat = CronScheduler(app=cron_app, max_interval=300)  # the real clock: paced
+    reads: list[float] = []
+    version = beat.runtime.version
+    beat.runtime.version = lambda: reads.append(time.monotonic()) or version()  # type: ignore[method-assign]
+    start, passes = time.monotonic(), 0
+    while time.monotonic() - start < 1.0:
+        beat._tick()
+        passes += 1
+    assert passes >= 20, passes  # woken far more often than the gap
+    gaps = [b - a for a, b in itertools.pairwise(reads)]  # stamped just after each decision
+    assert 3 <= len(reads) <= 5 and min(gaps) > scheduler_module.CRON_WATCH_GAP_S - 0.01, reads
+    add_schedule(cron_app, "ping", task="proj.ping", every="20s", remote_task=True)
+    deadline = time.monotonic() + 3 * scheduler_module.CRON_WATCH_GAP_S
+    while "ping" not in {t.id for t in beat.engine.tasks} and time.monotonic() < deadline:
+        beat._tick()
+    assert "ping" in {t.id for t in beat.engine.tasks}
+    beat.close()
 
 
 def run_cli(*args: str):
