@@ -59,8 +59,8 @@ HEARTBEAT_MIN_GAP = 5.0
 MIN_SLEEP = 0.005
 #: The loop's watch for rare events (a runtime schedule changed; a dead beat's claim, whose
 #: lease lasts seconds, to take over) reads Redis at most this often. Why: beat's loop also
-#: wakes for the check dispatcher, as often as a job enters its lead, and these reads ran on
-#: every wake-up, a few per check run at low rates.
+#: wakes for the check dispatcher, as often as a job enters its lead; reading on every wake-up
+#: would cost a few commands per check run at low rates.
 CRON_WATCH_GAP_S = 0.25
 
 

@@ -25,7 +25,7 @@ tick on Redis's clock (``workers.tasks``). ``tick()`` reports the next due insta
 (``scheduling_core.on_tick``), not a fixed interval later: under spare capacity a check
 starts on its tick, never before. Such a tick usually finds nothing due yet: it then promotes
 the lead's jobs and claims them with what waits in one round (``_fill``), in effective-deadline
-order, instead of a round for nothing and one for the lead.
+order, reading each region's state and candidates once.
 
 Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
