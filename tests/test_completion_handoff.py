@@ -4,8 +4,6 @@ full claim would weigh; otherwise nothing is handed and the reply says what wait
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from support.capacity import register_capacity
 from support.checks import at
@@ -47,7 +45,7 @@ def lease(r, keys, uid: str, lane: int) -> None:
 
 
 def promote(r, keys, now: float) -> None:
-    promote_due(r, keys, now, 100, Counter())
+    promote_due(r, keys, now, 100)
 
 
 def measured(r, keys, uid: str) -> None:

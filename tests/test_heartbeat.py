@@ -164,9 +164,7 @@ def test_bad_pings_are_refused_naming_what_and_change_nothing(r, keys, settings,
 
 
 def test_a_late_heartbeat_waiting_for_beat_is_indexed_for_the_repair(r, keys, settings, store):
-    from collections import Counter
-
-    from celery_app.checks.claiming import promote_due
+    from celery_app.checks.claiming import Promotions, promote_due
     from celery_app.checks.jobs import from_unix
     from celery_app.checks.repair import repair
     from celery_app.redis.clock import server_time
@@ -177,7 +175,9 @@ def test_a_late_heartbeat_waiting_for_beat_is_indexed_for_the_repair(r, keys, se
     store.create(uid=uid, tenant="acme", kind="heartbeat", target="a job", period=1,
                  regions=["eu"], config={"grace": 0},
                  now=from_unix(now - 30))  # fmt: skip  # its deadline passed
-    assert promote_due(r, keys.of_check(uid), now, 100, Counter()) == 1
+    moved = Promotions()
+    assert promote_due(r, keys.of_check(uid), now, 100, moved) == 1
+    assert moved.late == 1 and not +moved.ready  # counted as late, not as ready
     assert r.zscore(keys.of_check(uid).heartbeats_late(), f"{uid}@eu") is not None
     report = repair(r, keys, Params.from_settings(settings), from_unix(now))
     assert f"{uid}@eu" not in report.placed  # waiting for beat's miss: not lost, not placed twice

@@ -1,7 +1,8 @@
 """Beat's dispatcher tick under spare capacity: when nothing came due since the last tick (it woke
 as a job entered the lead), one round promotes the lead's jobs and claims them with what waits in
 the ready indexes, reading each region's state and candidates once; when something is due, it is
-claimed first and the lead's jobs only with the slots left."""
+claimed first and the lead's jobs only with the slots left. The due index is read once a tick;
+the late heartbeats only when the tick moved one there, or once an interval."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from support.checks import learned, register_fake_worker
 from support.partitions import first_partition_names
 from support.round_trips import counting_client, preload_scripts, state_round_trips
 
+from celery_app.checks.check_state import read_transitions
 from celery_app.checks.claiming import promote_due
 from celery_app.checks.dispatch import PROMOTE_BATCH, Dispatcher
+from celery_app.checks.jobs import from_unix
 from celery_app.checks.store import CheckStore
 from celery_app.factory import settings_of
 from celery_app.redis.clock import server_time
@@ -53,7 +56,7 @@ def test_a_tick_with_nothing_due_claims_the_lead_and_what_waits_reading_each_onc
     assert sorted(c.job_id for c in report.claims) == sorted([J("waits"), J("soon")])
     assert _count(sends, b"SCARD") == 1  # the region's state, read once
     assert _count(sends, _script("top").sha.encode()) == 1  # its candidates, read once
-    assert _count(sends, _script("due").sha.encode()) == 2  # due now, then due within the lead
+    assert _count(sends, _script("due").sha.encode()) == 1  # due now and within the lead at once
     assert r.zcard(keys.due()) == 0 and r.zcard(keys.ready("eu", 0)) == 0
 
 
@@ -77,3 +80,34 @@ def test_a_tick_claims_due_work_then_the_lead_with_the_slots_left(r, keys, app, 
     sends.clear()
     assert [c.job_id for c in dispatcher.tick(now).claims] == [J("due"), J("soon")]
     assert _count(sends, b"SCARD") == 2  # the due round claimed: the lead's reads the state again
+
+
+def _late_reads(sends: list[bytes], keys) -> int:
+    """Reads of the late heartbeats index (not ``promote.lua`` declaring it among its keys)."""
+    late = keys.heartbeats_late().encode()
+    return sum(1 for s in state_round_trips(sends) if b"ZRANGEBYSCORE" in s and late in s)
+
+
+def test_a_tick_reads_the_late_heartbeats_only_when_it_moved_one_there_or_for_its_upkeep(
+    r, keys, app, broker, redis_url
+):
+    now = server_time(r)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    dispatcher.tick(now)  # the first tick is also the interval's upkeep
+    assert _late_reads(sends, keys) == 1
+    _checks(r, keys, app, {"later": now + 0.4})
+    sends.clear()
+    assert [c.job_id for c in dispatcher.tick(now + 0.01).claims] == [J("later")]
+    assert _late_reads(sends, keys) == 0  # within the interval, no heartbeat moved: not read
+    CheckStore(r, keys, settings_of(app)).create(
+        uid=U("beat"), tenant="acme", kind="heartbeat", target="a job", period=1,
+        regions=["eu"], failure_threshold=1, config={"grace": 0},
+        now=from_unix(now - 30),
+    )  # fmt: skip  # its deadline passed: due
+    sends.clear()
+    dispatcher.tick(now + 0.02)
+    assert _late_reads(sends, keys) == 1  # moved to the late index by this tick: recorded now
+    moves = [(t["from"], t["to"]) for t in read_transitions(r, keys.check_transitions(U("beat")))]
+    assert moves == [("up", "down")]

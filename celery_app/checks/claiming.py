@@ -124,17 +124,27 @@ class RegionClaim:
 # --- promote ----------------------------------------------------------------------------------
 
 
+@dataclass
+class Promotions:
+    """What promotes moved, counted across calls: the jobs put in each (region, lane) ready index
+    (the dispatch metrics), and the heartbeat jobs put in the late index (beat's tick records
+    their misses; when a tick moved none there, it leaves the late index to its upkeep)."""
+
+    ready: Counter[tuple[str, int]] = field(default_factory=Counter)
+    late: int = 0
+
+
 def promote_due(
     client: redis.Redis,
     keys: Keys,
     now_s: float,
     batch: int,
-    into: Counter[tuple[str, int]] | None = None,
+    into: Promotions | None = None,
 ) -> int:
-    """Move every due job (scheduled_at <= now) into its ready index; the number moved. ``into``
-    counts the jobs put in each (region, lane) ready index (the dispatch metrics)."""
+    """Move every due job (scheduled_at <= now) into its ready index; the number moved, what
+    moved where counted in ``into``."""
     total = 0
-    into = Counter() if into is None else into
+    into = Promotions() if into is None else into
     while True:
         packed = run_script(client, "due", keys=[keys.due()], args=[repr(now_s), batch])
         if not packed:
@@ -192,15 +202,16 @@ def _queue_promote(
     )
 
 
-def _promoted(ids: list[str], reply: Any, into: Counter[tuple[str, int]]) -> int:
-    """How many ``promote.lua`` moved; what it put in each ready index counted in ``into``."""
-    moved, *placed, _late = reply
-    into.update(dict(zip(_promote_cells(ids)[0], placed, strict=True)))
+def _promoted(ids: list[str], reply: Any, into: Promotions) -> int:
+    """How many ``promote.lua`` moved; where it put them counted in ``into``."""
+    moved, *placed, late = reply
+    into.ready.update(dict(zip(_promote_cells(ids)[0], placed, strict=True)))
+    into.late += int(late)
     return int(moved)
 
 
 def _promote_each(
-    client: redis.Redis, keys: Keys, now_s: float, ids: list[str], into: Counter[tuple[str, int]]
+    client: redis.Redis, keys: Keys, now_s: float, ids: list[str], into: Promotions
 ) -> int:
     """``promote.lua`` per job (one pipeline); a job whose call fails is quarantined."""
     pipe = client.pipeline(transaction=False)
@@ -229,9 +240,10 @@ def _promote_each(
         else:
             moved += int(reply[0])
             region = job[job.rindex("@") + 1 :]
-            into.update(
+            into.ready.update(
                 {(region, lane): int(n) for lane, n in zip(LANES, reply[1:-1], strict=True)}
             )
+            into.late += int(reply[-1])
     return moved
 
 
@@ -780,34 +792,48 @@ def promote_and_read(
     keys: Keys,
     now_s: float,
     batch: int,
-    into: Counter[tuple[str, int]],
+    into: Promotions,
     rounds: Sequence[FirstRound],
     *,
     read_if_none_due: bool = True,
-) -> int:
+    lead_s: float = 0.0,
+) -> tuple[int, bool]:
     """:func:`promote_due`, with the first round of each region's claim read on its two round
     trips: the due ids (``due.lua``) and the regions' states, then the promote and the
     candidates (a pipeline runs its commands in order, so the candidates include what it
-    promoted). The number moved. Nothing due: no promote, and no candidates read unless
-    ``read_if_none_due``.
+    promoted). Nothing due: no promote, and no candidates read unless ``read_if_none_due``.
+
+    ``lead_s`` (beat's tick): the due ids are read up to ``now_s + lead_s`` in that one read.
+    When none of them is due at ``now_s`` (beat woke as a job entered the lead), the lead's jobs
+    are promoted and the candidates read with them, so one claim round takes them with what
+    waits; otherwise only the jobs due now are promoted, and the lead's wait for a round with
+    the slots left. (moved, whether the lead's jobs were promoted).
 
     A promote re-run after NOSCRIPT runs after the pipeline's other commands: the candidates
     read are then dropped and each claim reads its own. More due than one batch: the rest is
     promoted by :func:`promote_due` and the claims read again."""
     pipe = client.pipeline(transaction=False)
-    run_script(pipe, "due", keys=[keys.due()], args=[repr(now_s), batch])
+    through = now_s + lead_s if lead_s > 0 else now_s
+    now_arg = [repr(now_s)] if lead_s > 0 else []
+    run_script(pipe, "due", keys=[keys.due()], args=[repr(through), batch, *now_arg])
     counts = [r.queue_state(pipe) for r in rounds]
     packed, *replies = pipe.execute(raise_on_error=False)
     _raise_first([packed])
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.state_replies(part)
+    due_now = None
+    if lead_s > 0:
+        packed, due_now = packed[0], int(packed[1])
     due = packed.split("\n") if packed else []
+    at, took_lead = through, lead_s > 0
+    if due_now:  # work is due now: it is claimed first, the lead's jobs with the slots left
+        due, at, took_lead = due[:due_now], now_s, False
     ids = _job_ids(client, keys, due, now_s)
-    if not ids and not read_if_none_due:
-        return 0
+    if not ids and not (read_if_none_due or took_lead):
+        return 0, took_lead
     pipe = client.pipeline(transaction=False)
     if ids:
-        _queue_promote(pipe, keys, now_s, ids)
+        _queue_promote(pipe, keys, at, ids)
     counts = [r.queue_read(pipe) for r in rounds]
     replies = pipe.execute(raise_on_error=False) if ids or any(counts) else []
     moved = 0
@@ -816,12 +842,12 @@ def promote_and_read(
         reply, *replies = replies
         one_by_one = isinstance(reply, redis.ResponseError)  # one job's data broke the batch
         if one_by_one:
-            moved = _promote_each(client, keys, now_s, ids, into)
+            moved = _promote_each(client, keys, at, ids, into)
         else:
             _raise_first([reply])
             moved = _promoted(ids, reply, into)
     for r, part in zip(rounds, _split(replies, counts), strict=True):
-        r.read_replies(part, now_s)
+        r.read_replies(part, at)
         if one_by_one:  # read before the jobs were promoted one by one: they miss them
             r.discard_read()
     if ids and isinstance(pipe, ScriptPipeline) and pipe.reran_scripts:
@@ -830,10 +856,10 @@ def promote_and_read(
         for r in rounds:
             r.discard_read()
     if len(due) >= batch:  # a backlog: promote the rest
-        moved += promote_due(client, keys, now_s, batch, into)
+        moved += promote_due(client, keys, at, batch, into)
         for r in rounds:
             r.discard_read()
-    return moved
+    return moved, took_lead
 
 
 def _split(replies: Sequence[Any], counts: Sequence[int]) -> list[Sequence[Any]]:

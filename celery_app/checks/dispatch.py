@@ -44,7 +44,6 @@ import logging
 import os
 import threading
 import weakref
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -57,6 +56,7 @@ from celery_app.checks.check_state import plan_health
 from celery_app.checks.claiming import (
     Claim,
     FirstRound,
+    Promotions,
     RegionClaimer,
     RegionSlots,
     promote_and_read,
@@ -165,9 +165,12 @@ class Dispatcher:
         now_s = self._now(now)
         upkeep = self._upkeep_due(now_s)
         reaped = self.reap(now_s) if upkeep else 0
-        promoted, claimed = self._fill(now_s, self.regions, RATE_LIMITED_SCAN, one_round=True)
+        promoted, claimed, moves = self._fill(
+            now_s, self.regions, RATE_LIMITED_SCAN, one_round=True
+        )
         published = self.publish(claimed.claims)
-        self.record_late_heartbeats(now_s)
+        if upkeep or moves.late:
+            self.record_late_heartbeats(now_s)
         if upkeep:
             self.sweep_transitions(now_s)
         return TickReport(
@@ -182,10 +185,13 @@ class Dispatcher:
         )
 
     def _upkeep_due(self, now_s: float) -> bool:
-        """Whether this tick also reaps lapsed leases and sweeps transitions: once an interval
-        (Redis time), not on every tick. Why: near a job's tick beat ticks every half lead to
-        claim on time, and what the upkeep finds (a lost run, a transition nobody published)
-        is not that urgent; every tick paid its reads before, a few per run at low rates."""
+        """Whether this tick also reaps lapsed leases, records late heartbeats and sweeps
+        transitions: once an interval (Redis time), not on every tick. Why: near a job's tick
+        beat ticks every half lead to claim on time, and what the upkeep finds (a lost run, a
+        late heartbeat another beat promoted, a transition nobody published) is not that
+        urgent; each of these reads would cost every tick a command or more, a few per run at
+        low rates. A tick whose own promote moved a heartbeat job to the late index records
+        the late ones at once."""
         last = self._upkeep_at
         if last is not None and last <= now_s < last + self.interval:
             return False
@@ -233,8 +239,8 @@ class Dispatcher:
 
     def record_late_heartbeats(self, now_s: float) -> None:
         """Fail the heartbeat checks whose ping is late (``checks.heartbeat``: promoted into
-        their late index by this tick) and publish the transitions that made; a failure waits
-        for the next tick."""
+        their late index by a tick) and publish the transitions that made; a failure waits for
+        the next upkeep."""
         try:
             transitions = record_late(self.redis, self.keys, self.settings, now_s)
             if transitions:
@@ -254,89 +260,81 @@ class Dispatcher:
 
     def _fill(
         self, now_s: float, regions: Sequence[str], scan: int, *, one_round: bool = False
-    ) -> tuple[int, ClaimResult]:
+    ) -> tuple[int, ClaimResult, Promotions]:
         """Promote and claim what is due; then, if slots are still free, what is due within the
-        lead (its workers wait for the tick). (promoted, claimed).
+        lead (its workers wait for the tick). (promoted, claimed, what the promotes moved).
 
-        ``one_round`` (beat's tick): when nothing came due since the last tick (beat woke as a
-        job entered the lead, the usual tick under spare capacity), one round promotes the
-        lead's jobs and claims them with whatever waits in the ready indexes, in
-        effective-deadline order, on the regions' states the first round read a moment ago
-        (its claim script re-validates them as any other). Not a refill's: it runs because
-        work waits, which its first round claims without reading the due index twice."""
-        firsts = self._first_rounds(regions, scan)
-        lead = self.lead > 0
-        promoted, claimed = self._promote_claim(
-            now_s, now_s, regions, scan, firsts, defer_if_none_due=lead and one_round
+        ``one_round`` (beat's tick): the due index is read once, through the lead. When nothing
+        in it is due yet (beat woke as a job entered the lead, the usual tick under spare
+        capacity), one round promotes the lead's jobs and claims them with whatever waits in the
+        ready indexes, in effective-deadline order. Not a refill's: it runs because work
+        waits, and the jobs due within the lead are beat's (:meth:`refill`)."""
+        moves = Promotions()
+        lead = self.lead if one_round else 0.0
+        promoted, claimed, took_lead = self._promote_claim(
+            now_s, regions, scan, self._first_rounds(regions, scan), moves, lead_s=lead
         )
-        if claimed is None:  # nothing due now: the lead's round claims what waits too
-            states = [f.state for f in firsts]
-            ahead, together = self._promote_claim(
-                now_s, now_s + self.lead, regions, scan, self._first_rounds(regions, scan, states)
-            )
-            assert together is not None  # the round claims
-            return ahead, together
-        if not lead or not _slots_left(claimed):
-            return promoted, claimed
-        ahead, more = self._promote_claim(
-            now_s,
+        if took_lead or not self.lead or not _slots_left(claimed):
+            return promoted, claimed, moves
+        ahead, more, _ = self._promote_claim(
             now_s + self.lead,
             regions,
             scan,
             self._first_rounds(regions, scan),
+            moves,
+            claim_at=now_s,
             only_due=True,
         )
-        if not ahead or more is None:
-            return promoted, claimed
-        return promoted + ahead, ClaimResult(
-            claimed.claims + more.claims,
-            claimed.slots,
-            claimed.rate_limited + more.rate_limited,
+        if not ahead:
+            return promoted, claimed, moves
+        return (
+            promoted + ahead,
+            ClaimResult(
+                claimed.claims + more.claims,
+                claimed.slots,
+                claimed.rate_limited + more.rate_limited,
+            ),
+            moves,
         )
 
-    def _first_rounds(
-        self, regions: Sequence[str], scan: int, states: Sequence[Any] | None = None
-    ) -> list[FirstRound]:
-        """Each region's first claim round; ``states``: those read already (None: read it)."""
-        known = states or [None] * len(regions)
-        return [
-            FirstRound(self._claimer(r), batch=CLAIM_BATCH, max_holds=scan, state=state)
-            for r, state in zip(regions, known, strict=True)
-        ]
+    def _first_rounds(self, regions: Sequence[str], scan: int) -> list[FirstRound]:
+        """Each region's first claim round, its reads to be queued on the promote's pipelines."""
+        return [FirstRound(self._claimer(r), batch=CLAIM_BATCH, max_holds=scan) for r in regions]
 
     def _promote_claim(
         self,
-        now_s: float,
         until_s: float,
         regions: Sequence[str],
         scan: int,
         firsts: Sequence[FirstRound],
+        moves: Promotions,
         *,
+        claim_at: float | None = None,
         only_due: bool = False,
-        defer_if_none_due: bool = False,
-    ) -> tuple[int, ClaimResult | None]:
-        """Promote what is due at ``until_s`` and claim at ``now_s``: (promoted, claimed), in
-        three round trips when a batch holds every due job (each region's claim reads, in
-        ``firsts``, ride on the promote's, :func:`~celery_app.checks.claiming.promote_and_read`).
-        ``only_due``: no claim when nothing was promoted (the lead's jobs after a claim that
-        left slots); ``defer_if_none_due``: then no claim either, and None for the claims (the
-        caller's next round claims what waits)."""
-        placed: Counter[tuple[str, int]] = Counter()
-        moved = promote_and_read(
+        lead_s: float = 0.0,
+    ) -> tuple[int, ClaimResult, bool]:
+        """Promote what is due at ``until_s`` and claim at ``claim_at`` (default: ``until_s``):
+        (promoted, claimed, whether the lead's jobs were promoted), in three round trips when a
+        batch holds every due job (each region's claim reads, in ``firsts``, ride on the
+        promote's, :func:`~celery_app.checks.claiming.promote_and_read`, which also reads
+        ``lead_s`` ahead). ``only_due``: no claim when nothing was promoted (the lead's jobs
+        after a claim that left slots)."""
+        moved, took_lead = promote_and_read(
             self.redis,
             self.keys,
             until_s,
             PROMOTE_BATCH,
-            placed,
+            moves,
             firsts,
-            read_if_none_due=not (only_due or defer_if_none_due),
+            read_if_none_due=not only_due,
+            lead_s=lead_s,
         )
-        metrics.promoted(placed)
-        if not moved and defer_if_none_due:
-            return 0, None
+        metrics.promoted(moves.ready)
+        moves.ready.clear()
         if only_due and not moved:
-            return 0, ClaimResult()
-        return moved, self.claim(now_s, regions, rate_limited_scan=scan, firsts=firsts)
+            return 0, ClaimResult(), took_lead
+        now_s = until_s if claim_at is None else claim_at
+        return moved, self.claim(now_s, regions, rate_limited_scan=scan, firsts=firsts), took_lead
 
     def _claimer(self, region: str) -> RegionClaimer:
         claimer = self._claimers.get(region)

@@ -336,8 +336,8 @@ def _ping_record(job: JobState, ping: Ping, now_s: float, started: float | None)
 
 def record_late(client: Any, keys: Keys, settings: Settings, now_s: float) -> list[str]:
     """Record a miss for every heartbeat job of ``keys``' partition whose deadline passed
-    (``Keys.heartbeats_late``) and place it at its next deadline: beat's dispatcher, once a
-    tick. The transitions made (to publish)."""
+    (``Keys.heartbeats_late``) and place it at its next deadline: beat's dispatcher, on a
+    tick whose promote moved one there and once an interval. The transitions made (to publish)."""
     late = client.zrangebyscore(keys.heartbeats_late(), "-inf", repr(now_s), 0, LATE_BATCH)
     transitions: list[str] = []
     writer = _Writer(client, keys, settings, Params.from_settings(settings))
