@@ -17,7 +17,7 @@ re-validates what was read before it (see :mod:`celery_app.checks.claiming`). Pe
 The backlog stays in Redis, in WFQ order; Celery only ever holds what can start now.
 
 On the tick: when a claim leaves slots free (nothing due is waiting), what is due within
-``CHECKBEAT_DISPATCH_LEAD`` (default 20 ms) is promoted and claimed too, so a slot never waits
+``CHECKBEAT_DISPATCH_LEAD`` (default 100 ms) is promoted and claimed too, so a slot never waits
 for a tick while due work waits for a slot; a claim's lease runs from the later of now and its
 tick, and the message's time limits include the lead; the worker waits in its slot until the
 tick on Redis's clock (``workers.tasks``). ``tick()`` reports the next due instant and

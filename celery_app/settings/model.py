@@ -333,11 +333,14 @@ class Settings(BaseSettings):
         duration=True,
     )
     dispatch_lead: float = setting(
-        0.02,
+        0.1,
         description=(
             "How far ahead of its tick a due check is claimed; its worker waits in the slot "
-            "until the tick (Redis time), so it starts on time. A slot waiting is one no due "
-            "check can take: keep it near the claim-to-start time. 0 = claim only when due."
+            "until the tick (Redis time), so it starts on time. Beat claims the checks "
+            "entering the lead together, at most every half lead: a longer lead makes fewer, "
+            "larger ticks (less Redis work per run) and holds a claimed slot idle up to the "
+            "lead (slots are claimed in tick order, and only free ones). 0 = claim only when "
+            "due."
         ),
         bound=Bound(0, 5),
         duration=True,
