@@ -723,28 +723,19 @@ class FirstRound:
     An error met while reading is raised by the claim (:meth:`take_state`), where it would have
     been met without the prefetch."""
 
-    def __init__(
-        self, claimer: RegionClaimer, *, batch: int, max_holds: int, state: _State | None = None
-    ) -> None:
-        """``state``: the region's state read already in this tick by a round that stopped
-        before its claim: it is not read again."""
+    def __init__(self, claimer: RegionClaimer, *, batch: int, max_holds: int) -> None:
         self.claimer, self.batch, self.max_holds = claimer, batch, max_holds
-        self.state: _State | None = state
-        self._given = state is not None
+        self.state: _State | None = None
         self.read: _Read | None = None
         self.size = 0  # of the candidates read; 0: none queued
         self.error: BaseException | None = None
         self._query: _StateQuery | None = None
 
     def queue_state(self, pipe: Any) -> int:
-        if self._given:
-            return 0
         self._query = self.claimer.queue_state(pipe)
         return self._query.replies
 
     def state_replies(self, replies: Sequence[Any]) -> None:
-        if self._given:
-            return
         try:
             assert self._query is not None  # queued by queue_state
             self.state = self.claimer.state_from(self._query, replies)
