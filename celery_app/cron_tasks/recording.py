@@ -3,7 +3,9 @@
 Why signals: a cron task runs on a generic Celery worker, so the recording hooks into
 ``task_prerun`` / ``task_postrun`` / ``task_revoked`` and acts only on messages carrying the
 ``cron_*`` headers the publisher adds. The end of a run also releases the in-flight key, so the
-next window of a singleton may fire. A failure here is logged, never raised into the worker.
+next window of a singleton may fire. A failure here is logged, never raised into the worker;
+an end that cannot be written because Redis is away is kept and written when it is back
+(:mod:`celery_app.cron_tasks.late_records`).
 
 Run at most once: the start of a run takes the window's run key (``Keys.cron_run``, SET NX in
 ``cron_start.lua``). A second delivery of a window (a takeover republished a claim whose first
@@ -46,6 +48,7 @@ from celery.signals import (
 
 from celery_app.cron_tasks import recorders
 from celery_app.cron_tasks.cron_state import CronStore
+from celery_app.cron_tasks.late_records import late_records
 from celery_app.cron_tasks.lead import start_on_time, wait_locally
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, declaration_of
 from celery_app.cron_tasks.sender import TENANT_KWARG, CronHeader
@@ -211,6 +214,22 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
         )
 
 
+def _record_end(
+    app: Celery, task_id: str, tenant: str, window: str, outcome: CronOutcome, error: str
+) -> None:
+    """Record the end of a run (it releases the window's in-flight key); if Redis is away, the
+    record is kept and written when it is back (:mod:`celery_app.cron_tasks.late_records`)."""
+    at = datetime.now(UTC)
+    what = f"the end of {task_id} ({tenant}, window {window}): {outcome}"
+    try:
+        store = store_for(app)
+        late_records.write_or_keep(
+            what, lambda: store.run_finished(task_id, tenant, window, outcome, error, at)
+        )
+    except Exception:
+        log.exception("cron: could not record %s", what)
+
+
 @task_postrun.connect
 def _on_postrun(
     sender: Any = None, task: Any = None, retval: Any = None, state: str | None = None, **_: Any
@@ -229,17 +248,7 @@ def _on_postrun(
     ok = state == states.SUCCESS
     outcome = CronOutcome.SUCCESS if ok else CronOutcome.FAILURE
     metrics.cron_run_finished(task.request, task_id, outcome)
-    try:
-        store_for(task.app).run_finished(
-            task_id,
-            tenant,
-            window,
-            outcome,
-            "" if ok else _error_text(retval),
-            datetime.now(UTC),
-        )
-    except Exception:
-        log.exception("cron: could not record the end of %s (%s, %s)", task_id, tenant, window)
+    _record_end(task.app, task_id, tenant, window, outcome, "" if ok else _error_text(retval))
 
 
 @task_revoked.connect
@@ -257,17 +266,9 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
         from celery import current_app
 
         app = current_app
-    try:
-        store_for(app).run_finished(
-            task_id,
-            tenant,
-            window,
-            outcome,
-            f"message {outcome} before it ran (window {window})",
-            datetime.now(UTC),
-        )
-    except Exception:
-        log.exception("cron: could not record %s of %s (%s, %s)", outcome, task_id, tenant, window)
+    _record_end(
+        app, task_id, tenant, window, outcome, f"message {outcome} before it ran (window {window})"
+    )
 
 
 @task_failure.connect

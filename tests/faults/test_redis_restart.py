@@ -38,11 +38,17 @@ DOWN_S = 14.0  # 140 simulated seconds: longer than a window plus its grace
 CHECKS = 30
 QUEUES = "celery,checks.local.fast,checks.local.slow"
 
-CRON_TASKS = """
+# r0 takes a while, so Redis dies during one of its runs: the run's end, which releases the
+# in-flight key its next window waits on, can only be written once Redis is back.
+RUN_S = 3.0
+CRON_TASKS = f"""
+import time
+
 from celery_app import cron
 
 @cron("* * * * *", id="r0", name="restart.r0")
-def r0(): ...
+def r0():
+    time.sleep({RUN_S})
 
 @cron("* * * * *", id="r1", name="restart.r1")
 def r1(): ...
@@ -108,6 +114,11 @@ def test_redis_crash_with_aof_under_load_loses_nothing_and_everyone_reconnects(
                 lambda: client.hget(KEYS.cron_stats("r0"), "fired") not in (None, "0", "1"),
                 60,
                 what="two cron windows",
+            )
+            wait_for(
+                lambda: client.hget(KEYS.cron_state("r0", GLOBAL_TENANT), "outcome") == "running",
+                60,
+                what=lambda: f"r0's run to be in flight: {client.hgetall(KEYS.cron_stats('r0'))}",
             )
             # Redis write()s the AOF before it replies, so a killed process loses nothing that
             # was acknowledged (only a machine crash loses up to appendfsync's last second).
