@@ -31,6 +31,7 @@ from pathlib import Path
 import redis
 
 from bench.figures import command_line
+from celery_app.checks.claiming import Promotions
 from celery_app.checks.definition import validate_definition
 from celery_app.checks.kinds import check_kind
 from celery_app.checks.store import CheckStore
@@ -113,11 +114,12 @@ def run(checks: int, blocks: int, no_exists: bool = False, out=sys.stdout) -> di
                     got = dispatcher.claim(now, (REGION,), rate_limited_scan=SCAN)
                 else:
                     got = dispatcher._promote_claim(
-                        now,
                         now + settings.dispatch_lead,
                         (REGION,),
                         SCAN,
                         dispatcher._first_rounds((REGION,), SCAN),
+                        Promotions(),
+                        claim_at=now,
                     )[1]
                 claimed += len(got.claims)
             t = totals[name]
