@@ -109,6 +109,9 @@ class Window:
     window_s: float
     commands: Counter
     net_bytes: int
+    #: Read events the server handled on client connections (INFO ``total_reads_processed``):
+    #: about one per round trip, since a pipelined batch arrives in one read.
+    reads: int
     cpu_s: float  # idle subtracted
     worker_cpu_s: float
     by_db: Counter  # commands per db in the MONITOR sample after the window
@@ -124,6 +127,8 @@ class Window:
             "commands_per_run": sum(self.commands.values()) / runs,
             "cpu_us_per_run": self.cpu_s / runs * 1e6,
             "bytes_per_run": self.net_bytes / runs,
+            "reads_per_run": self.reads / runs,
+            "cpu_us_per_read": self.cpu_s / (self.reads or float("nan")) * 1e6,
             "worker_cpu_ms_per_run": self.worker_cpu_s / runs * 1e3,
             "redis_cpu_ms_per_s": self.cpu_s / self.window_s * 1e3,
             "state_commands_per_run": self.by_db[STATE_DB] / sampled,
@@ -178,6 +183,10 @@ def commands_by_db(
             buf += sock.recv(1 << 20)
 
 
+def _reads(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_reads_processed"])
+
+
 def _measure(
     client: redis.Redis,
     port: int,
@@ -193,9 +202,11 @@ def _measure(
     over ``rate.monitor_s``; returns the first window's bounds too."""
     time.sleep(max(0.0, start_at - time.time()))
     w0 = time.time()
+    reads0 = _reads(client)
     meter, hits0, cpu0 = ServerMeter(client), target.hits(path), cpu_seconds(worker_pid)
     time.sleep(rate.window_s)
     calls, net, cpu = meter.delta()
+    reads = _reads(client) - reads0 - 5  # the five INFO calls of this measure
     hits, worker_cpu = target.hits(path) - hits0, cpu_seconds(worker_pid) - cpu0
     w1 = time.time()
     by_db, monitored = commands_by_db(port, target, path, rate.monitor_s)
@@ -206,6 +217,7 @@ def _measure(
         window_s=w1 - w0,
         commands=calls,
         net_bytes=net,
+        reads=reads,
         cpu_s=max(1e-9, cpu - idle_cpu_per_s * (w1 - w0)),
         worker_cpu_s=worker_cpu,
         by_db=by_db,
@@ -391,6 +403,8 @@ RATIO_FIGURES = (
     "broker_commands_per_run",
     "cpu_us_per_run",
     "bytes_per_run",
+    "reads_per_run",
+    "cpu_us_per_read",
     "worker_cpu_ms_per_run",
 )
 
@@ -422,6 +436,8 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
         ("  broker (db 0), MONITOR sample", "broker_commands_per_run", ".1f"),
         ("Redis CPU, us", "cpu_us_per_run", ",.0f"),
         ("Redis bytes in + out", "bytes_per_run", ",.0f"),
+        ("Redis requests read (~round trips)", "reads_per_run", ".1f"),
+        ("  Redis CPU per request read, us", "cpu_us_per_read", ".1f"),
         ("worker CPU, ms", "worker_cpu_ms_per_run", ".2f"),
     ]
     for label, name, fmt in rows:

@@ -42,6 +42,11 @@ def test_scale_bench_side_by_side_quick_measures_both_systems_on_one_server():
         split = system["state_commands_per_run"] + system["broker_commands_per_run"]
         assert split == pytest.approx(system["commands_per_run"], rel=0.25)
         assert system["monitored_runs"] > 0 and system["broker_commands_per_run"] > 0
+        # a request read carries at least one command (a pipeline or a script, several)
+        assert 0 < system["reads_per_run"] <= system["commands_per_run"]
+        assert system["cpu_us_per_read"] == pytest.approx(
+            system["cpu_us_per_run"] / system["reads_per_run"]
+        )
     # the plain task's own state: its run record, once a run, beside kombu's and the events';
     # and on the state db, its three commands only
     assert plain["commands"]["rpush"] == pytest.approx(1.0, abs=0.25)

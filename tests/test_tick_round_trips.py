@@ -72,14 +72,36 @@ def test_a_tick_claims_what_is_due_before_the_lead(r, keys, app, broker, redis_u
 
 def test_a_tick_claims_due_work_then_the_lead_with_the_slots_left(r, keys, app, broker, redis_url):
     now = server_time(r)
-    _checks(r, keys, app, {"soon": now + 0.1, "due": now - 0.2})
     register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=2)
     client, sends = counting_client(redis_url)
     dispatcher = Dispatcher(app, client=client)
-    dispatcher.claim(now - 10, ("eu",))
+    dispatcher.tick(now - 0.01)  # the interval's upkeep; the claimer learns the region's workers
+    _checks(r, keys, app, {"soon": now + 0.1, "due": now - 0.2})
     sends.clear()
-    assert [c.job_id for c in dispatcher.tick(now).claims] == [J("due"), J("soon")]
+    report = dispatcher.tick(now)
+    assert [c.job_id for c in report.claims] == [J("due"), J("soon")]
     assert _count(sends, b"SCARD") == 2  # the due round claimed: the lead's reads the state again
+    # the first round's promote saw "soon" still due; the lead's round promoted it since
+    assert report.next_due is None
+
+
+def test_a_tick_reads_the_next_due_job_on_its_promote_round_trip(r, keys, app, broker, redis_url):
+    now = server_time(r)
+    register_fake_worker(r, keys, "w", region="eu", role="shared", concurrency=4)
+    preload_scripts(r, "due", "promote", "top", "claim")
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    dispatcher.tick(now)  # the interval's upkeep, and the claimer learns the region's workers
+    _checks(r, keys, app, {"soon": now + 0.3, "later": now + 30})
+    sends.clear()
+    report = dispatcher.tick(now + 0.01)
+    assert [c.job_id for c in report.claims] == [J("soon")]
+    assert report.next_due == pytest.approx(now + 30, abs=0.002)
+    trips = state_round_trips(sends)
+    # the due ids with the state; the promote, the next due job and the candidates; the claim
+    assert len(trips) == 3, trips
+    promote = _script("promote").sha.encode()
+    assert [t for t in trips if b"ZRANGE" in t and promote not in t] == []
 
 
 def _late_reads(sends: list[bytes], keys) -> int:

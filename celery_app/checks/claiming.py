@@ -132,6 +132,11 @@ class Promotions:
 
     ready: Counter[tuple[str, int]] = field(default_factory=Counter)
     late: int = 0
+    #: The earliest job left in the due index after the tick's promote (None: none left), read
+    #: on the promote's round trip when ``next_due_read``; not read, or moved since by a later
+    #: promote, when False (the tick then reads it after its claims).
+    next_due: float | None = None
+    next_due_read: bool = False
 
 
 def promote_due(
@@ -820,13 +825,20 @@ def promote_and_read(
     if due_now:  # work is due now: it is claimed first, the lead's jobs with the slots left
         due, at, took_lead = due[:due_now], now_s, False
     ids = _job_ids(client, keys, due, now_s)
+    if ids:
+        into.next_due_read = False  # what was read before this promote is stale
     if not ids and not (read_if_none_due or took_lead):
         return 0, took_lead
     pipe = client.pipeline(transaction=False)
     if ids:
         _queue_promote(pipe, keys, at, ids)
+    # beat's tick: the next due job, after the promote (a pipeline runs in order), saves the
+    # tick a round trip of its own after its claims, which leave the due index as it is
+    read_next = lead_s > 0
+    if read_next:
+        pipe.zrange(keys.due(), 0, 0, withscores=True)
     counts = [r.queue_read(pipe) for r in rounds]
-    replies = pipe.execute(raise_on_error=False) if ids or any(counts) else []
+    replies = pipe.execute(raise_on_error=False) if ids or read_next or any(counts) else []
     moved = 0
     one_by_one = False
     if ids:
@@ -837,6 +849,14 @@ def promote_and_read(
         else:
             _raise_first([reply])
             moved = _promoted(ids, reply, into)
+    if read_next:
+        first, *replies = replies
+        _raise_first([first])
+        into.next_due = float(first[0][1]) if first else None
+        # promoted one by one, or again after NOSCRIPT, after this read: read it again later
+        into.next_due_read = not one_by_one and not (
+            ids and isinstance(pipe, ScriptPipeline) and pipe.reran_scripts
+        )
     for r, part in zip(rounds, _split(replies, counts), strict=True):
         r.read_replies(part, at)
         if one_by_one:  # read before the jobs were promoted one by one: they miss them
@@ -848,6 +868,7 @@ def promote_and_read(
             r.discard_read()
     if len(due) >= batch:  # a backlog: promote the rest
         moved += promote_due(client, keys, at, batch, into)
+        into.next_due_read = False
         for r in rounds:
             r.discard_read()
     return moved, took_lead

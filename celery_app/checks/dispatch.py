@@ -169,12 +169,16 @@ class Dispatcher:
             now_s, self.regions, RATE_LIMITED_SCAN, one_round=True
         )
         published = self.publish(claimed.claims)
-        if upkeep or moves.late:
+        late = bool(upkeep or moves.late)
+        if late:
             self.record_late_heartbeats(now_s)
         if upkeep:
             self.sweep_transitions(now_s)
+        # The next due job as the promote left it (read on its round trip), unless recording
+        # late heartbeats scheduled their next deadlines since: then read again.
+        fresh = moves.next_due_read and not late
         return TickReport(
-            next_due=self.next_due(),
+            next_due=moves.next_due if fresh else self.next_due(),
             now=now_s,
             reaped=reaped,
             promoted=promoted,
