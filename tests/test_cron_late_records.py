@@ -4,6 +4,7 @@ redis-servers, killed and started again on the same port."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,7 @@ import redis
 from support.polling import wait_for
 
 from celery_app.cron_tasks.cron_state import CronStore
-from celery_app.cron_tasks.late_records import LateRecords
+from celery_app.cron_tasks.late_records import FIRST_PAUSE_S, LateRecords
 from celery_app.cron_tasks.registration import GLOBAL_TENANT, window_id
 from celery_app.local.embedded_redis import RedisServer
 from celery_app.redis.schema import CronOutcome, CronStateField, Keys
@@ -76,7 +77,33 @@ def test_a_late_end_does_not_release_a_later_runs_key(server):
     assert client.get(KEYS.cron_inflight("nightly", GLOBAL_TENANT)) == LATER.encode()
 
 
-def test_an_error_other_than_redis_being_away_is_raised_not_kept(server):
+def test_while_redis_stays_away_the_retries_back_off():
+    """No retry loop spins on a refused connection: the pauses between attempts grow from
+    FIRST_PAUSE_S, also after a record was written and the next one fails."""
+    attempts: list[float] = []
+    records = LateRecords()
+
+    def written_on_the_second_try() -> None:
+        attempts.append(time.monotonic())
+        if len(attempts) < 2:
+            raise redis.ConnectionError("refused")
+
+    def refused() -> None:
+        attempts.append(time.monotonic())
+        raise redis.ConnectionError("refused")
+
+    assert not records.write_or_keep("first", written_on_the_second_try)
+    wait_for(lambda: records.pending() == 0, 10, what="the first record written")
+    assert not records.write_or_keep("second", refused)
+    wait_for(lambda: len(attempts) >= 6, 10, what="three retries of the second record")
+    # attempts: the first record's write, its retry; the second's write, then its retries
+    assert attempts[1] - attempts[0] >= FIRST_PAUSE_S
+    assert attempts[3] - attempts[2] >= FIRST_PAUSE_S
+    assert attempts[4] - attempts[3] >= 2 * FIRST_PAUSE_S
+    assert attempts[5] - attempts[4] >= 4 * FIRST_PAUSE_S
+
+
+def test_an_error_other_than_redis_being_away_is_raised_not_kept():
     records = LateRecords()
 
     def broken() -> None:

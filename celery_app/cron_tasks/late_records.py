@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from redis.backoff import ExponentialBackoff
+
 from celery_app.redis.client import FAILOVER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 AWAY_ERRORS: tuple[type[BaseException], ...] = tuple(FAILOVER_ERRORS)
 FIRST_PAUSE_S = 0.25
 MAX_PAUSE_S = 5.0
+#: The pause after the n-th failed attempt in a row: 0.25 s, 0.5 s, 1 s, ... up to 5 s.
+BACKOFF = ExponentialBackoff(cap=MAX_PAUSE_S, base=FIRST_PAUSE_S)
 #: A record not written within this long is dropped: the in-flight key it would release has
 #: expired long before, and the run's outcome is history by then.
 GIVE_UP_S = 3600.0
@@ -53,7 +57,6 @@ class LateRecords:
         self._clock = clock
         self._pending: deque[LateRecord] = deque()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def write_or_keep(self, what: str, write: Callable[[], object]) -> bool:
@@ -83,13 +86,14 @@ class LateRecords:
                 self._thread.start()
         log.warning("cron: could not record %s (%s); it is written when Redis is back",
                     record.what, exc)  # fmt: skip
-        self._wake.set()
 
     def _run(self) -> None:
-        pause = FIRST_PAUSE_S
+        # Attempts failed in a row: the record that started this thread just failed its write.
+        # A record kept during a pause failed its own write too, so nothing cuts a pause short.
+        failures = 1
         while True:
-            self._wake.wait(pause)
-            self._wake.clear()
+            if failures:
+                time.sleep(BACKOFF.compute(failures - 1))
             with self._lock:
                 if not self._pending:
                     self._thread = None
@@ -100,7 +104,7 @@ class LateRecords:
             except AWAY_ERRORS:
                 if self._clock() - record.since > GIVE_UP_S:
                     self._drop(record, f"Redis was away for over {GIVE_UP_S:.0f}s")
-                pause = min(pause * 2, MAX_PAUSE_S)
+                failures += 1
                 continue
             except Exception as exc:
                 self._drop(record, f"{type(exc).__name__}: {exc}")
@@ -108,7 +112,7 @@ class LateRecords:
             with self._lock:
                 self._pending.popleft()
             log.info("cron: recorded %s now that Redis is back", record.what)
-            pause = 0.0
+            failures = 0
 
     def _drop(self, record: LateRecord, why: str) -> None:
         with self._lock:
@@ -120,7 +124,6 @@ class LateRecords:
         """A forked child starts empty: the parent's thread writes the parent's records."""
         self._pending = deque()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread = None
 
 
