@@ -2,8 +2,8 @@
 
 Why one call: the run needs its job (is the lease still its own? the post-exec write plans
 from it), its check's kind, target and config (what to probe: only those, not the whole
-definition) and Redis's time (to start on its tick, on the server's clock), and must mark its
-lease started so a second delivery of the same message is dropped. As pipelined commands this
+definition), and must mark its lease started so a second delivery of the same message is
+dropped. As pipelined commands this
 cost the worker a command to pack and a reply to parse for each; as one script, one of each.
 
 Why the check's fields are not read every time: they change only when the check is edited,
@@ -17,6 +17,10 @@ its window cache last saw (:meth:`~celery_app.checks.maintenance.WindowCache.kno
 when that moved, the guard writes nothing and the worker reads it and plans again, once per
 change and process, instead of a read on every run.
 
+Why Redis's time is not read here: the run starts on its tick on the server's clock, which the
+process keeps (``redis.clock.SERVER_CLOCK``: one ``TIME`` reading advanced by its monotonic
+clock, read again every ``CLOCK_REFRESH_S``) instead of a ``TIME`` in every start.
+
 Why replicated before the probe: when the deployment waits for replicas
 (``CHECKBEAT_REDIS_WAIT_REPLICAS``), the script is followed by ``WAIT`` on the same round trip.
 Replication is ordered, so once a replica has the started marker it also has the claim that
@@ -24,10 +28,10 @@ made the lease: a master that dies after the probe began cannot take the claim w
 the promoted replica does not claim and run the same tick again. A shortfall is logged and
 counted, and the run goes on (docs/high-availability.md, "A check run across a failover").
 On a Redis Cluster the ``WAIT`` goes to the master that owns the job's slot, on the connection
-the script went on (``celery_app/redis/replication.py``). A ``TIME`` after the ``WAIT`` (on the
-same connection) is then the read's time: the script's own is older by however
-long the WAIT blocked (up to ``CHECKBEAT_REDIS_WAIT_TIMEOUT``), and a run that planned its next
-tick from it would place the tick in the past and run again at once.
+the script went on (``celery_app/redis/replication.py``). The read's time is taken when the
+reply arrives, after the ``WAIT``: a time from before it would be older by however long the
+WAIT blocked (up to ``CHECKBEAT_REDIS_WAIT_TIMEOUT``), and a run that planned its next tick from
+it would place the tick in the past and run again at once.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import redis
 from celery_app.checks.definition import decode_config, probe_digest
 from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.redaction import stored_check_secrets
-from celery_app.redis.clock import from_time_reply
+from celery_app.redis.clock import SERVER_CLOCK
 from celery_app.redis.replication import may_wait, queue_wait, took_wait
 from celery_app.redis.schema import JobField, Keys
 from celery_app.redis.scripts import run_script
@@ -68,7 +72,7 @@ class StartRead:
 
     job_hash: dict[str, str]
     check_fields: CheckFields
-    server_now: float  # Redis's time (Unix s) when the read ran
+    server_now: float  # Redis's time (Unix s) when the read was answered
     first_delivery: bool  # this lease is current and no delivery of it started before
     # the version this process last saw (not read here: see the module's docstring)
     maintenance_version: str | None
@@ -139,18 +143,14 @@ def read_start(
     script_keys = [keys.job(job_id), check_key, keys.run_started(job_id, lease_token)]
     args = [lease_token, task_id, marker_ttl_ms, kept[0] if kept else ""]
     if not may_wait(client):  # no replica to wait for
-        job, check, now, first = run_script(client, "run_start", script_keys, args)
+        job, check, first = run_script(client, "run_start", script_keys, args)
     else:
         pipe = client.pipeline(transaction=False)
         run_script(pipe, "run_start", script_keys, args)
         queued = queue_wait(pipe, client)
-        if queued:
-            pipe.time()
-        replies = pipe.execute()
-        after_wait = replies.pop() if queued else None
-        (reply,) = took_wait(replies, queued, client, "a check run's start")
-        job, check, now, first = reply
-        now = after_wait if after_wait is not None else now
+        (reply,) = took_wait(pipe.execute(), queued, client, "a check run's start")
+        job, check, first = reply
+    now = SERVER_CLOCK.now(client)
     job_hash = _pairs(job)
     if check is None:  # the job's digest is the one sent: the copy kept is current
         if kept is None:
@@ -160,6 +160,4 @@ def read_start(
         kind, target, config = check
         fields = (kind, target, config)
         KEPT.keep(check_key, job_hash.get(JobField.PROBE_DIGEST), fields)
-    return StartRead(
-        job_hash, fields, from_time_reply(now), first == 1, WINDOWS.known_version(keys)
-    )
+    return StartRead(job_hash, fields, now, first == 1, WINDOWS.known_version(keys))

@@ -1,10 +1,10 @@
 -- The start read of one check run (workers/tasks.py), in one call: the job (the post-exec write
 -- plans from it), what its check says to probe (kind, target, config: nothing else of the
--- check is the run's) unless the worker keeps them already, this server's time (the run starts
--- on its tick on it), and the run's first-delivery marker, taken only while the lease is this
+-- check is the run's) unless the worker keeps them already, and the run's first-delivery marker, taken only while the lease is this
 -- run's (a stale or forged message marks nothing). The maintenance version is not read here:
 -- the worker plans with the one its window cache last saw, and complete.lua's guard sends it
--- back to read when that moved.
+-- back to read when that moved. Nor this server's time: the worker keeps it
+-- (celery_app.redis.clock.SERVER_CLOCK).
 -- The check's fields are read only when the job's digest of them (JOB.PROBE_DIGEST, written
 -- with them by store.lua in one call) is not the digest of the copy the worker keeps (ARGV[4]):
 -- the job is read anyway, the check's fields change only when an operator edits the check.
@@ -13,7 +13,7 @@
 --       4 the digest of the check's fields the worker keeps ('' = none)
 -- Returns {job fields and values (flat), {check kind, target, config} (false where absent: all
 --          three for a deleted check), or false when the worker's copy is current,
---          {seconds, micros}, 1 if this is the lease's first delivery else 0}
+--          1 if this is the lease's first delivery else 0}
 local job = redis.call('HGETALL', KEYS[1])
 local first, current = 0, false
 for i = 1, #job, 2 do
@@ -27,4 +27,4 @@ for i = 1, #job, 2 do
 end
 local check = false
 if not current then check = redis.call('HMGET', KEYS[2], CHECK.KIND, CHECK.TARGET, CHECK.CONFIG) end
-return {job, check, redis.call('TIME'), first}
+return {job, check, first}

@@ -1,0 +1,64 @@
+"""A process keeps Redis's time (``redis.clock.ServerClock``): one ``TIME`` reading advanced by its
+monotonic clock, read again after the refresh interval, so a check run's start read sends no
+``TIME`` of its own and still starts on the server's clock."""
+
+from __future__ import annotations
+
+import time
+
+from support.polling import wait_for
+from support.round_trips import command_name, counting_client
+from support.workers import claim_by_hand
+
+from celery_app.checks.start_read import read_start
+from celery_app.redis.clock import SERVER_CLOCK, ServerClock, server_time
+
+
+def _times(sends: list[bytes]) -> int:
+    return sum(1 for s in sends if command_name(s) == "TIME")
+
+
+def test_the_kept_clock_reads_time_once_and_follows_the_server(redis_url):
+    client, sends = counting_client(redis_url)
+    clock = ServerClock(refresh_s=3600)
+    before = server_time(client)
+    first = clock.now(client)
+    after = server_time(client)
+    assert before <= first <= after + 0.01
+    assert _times(sends) == 3  # the two reads around it and the clock's one reading
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # for a while, with no round trip: still the server's
+        sends.clear()
+        now = clock.now(client)
+        assert _times(sends) == 0
+        check = server_time(client)
+        assert check - 0.01 <= now <= check + 0.01
+        if check - before > 0.2:
+            break
+
+
+def test_the_kept_clock_reads_time_again_after_its_refresh_interval(redis_url):
+    client, sends = counting_client(redis_url)
+    clock = ServerClock(refresh_s=0.05)
+    clock.now(client)
+    read_at = time.monotonic()
+    assert _times(sends) == 1
+    clock.now(client)
+    if time.monotonic() - read_at < 0.05:
+        assert _times(sends) == 1
+    # once the interval has passed, the next call reads the server again
+    wait_for(lambda: clock.now(client) and _times(sends) == 2, timeout=5)
+
+
+def test_a_run_start_read_sends_no_time_and_its_time_is_the_servers(r, keys, store, redis_url):
+    store.create(uid="c1", tenant="acme", kind="testprobe", target="x", period=60, regions=["eu"])
+    claim_by_hand(r, keys, "c1@eu", "7.1")
+    client, sends = counting_client(redis_url)
+    SERVER_CLOCK.now(client)  # the process's reading, taken once
+    sends.clear()
+    before = server_time(r)
+    read = read_start(client, keys.of_job("c1@eu"), "c1@eu", "c1", "7.1", "task-1", 60_000)
+    after = server_time(r)
+    assert read.first_delivery and read.job_hash
+    assert _times(sends) == 0
+    assert before - 0.01 <= read.server_now <= after + 0.01
