@@ -165,7 +165,7 @@ class JobState:
             skipped=int(h.get(JobField.SKIPPED) or 0),
             abandoned=int(h.get(JobField.ABANDONED) or 0),
             passed=int(h.get(JobField.PASSED) or 0),
-            lease_token=h.get(JobField.LEASE_TOKEN),
+            lease_token=h.get(JobField.LEASE_TOKEN) or None,  # '' once a run released it
             lease_expiry=float(expiry) if expiry else None,
             enabled=h.get(JobField.DISABLED) != "1",
             failure_threshold=_opt_int(h.get(JobField.FAILURE_THRESHOLD)),

@@ -74,8 +74,10 @@ class JobField(StrEnum):
     PASSED = "ps"  # ticks passed over: due while a run was late or still running; complete
     HEARTBEAT = "hb"  # "1": a heartbeat check's job (pinged, never probed); promote.lua diverts it
     HEARTBEAT_STARTED = "hbs"  # Unix s of the last start ping of a heartbeat check's job
-    LEASE_TOKEN = "lt"  # only while claimed; claim sets it, complete, release, abandon remove it
-    LEASE_EXPIRY = "lx"  # Unix s, only while claimed; as LEASE_TOKEN
+    # The lease, set by a claim; '' or absent when none (a completion empties both in the HSET
+    # of its run, release, abandon and quarantine delete them: lua/include/lease.lua)
+    LEASE_TOKEN = "lt"
+    LEASE_EXPIRY = "lx"  # Unix s
     DISABLED = "off"  # "1" while the check is disabled (the job is in no index); store
     QUARANTINE = "q"  # JSON QuarantineField record while quarantined (in no index); quarantine
     FAILURE_THRESHOLD = "ft"  # copied from the check ("" = default); store

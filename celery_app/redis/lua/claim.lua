@@ -40,6 +40,7 @@
 -- (lane: the one it runs in; a fast job never measured runs in the slow one, see below); the
 -- k-th claim's lease token is "<sequence>.<k>".
 --#include lease_sequence
+--#include lease
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
 local lease_s = tonumber(expiry) - now
@@ -167,7 +168,7 @@ for t in string.gmatch(ARGV[P + 3], '%d+') do
           -- A deleted job has nothing to run; a leased one runs already (a stray held entry,
           -- e.g. a tenant change once left one): releasing it would lease it a second time.
           local exists = redis.call('EXISTS', KEYS[JK + j]) == 1
-          if exists and redis.call('HEXISTS', KEYS[JK + j], JOB.LEASE_TOKEN) == 0 then
+          if exists and not holds_lease(redis.call('HGET', KEYS[JK + j], JOB.LEASE_TOKEN)) then
             account_skipped(KEYS[JK + j])
             redis.call('ZADD', KEYS[1 + lane], score, id)
           end
@@ -239,7 +240,7 @@ while true do
     local claim_lane = unmeasured and 1 or lane
     if not v[1] then
       redis.call('ZREM', ready_key, id)  -- the job was deleted: nothing to run
-    elseif v[4] then
+    elseif holds_lease(v[4]) then
       redis.call('ZREM', ready_key, id)  -- leased already (a stray entry): never a second lease
     elseif not t then
       stale = true  -- its tenant's bucket is not declared here: read again

@@ -53,6 +53,7 @@
 -- the job's own fields, so such a run reads nothing of the check's state.
 --#include transition
 --#include lease_sequence
+--#include lease
 local plan = cjson.decode(ARGV[1])
 
 -- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
@@ -74,7 +75,7 @@ local function handoff(h, freed, now)
   local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
     JOB.LEASE_TOKEN, JOB.RUNS)
   local sa = tonumber(v[2])
-  if not v[1] or v[4] or not sa then return '' end
+  if not v[1] or holds_lease(v[4]) or not sa then return '' end
   -- a fast job never measured runs in a shared slot (claim.lua), never in a fast one
   local claim_lane = lane
   if lane == 0 and (tonumber(v[5]) or 0) == 0 then
@@ -96,7 +97,9 @@ for i = 1, #flat, 2 do
   job[flat[i]] = flat[i + 1]
   count = count + 1
 end
-if job[JOB.LEASE_TOKEN] ~= plan.token then return {0} end
+local held = job[JOB.LEASE_TOKEN]
+if not holds_lease(held) then held = nil end
+if held ~= plan.token then return {0} end
 local guard = plan.guard
 if guard then
   local lease_fields = (job[JOB.LEASE_TOKEN] and 1 or 0) + (job[JOB.LEASE_EXPIRY] and 1 or 0)
@@ -136,8 +139,10 @@ if health then
   recount = (job[JOB.HEALTH] or STATE.UP) ~= health.state or job[JOB.COUNTED] ~= basis
     or job[JOB.HOLD] ~= nil
 end
+-- the lease is released in the same HSET (its fields emptied: see include/lease.lua)
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
-  plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1)}
+  plan.ea, JOB.LANE, plan.lane, JOB.SCHEDULED_AT, plan.sa, JOB.RUNS, string.format('%d', runs + 1),
+  JOB.LEASE_TOKEN, '', JOB.LEASE_EXPIRY, ''}
 if passed then
   fields[#fields + 1] = JOB.PASSED
   fields[#fields + 1] = string.format('%d', passed)
@@ -155,11 +160,7 @@ if health then
   end
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-if plan.run_ended then
-  redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY, JOB.HEARTBEAT_STARTED)
-else
-  redis.call('HDEL', KEYS[1], JOB.LEASE_TOKEN, JOB.LEASE_EXPIRY)
-end
+if plan.run_ended then redis.call('HDEL', KEYS[1], JOB.HEARTBEAT_STARTED) end
 if not job[JOB.DISABLED] then
   redis.call('ZADD', KEYS[2], plan.sa, id)
 end

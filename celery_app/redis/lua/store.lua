@@ -14,6 +14,7 @@
 --   (that tenant's held indexes), ready: [k fast, k slow], leases: [k fast, k slow]}
 -- Returns {"ok"} or {"exists"|"conflict"|"missing"|"stale", uid}; "stale": a job's hash holds
 -- another tenant than the one declared (read it again and re-plan).
+--#include lease
 local batch = cjson.decode(ARGV[1])
 local DUE = KEYS[batch.due]
 
@@ -90,8 +91,8 @@ for _, ch in ipairs(batch.changes) do
     for _, job in ipairs(ch.jobs or {}) do
       local key = KEYS[job.key]
       local rf, rs = KEYS[job.ready[1]], KEYS[job.ready[2]]
-      local leased = redis.call('HEXISTS', key, JOB.LEASE_TOKEN) == 1
-      if job.off or (job.place and not leased) then
+      local is_leased = holds_lease(redis.call('HGET', key, JOB.LEASE_TOKEN))
+      if job.off or (job.place and not is_leased) then
         unhold(job)
       elseif job.fields[JOB.TENANT] ~= job.tenant then
         unhold_to_ready(job)
@@ -105,7 +106,7 @@ for _, ch in ipairs(batch.changes) do
         redis.call('ZREM', rs, job.id)
       else
         redis.call('HDEL', key, JOB.DISABLED)
-        if job.place and not leased then
+        if job.place and not is_leased then
           redis.call('HSET', key, JOB.SCHEDULED_AT, job.sa, JOB.EFFECTIVE_AT, job.ea)
           redis.call('ZREM', rf, job.id)
           redis.call('ZREM', rs, job.id)
