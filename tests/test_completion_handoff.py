@@ -161,3 +161,34 @@ def test_the_lease_goes_whatever_the_lane_its_queue_says(r, keys, checks, hint):
     assert claim is not None and claim.job_id == f"{C2}@eu" and claim.lane == LANE_FAST
     assert r.zrange(keys.leases(REGION, LANE_FAST), 0, -1) == [f"{C2}@eu"]
     assert r.zcard(keys.leases(REGION, LANE_SLOW)) == 0
+
+
+def test_nothing_is_handed_from_a_shared_slot_while_a_tenant_is_held(r, keys, checks):
+    """A freed shared slot looks at both ready indexes: the held tenant is what the region's
+    one EXISTS counted past them."""
+    lease(r, keys, C1, LANE_SLOW)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
+    promote(r, keys, checks)
+    r.sadd(keys.held_tenants(REGION), "other")
+    _handoff, done = complete(r, keys, lease_lane=LANE_SLOW)
+    assert done.handed == "" and done.refill_needs[0][2] == 2  # ready fast and the held tenant
+    assert r.zcard(keys.leases(REGION, LANE_SLOW)) == 0 and r.zcard(keys.leases(REGION, 0)) == 0
+
+
+def test_with_nothing_waiting_the_completion_looks_at_no_ready_index(r, keys, checks):
+    """Spare capacity: the region's one EXISTS finds nothing ready or held, so the hand-off
+    reads no ready index, and the refill is told so without a second look."""
+    lease(r, keys, C1, LANE_SLOW)
+    before = r.info("commandstats")
+    _handoff, done = complete(r, keys, lease_lane=LANE_SLOW)
+    after = r.info("commandstats")
+
+    def calls(name: str) -> int:
+        return after.get(f"cmdstat_{name}", {}).get("calls", 0) - before.get(
+            f"cmdstat_{name}", {}
+        ).get("calls", 0)
+
+    assert done.handed == "" and done.refill_needs[0][2] == 0
+    assert calls("exists") == 1
+    assert calls("zrange") == 1  # the first due job, for the refill; no ready top

@@ -57,11 +57,14 @@
 local plan = cjson.decode(ARGV[1])
 
 -- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
-local function handoff(h, freed, now)
+-- ``waiting``: how many of the region's ready fast, ready slow and held tenants exist.
+local function handoff(h, freed, now, waiting)
   if freed == nil then return '' end
   local best, score, lane = nil, nil, nil
+  local ready = 0  -- of the ready indexes read here, those not empty
   for l = 0, freed do
     local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
+    if top[1] then ready = ready + 1 end
     if top[1] and (best == nil or tonumber(top[2]) < tonumber(score)) then
       best, score, lane = top[1], top[2], l
     end
@@ -69,7 +72,11 @@ local function handoff(h, freed, now)
   if best == nil then return '' end
   local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
   if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
-  if redis.call('EXISTS', KEYS[11]) == 1 then return '' end
+  -- held tenants: what ``waiting`` counts past the ready indexes read (both, from a shared
+  -- slot), asked only when a fast slot's look leaves it open
+  if waiting > ready and (freed == 1 or redis.call('EXISTS', KEYS[11]) == 1) then
+    return ''
+  end
   -- its hash: this job's key with the id swapped (the same prefix and hash tag: the same slot)
   local key = KEYS[1]:sub(1, #KEYS[1] - #plan.id) .. best
   local v = redis.call('HMGET', key, JOB.TENANT, JOB.SCHEDULED_AT, JOB.COST_EWMA_MS,
@@ -174,12 +181,15 @@ local S = 8
 if plan.handoff then
   S = 14
   local now = tonumber(plan.handoff.now)
-  reply[3] = handoff(plan.handoff, freed_lane, now)
+  -- One EXISTS says whether anything waits in the region: nothing (the usual case with spare
+  -- capacity) means no hand-off to look for and nothing more for the refill to read of it.
+  local waiting = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+  reply[3] = waiting > 0 and handoff(plan.handoff, freed_lane, now, waiting) or ''
   local seconds = math.floor(now)
   reply[4] = {seconds, math.floor((now - seconds) * 1000000)}  -- as TIME replies
   if reply[3] == '' then  -- what a refill would find; a slot handed off needs no refill
     reply[5] = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    reply[6] = redis.call('EXISTS', KEYS[9], KEYS[10], KEYS[11])
+    reply[6] = waiting  -- the hand-off wrote nothing when it handed nothing
   else
     reply[5], reply[6] = {}, 0
   end
