@@ -259,7 +259,7 @@ def test_every_script_touches_only_declared_keys_and_schema_fields(
     needs.prefetch(pipe)
     needs.prefetched(pipe.execute())
     assert needs.decide()[1] is True
-    # run_start.lua: a worker's start read of a claimed run
+    # a worker's start read of a claimed run (plain commands), which abandon.lua checks
     first = report.claims[0]
     uid = split_job_id(first.job_id)[0]
     start = read_start(r, keys, first.job_id, uid, first.lease_token, "celery-id", 60_000)

@@ -138,9 +138,9 @@ def test_a_worker_replans_a_run_whose_check_was_edited_while_it_ran(
 
 
 def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target, allow_private):
-    """The post-exec write is planned from the start read: the job hash is read by the run's
-    two scripts only (run_start.lua, with the check's kind, target and config by HMGET; and
-    complete.lua's guard, inside its own call), never by a read of its own after the probe."""
+    """The post-exec write is planned from the start read: the job hash is read twice only (the
+    start read's HGETALL, with the check's kind, target and config by HMGET; and complete.lua's
+    guard, inside its own call), never by a read of its own after the probe."""
     app = make_app(allow_private_targets=True)
     keys = suite_keys("cbtest")
     store = CheckStore(r, keys, app.conf.checkbeat_settings)
@@ -151,8 +151,9 @@ def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target,
     app.send_task("checkbeat.run_check", kwargs=kwargs, queue=check_queue("local", "fast"))
     wait_for(lambda: r.xlen(keys.results("once")) == 1, 20, what="the result")
     assert calls(r, "hgetall") - before[0] == 2  # the start read, complete.lua's guard
-    # the two scripts: the refill's reads are the completion's own (its hand-off)
-    assert calls(r, "evalsha") - before[1] == 2
+    # one script, the completion: the start read is plain commands, and the refill's reads
+    # are the completion's own (its hand-off)
+    assert calls(r, "evalsha") - before[1] == 1
     assert read_job(r, keys, job_id("once", "local")).runs == 1
 
 

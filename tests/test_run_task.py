@@ -276,7 +276,7 @@ def test_a_duplicated_delivery_of_one_lease_probes_the_target_once(
 
 
 def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, target):
-    """``run_start.lua`` returns the check's kind, target and config, not its whole hash: a
+    """The start read takes the check's kind, target and config, not its whole hash: a
     deleted check reads as absent, a torn one is an error that names what is missing."""
     from celery_app.checks.start_read import read_start
     from celery_app.redis.schema import CheckField, JobField
@@ -308,6 +308,24 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
         read_start(r, KEYS, job, "c", "tok", "celery-id-2", 60_000).probe()
     r.delete(KEYS.check("c"))
     assert not read_start(r, KEYS, job, "c", "tok", "celery-id-3", 60_000).check_exists
+
+
+def test_only_the_current_leases_first_start_is_a_first_delivery(r, claim, make_app, target):
+    """The started marker is keyed by the lease token: a stale message (an older lease of the
+    job) is no first delivery and takes nothing from the current lease, whose first start is
+    one and whose second is not."""
+    from celery_app.checks.start_read import read_start
+
+    app = make_app(allow_private_targets=True)
+    store_for(r, app.conf.checkbeat_settings).create(
+        uid="c", tenant="t", kind="http", target=target.url("/delay/0"), period=60
+    )
+    job = job_id("c", "local")
+    claim(r, KEYS, job, "tok-2")
+    assert not read_start(r, KEYS, job, "c", "tok-1", "celery-old", 60_000).first_delivery
+    assert read_start(r, KEYS, job, "c", "tok-2", "celery-new", 60_000).first_delivery
+    assert not read_start(r, KEYS, job, "c", "tok-2", "celery-again", 60_000).first_delivery
+    assert r.get(KEYS.run_started(job, "tok-2")) == "celery-new"
 
 
 def test_a_window_written_since_the_worker_last_read_the_version_holds_the_next_change(

@@ -201,10 +201,10 @@ def test_a_lagging_replica_is_a_shortfall_that_is_counted_and_passed(sentinel_de
 def test_a_runs_start_is_on_the_replica_when_it_answers_and_dated_after_its_wait(
     sentinel_deployment,
 ):
-    """The start read (run_start.lua) is followed by WAIT on the same round trip: the run's
-    started marker, and the claim written before it, are on the replica when the read answers
-    (no polling). Its time is a TIME after the WAIT: a lagging replica that holds the WAIT does
-    not make the run plan from a time older than the answer."""
+    """The start read is followed by WAIT on the same round trip: the run's started marker, and
+    the claim written before it, are on the replica when the read answers (no polling). Its
+    time is taken after the WAIT: a lagging replica that holds the WAIT does not make the run
+    plan from a time older than the answer."""
     import threading
 
     from celery_app.checks.start_read import read_start

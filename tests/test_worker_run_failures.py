@@ -2,8 +2,8 @@
 raise before their probe: the handler runs in the pool child) fed by the real dispatcher.
 
 Before its probe (its check's stored config torn: the run raises after its start read found the
-lease its own; or its check's hash replaced by a string: the start read itself fails, after
-``run_start.lua`` took the started marker; both torn behind the store's back, with the jobs'
+lease its own; or its check's hash replaced by a string: the start read itself fails, after it
+took the started marker; both torn behind the store's back, with the jobs'
 digest of the check's fields dropped so the run reads the check again) the run gives its lease
 back at once and its job goes to its next tick: every tick of the check is either run once or
 counted lost in the job (``JobField.ABANDONED``), none is left to the reaper (which would record
@@ -127,7 +127,7 @@ def test_a_run_that_raises_before_its_probe_frees_its_slot_and_its_next_tick_run
     config_key = KEYS.check("torn-config")
     config = r.hget(config_key, CheckField.CONFIG)
     r.hset(config_key, CheckField.CONFIG, "[1]")
-    # The check's hash a string: run_start.lua fails (WRONGTYPE) after taking the marker.
+    # The check's hash a string: the start read fails (WRONGTYPE) after taking the marker.
     check_key = KEYS.check("torn-check")
     dumped = r.dump(check_key)
     r.set(check_key, "torn")

@@ -1,15 +1,19 @@
-"""A check run's start read: one script call (``run_start.lua``) just before the probe.
+"""A check run's start read: one round trip just before the probe, two plain commands.
 
-Why one call: the run needs its job (is the lease still its own? the post-exec write plans
-from it), its check's kind, target and config (what to probe: only those, not the whole
-definition), and must mark its lease started so a second delivery of the same message is
-dropped. As pipelined commands this
-cost the worker a command to pack and a reply to parse for each; as one script, one of each.
+Why: the run needs its job (is the lease still its own? the post-exec write plans from it),
+its check's kind, target and config (what to probe: only those, not the whole definition),
+and must mark its lease started so a second delivery of the same message is dropped. The job's
+``HGETALL`` and the started marker's ``SET NX`` go pipelined, not in a script: a script costs
+Redis its call and the job hash copied into Lua and out again, on every run, and buys nothing
+here. The marker is keyed by the lease token, which no other lease of any job ever has, so a
+stale or forged message whose lease is not the job's marks only a key of its own (it expires
+with its TTL) and is dropped all the same (the worker compares the lease first).
 
 Why the check's fields are not read every time: they change only when the check is edited,
 and every such write puts their digest in the check's jobs (``JobField.PROBE_DIGEST``), which
-the run reads anyway; the process keeps the fields it read (:class:`KeptFields`) and the script
-reads them again only when the job's digest is not the one kept.
+the run reads anyway; the process keeps the fields it read (:class:`KeptFields`), reads them
+with the job while it keeps none, and again in a round trip of their own only when the job's
+digest is not the one kept (the check was edited since).
 
 Why no maintenance version: it changes when an operator edits a window, rarely, and the write
 planned from this read is guarded by it (``complete.lua``), so the worker plans with the version
@@ -22,13 +26,13 @@ process keeps (``redis.clock.SERVER_CLOCK``: one ``TIME`` reading advanced by it
 clock, read again every ``CLOCK_REFRESH_S``) instead of a ``TIME`` in every start.
 
 Why replicated before the probe: when the deployment waits for replicas
-(``CHECKBEAT_REDIS_WAIT_REPLICAS``), the script is followed by ``WAIT`` on the same round trip.
+(``CHECKBEAT_REDIS_WAIT_REPLICAS``), the read is followed by ``WAIT`` on the same round trip.
 Replication is ordered, so once a replica has the started marker it also has the claim that
 made the lease: a master that dies after the probe began cannot take the claim with it, and
 the promoted replica does not claim and run the same tick again. A shortfall is logged and
 counted, and the run goes on (docs/high-availability.md, "A check run across a failover").
 On a Redis Cluster the ``WAIT`` goes to the master that owns the job's slot, on the connection
-the script went on (``celery_app/redis/replication.py``). The read's time is taken when the
+the read went on (``celery_app/redis/replication.py``). The read's time is taken when the
 reply arrives, after the ``WAIT``: a time from before it would be older by however long the
 WAIT blocked (up to ``CHECKBEAT_REDIS_WAIT_TIMEOUT``), and a run that planned its next tick from
 it would place the tick in the past and run again at once.
@@ -46,8 +50,7 @@ from celery_app.checks.maintenance import WINDOWS
 from celery_app.checks.redaction import stored_check_secrets
 from celery_app.redis.clock import SERVER_CLOCK
 from celery_app.redis.replication import may_wait, queue_wait, took_wait
-from celery_app.redis.schema import JobField, Keys
-from celery_app.redis.scripts import run_script
+from celery_app.redis.schema import CheckField, JobField, Keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +63,7 @@ class ProbeSpec:
 
     @classmethod
     def of(cls, kind: str | None, target: str | None, config: str | None) -> ProbeSpec:
-        """The fields as ``run_start.lua`` read them; a ValueError when the hash is torn."""
+        """The fields as the start read found them; a ValueError when the hash is torn."""
         if kind is None or target is None:
             raise ValueError("the check's hash has no kind or no target")
         return cls(kind, target, decode_config(config))
@@ -68,7 +71,7 @@ class ProbeSpec:
 
 @dataclass(frozen=True, slots=True)
 class StartRead:
-    """What ``run_start.lua`` read; the job hash is empty when absent."""
+    """What the start read found; the job hash is empty when absent."""
 
     job_hash: dict[str, str]
     check_fields: CheckFields
@@ -100,7 +103,7 @@ MAX_KEPT = 100_000
 
 class KeptFields:
     """The kind, target and config of the checks this process ran, each kept with its digest
-    (``definition.probe_digest``): ``run_start.lua`` sends them again only when the job's
+    (``definition.probe_digest``): the start read reads them again only when the job's
     digest (``JobField.PROBE_DIGEST``) is another, so a run of an unedited check reads its job
     and not its check. Only fields whose digest is the job's are kept: a job written without
     one (before the field existed) reads its check on every run."""
@@ -126,38 +129,36 @@ class KeptFields:
 KEPT = KeptFields()
 
 
-def _pairs(flat: list[str]) -> dict[str, str]:
-    items = iter(flat)
-    return dict(zip(items, items, strict=True))
-
-
 def read_start(
     client: redis.Redis, keys: Keys, job_id: str, uid: str, lease_token: str, task_id: str,
     marker_ttl_ms: int,
 ) -> StartRead:  # fmt: skip
     """Read the run of ``job_id`` under ``lease_token`` before its probe, and mark it started
-    (kept ``marker_ttl_ms``) if the lease is current and no delivery of it started before;
-    replicated (WAIT) before it answers when ``client`` asks for replicas."""
+    (kept ``marker_ttl_ms``) unless a delivery of it started before; replicated (WAIT) before
+    it answers when ``client`` asks for replicas."""
     check_key = keys.check(uid)
-    kept = KEPT.get(check_key)  # this thread's snapshot: the digest sent is the copy used
-    script_keys = [keys.job(job_id), check_key, keys.run_started(job_id, lease_token)]
-    args = [lease_token, task_id, marker_ttl_ms, kept[0] if kept else ""]
-    if not may_wait(client):  # no replica to wait for
-        job, check, first = run_script(client, "run_start", script_keys, args)
-    else:
-        pipe = client.pipeline(transaction=False)
-        run_script(pipe, "run_start", script_keys, args)
-        queued = queue_wait(pipe, client)
-        (reply,) = took_wait(pipe.execute(), queued, client, "a check run's start")
-        job, check, first = reply
+    kept = KEPT.get(check_key)  # this thread's snapshot: the copy compared is the copy used
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.job(job_id))
+    pipe.set(keys.run_started(job_id, lease_token), task_id, nx=True, px=marker_ttl_ms)
+    if kept is None:
+        pipe.hmget(check_key, *_PROBED)
+    queued = queue_wait(pipe, client) if may_wait(client) else []
+    replies = took_wait(pipe.execute(), queued, client, "a check run's start")
     now = SERVER_CLOCK.now(client)
-    job_hash = _pairs(job)
-    if check is None:  # the job's digest is the one sent: the copy kept is current
-        if kept is None:
-            raise RuntimeError("run_start.lua answered 'current' for a check not kept")
-        fields = kept[1]
+    job_hash: dict[str, str] = replies[0]
+    first = bool(replies[1]) and job_hash.get(JobField.LEASE_TOKEN) == lease_token
+    if kept is not None and (not job_hash or job_hash.get(JobField.PROBE_DIGEST) == kept[0]):
+        fields = kept[1]  # the job's digest is the kept copy's: it is current
     else:
-        kind, target, config = check
+        if kept is None:
+            kind, target, config = replies[2]
+        else:  # the check was edited since this process read it
+            kind, target, config = client.hmget(check_key, *_PROBED)
         fields = (kind, target, config)
         KEPT.keep(check_key, job_hash.get(JobField.PROBE_DIGEST), fields)
-    return StartRead(job_hash, fields, now, first == 1, WINDOWS.known_version(keys))
+    return StartRead(job_hash, fields, now, first, WINDOWS.known_version(keys))
+
+
+#: The check's fields a run reads: what to probe.
+_PROBED = (CheckField.KIND, CheckField.TARGET, CheckField.CONFIG)

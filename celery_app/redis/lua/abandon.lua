@@ -4,7 +4,7 @@
 -- again. Only while the lease token is this run's (a reaper, a completion or a second call that
 -- got there first wins: nothing is written), and only if no other delivery of the lease started
 -- (the run's started marker is absent or holds this run's Celery id: a start read that failed
--- after run_start.lua set it is still this run's).
+-- after it set the marker is still this run's).
 -- KEYS: 1 job hash, 2 due zset, 3 leases fast, 4 leases slow, 5 the run's started marker
 --       (Keys.job, due, leases(region, 0), leases(region, 1), run_started)
 -- ARGV: 1 lease token, 2 job id, 3 the run's Celery id, 4 next scheduled_at, 5 next
