@@ -22,7 +22,7 @@ so each is measured alone), in this process and with checkbeat's own functions:
   its state for the first time, is not counted), all due at once, through beat's tick (promote,
   claim, publish) and then, for each message, the worker's path with the functions
   ``workers.tasks.run_check`` and its post-exec handler call: the start read
-  (``run_start.lua``), then ``post_exec.record_outcome`` (the completion, ``complete.lua``,
+  (``start_read.read_start``), then ``post_exec.record_outcome`` (the completion, ``complete.lua``,
   with its hand-off of the freed slot, else the refill when work waits). Twice: 3,000 checks
   on 64 slots (a backlog the hand-offs drain) and on 3,000 slots (spare capacity: beat claims
   them all, a completion finds nothing waiting). Each message is taken with kombu's own
@@ -151,7 +151,7 @@ class RunConsumer:
 
 def _run_all(app: Any, state: Any, keys: Keys, consumer: RunConsumer, runs: int) -> int:
     """Take and run ``runs`` run messages as a worker does (workers.tasks.run_check and its
-    post-exec handler): the start read (run_start.lua), then ``record_outcome`` (the
+    post-exec handler): the start read (``read_start``), then ``record_outcome`` (the
     completion, its hand-off or the refill of the freed slot). How many ran."""
     done = 0
     while done < runs:

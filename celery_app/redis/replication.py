@@ -1,12 +1,12 @@
 """WAIT for replicas before acting on a write a failover must not lose.
 
 Why: Redis replicates asynchronously. A cron window key (``cron_claim.lua``), a cron run key
-(``cron_start.lua``), a check run's start (``run_start.lua``) or its completion
+(``cron_start.lua``), a check run's start (its started marker) or its completion
 (``complete.lua``) acknowledged by a master that dies before its replica has it is gone once
 Sentinel promotes that replica: the window is claimed and fired again, the run key no longer
 stops a second delivery, the started or completed tick is claimed and run again.
 ``WAIT n timeout`` blocks until ``n`` replicas have every earlier write *of the same
-connection*, so it is queued in the same pipeline as the script it protects.
+connection*, so it is queued in the same pipeline as the write it protects.
 
 On a shortfall (no replica acknowledged in ``CHECKBEAT_REDIS_WAIT_TIMEOUT``) checkbeat logs
 and goes on: the replica is down or lagging, and refusing to fire until it returns would turn
