@@ -312,8 +312,8 @@ def test_the_start_read_takes_only_what_the_run_probes(r, claim, make_app, targe
 
 def test_only_the_current_leases_first_start_is_a_first_delivery(r, claim, make_app, target):
     """The started marker is keyed by the lease token: a stale message (an older lease of the
-    job) is no first delivery and takes nothing from the current lease, whose first start is
-    one and whose second is not."""
+    job) is no first delivery, leaves no marker and takes nothing from the current lease, whose
+    first start is one and whose second is not."""
     from celery_app.checks.start_read import read_start
 
     app = make_app(allow_private_targets=True)
@@ -323,6 +323,7 @@ def test_only_the_current_leases_first_start_is_a_first_delivery(r, claim, make_
     job = job_id("c", "local")
     claim(r, KEYS, job, "tok-2")
     assert not read_start(r, KEYS, job, "c", "tok-1", "celery-old", 60_000).first_delivery
+    assert not r.exists(KEYS.run_started(job, "tok-1"))  # the stale message left nothing
     assert read_start(r, KEYS, job, "c", "tok-2", "celery-new", 60_000).first_delivery
     assert not read_start(r, KEYS, job, "c", "tok-2", "celery-again", 60_000).first_delivery
     assert r.get(KEYS.run_started(job, "tok-2")) == "celery-new"

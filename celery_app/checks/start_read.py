@@ -5,9 +5,10 @@ its check's kind, target and config (what to probe: only those, not the whole de
 and must mark its lease started so a second delivery of the same message is dropped. The job's
 ``HGETALL`` and the started marker's ``SET NX`` go pipelined, not in a script: a script costs
 Redis its call and the job hash copied into Lua and out again, on every run, and buys nothing
-here. The marker is keyed by the lease token, which no other lease of any job ever has, so a
-stale or forged message whose lease is not the job's marks only a key of its own (it expires
-with its TTL) and is dropped all the same (the worker compares the lease first).
+here. The marker is keyed by the lease token, which no other lease of any job ever has, so the
+marker a stale or forged message sets (its lease not the job's, or no such job) is one no run
+of a current lease ever reads; the read deletes it again, so a bad message leaves nothing
+behind, and the message is dropped (the worker compares the lease first).
 
 Why the check's fields are not read every time: they change only when the check is edited,
 and every such write puts their digest in the check's jobs (``JobField.PROBE_DIGEST``), which
@@ -147,7 +148,10 @@ def read_start(
     replies = took_wait(pipe.execute(), queued, client, "a check run's start")
     now = SERVER_CLOCK.now(client)
     job_hash: dict[str, str] = replies[0]
-    first = bool(replies[1]) and job_hash.get(JobField.LEASE_TOKEN) == lease_token
+    current = job_hash.get(JobField.LEASE_TOKEN) == lease_token
+    if replies[1] and not current:  # this message's own marker, of no current lease: undone
+        client.delete(keys.run_started(job_id, lease_token))
+    first = bool(replies[1]) and current
     if kept is not None and (not job_hash or job_hash.get(JobField.PROBE_DIGEST) == kept[0]):
         fields = kept[1]  # the job's digest is the kept copy's: it is current
     else:
