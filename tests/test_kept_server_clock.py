@@ -1,15 +1,17 @@
 """A process keeps Redis's time (``redis.clock.ServerClock``): one ``TIME`` reading advanced by its
-monotonic clock, read again after the refresh interval, so a check run's start read sends no
-``TIME`` of its own and still starts on the server's clock."""
+monotonic clock, read again after the refresh interval, so neither a check run's start read nor
+a tick of beat's dispatcher sends a ``TIME`` of its own, and both are on the server's clock."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from support.polling import wait_for
 from support.round_trips import command_name, counting_client
 from support.workers import claim_by_hand
 
+from celery_app.checks.dispatch import Dispatcher
 from celery_app.checks.start_read import read_start
 from celery_app.redis.clock import SERVER_CLOCK, ServerClock, server_time
 
@@ -62,3 +64,18 @@ def test_a_run_start_read_sends_no_time_and_its_time_is_the_servers(r, keys, sto
     assert read.first_delivery and read.job_hash
     assert _times(sends) == 0
     assert before - 0.01 <= read.server_now <= after + 0.01
+
+
+@pytest.mark.app_settings(regions=["eu"])
+def test_a_beat_tick_on_the_servers_time_sends_no_time(r, keys, app, broker, redis_url):
+    """Beat's dispatcher ticks on the kept clock: no ``TIME`` round trip of its own, and its
+    time is the server's."""
+    client, sends = counting_client(redis_url)
+    dispatcher = Dispatcher(app, client=client)
+    SERVER_CLOCK.now(client)  # the process's reading, taken once
+    sends.clear()
+    before = server_time(r)
+    report = dispatcher.tick()
+    after = server_time(r)
+    assert _times(sends) == 0
+    assert before - 0.01 <= report.now <= after + 0.01

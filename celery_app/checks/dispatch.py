@@ -27,10 +27,12 @@ starts on its tick, never before. Such a tick usually finds nothing due yet: it 
 the lead's jobs and claims them with what waits in one round (``_fill``), in effective-deadline
 order, reading each region's state and candidates once.
 
-Whose clock: Redis's. ``tick()`` and ``refill()`` read the server's ``TIME`` once and promote,
+Whose clock: Redis's. ``tick()`` and ``refill()`` take the server's time once, as the process
+keeps it (``redis.clock.SERVER_CLOCK``: one ``TIME`` reading advanced by the monotonic clock,
+read again every ``CLOCK_REFRESH_S``, so a tick costs no ``TIME`` round trip), and promote,
 claim (lease expiries, token buckets) and reap on it, never on the calling process's wall
 clock, so a beat or worker whose clock is off neither promotes work early nor reaps a live run
-early (``celery_app.redis.clock``). An explicit ``now`` is for tests.
+early. An explicit ``now`` is for tests.
 
 Why it lives in celery_app and not only in beat: a slot freed by a finished run would stay idle
 until the next tick (a 50 ms check on a 0.5 s tick uses a tenth of its slot), so the worker
@@ -71,7 +73,7 @@ from celery_app.factory import settings_of
 from celery_app.metrics import record as metrics
 from celery_app.publish import BatchPublisher, Publisher, TaskMessage, make_publisher
 from celery_app.redis.client import get_redis
-from celery_app.redis.clock import from_time_reply, server_time
+from celery_app.redis.clock import SERVER_CLOCK, from_time_reply, server_time
 from celery_app.redis.keyspace import state_keys
 from celery_app.redis.schema import Keys, QuarantineStep
 from celery_app.redis.scripts import run_script
@@ -157,8 +159,9 @@ class Dispatcher:
         return self._publisher
 
     def _now(self, now: float | datetime | None) -> float:
-        """``now`` as Unix seconds; when None, the Redis server's time (the one clock authority)."""
-        return server_time(self.redis) if now is None else _as_unix(now)
+        """``now`` as Unix seconds; when None, the Redis server's time (the one clock authority),
+        as this process keeps it."""
+        return SERVER_CLOCK.now(self.redis) if now is None else _as_unix(now)
 
     # --- one tick ---------------------------------------------------------------------------
     def tick(self, now: float | datetime | None = None) -> TickReport:

@@ -46,8 +46,8 @@ class ServerClock:
     drift over ``refresh_s`` (parts per million): well under a millisecond on a LAN.
 
     Why: a check run's start read needs the server's time (its tick, its next tick, a handed
-    lease's expiry) and reading it in the script cost every run a command. Beat's tick still
-    reads ``TIME`` on every tick: it decides what is due and what a lease's expiry has passed."""
+    lease's expiry), and so does every tick of beat's dispatcher (what is due, which leases
+    lapsed); a ``TIME`` for each cost a command and, for a tick, a round trip of its own."""
 
     def __init__(self, refresh_s: float = CLOCK_REFRESH_S) -> None:
         self._refresh_s = refresh_s
