@@ -153,7 +153,9 @@ def read_start(
         client.delete(keys.run_started(job_id, lease_token))
     first = bool(replies[1]) and current
     if kept is not None and (not job_hash or job_hash.get(JobField.PROBE_DIGEST) == kept[0]):
-        fields = kept[1]  # the job's digest is the kept copy's: it is current
+        # the job's digest is the kept copy's: it is current (no job: the run is rejected
+        # before it probes, so its check need not be read)
+        fields = kept[1]
     else:
         if kept is None:
             kind, target, config = replies[2]

@@ -51,7 +51,7 @@ class ServerClock:
 
     def __init__(self, refresh_s: float = CLOCK_REFRESH_S) -> None:
         self._refresh_s = refresh_s
-        # per client object (a cached client lives as long as its process; no id reuse)
+        # per client object, and gone with it (a client for another server starts afresh)
         self._readings: weakref.WeakKeyDictionary[Any, _Reading] = weakref.WeakKeyDictionary()
 
     def now(self, client: Any) -> float:
