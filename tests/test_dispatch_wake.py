@@ -42,8 +42,10 @@ def test_a_wait_returns_at_once_on_a_message_and_sleeps_its_time_without(r, keys
         started = time.monotonic()
         assert waker.wait(0.3) is False
         assert time.monotonic() - started >= 0.3
-        r.publish(channel, "")
-        r.publish(channel, "")  # both drained by one wake-up
+        pipe = r.pipeline(transaction=False)  # two writes' wake-ups, sent together ...
+        pipe.publish(channel, "")
+        pipe.publish(channel, "")
+        pipe.execute()  # ... both drained by one wake-up
         started = time.monotonic()
         assert waker.wait(30) is True
         assert time.monotonic() - started < 5
