@@ -52,11 +52,13 @@ def measured(r, keys, uid: str) -> None:
     r.hset(keys.job(f"{uid}@{REGION}"), JobField.RUNS, "1")
 
 
-def complete(r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | None = None):
+def complete(
+    r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | None = None, now_s=None
+):
     job_id = f"{uid}@{REGION}"
     h = r.hgetall(keys.job(job_id))
     job = JobState.from_hash(job_id, h)
-    now_s = server_time(r)
+    now_s = server_time(r) if now_s is None else now_s
     run = plan_completion(
         Params(), job, "tok-1", now=at(now_s), duration_ms=20.0, timed_out=False,
         exec_start=at(now_s), record=RunRecord(RunStatus.UP, REGION, finished_at=now_s),
@@ -80,7 +82,7 @@ def test_a_freed_fast_slot_goes_to_the_next_measured_fast_job(r, keys, checks):
     assert claim is not None and claim.job_id == ready[0][0]  # the lowest deadline first
     assert claim.lane == LANE_FAST and claim.effective_scheduled_at == ready[0][1]
     job = read_job(r, keys, claim.job_id)
-    assert job.lease_token == claim.lease_token and claim.lease_token.endswith(".1")
+    assert job.lease_token == claim.lease_token == handoff.token
     assert r.zscore(keys.leases(REGION, LANE_FAST), claim.job_id) == pytest.approx(job.lease_expiry)
     assert job.lease_expiry == pytest.approx(max(server_time(r), job.scheduled_at) + LEASE_S, 1)
     assert r.zscore(keys.ready(REGION, LANE_FAST), claim.job_id) is None
@@ -192,3 +194,27 @@ def test_with_nothing_waiting_the_completion_looks_at_no_ready_index(r, keys, ch
     assert done.handed == "" and done.refill_needs[0][2] == 0
     assert calls("exists") == 1
     assert calls("zrange") == 1  # the first due job, for the refill; no ready top
+
+
+def test_a_hand_off_makes_its_token_without_the_lease_sequence_and_never_twice(r, keys, checks):
+    """The handed lease's token is the worker's (``<µs>.h<random>``): the hand-off sends no
+    ``TIME`` and leaves the lease sequence as it was, and two hand-offs planned at the same
+    instant (a restore that rolled everything back would plan them so) get two tokens, neither
+    of which a claim (``<sequence>.<k>``) can issue."""
+    lease(r, keys, C1, LANE_SLOW)
+    measured(r, keys, C2)
+    promote(r, keys, checks)
+    sequence, now_s = r.get(keys.lease_seq()), server_time(r)
+    before = r.info("commandstats")
+    handoff, done = complete(r, keys, lease_lane=LANE_SLOW, now_s=now_s)
+    after = r.info("commandstats")
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.lease_token == handoff.token
+    assert after.get("cmdstat_time", {}).get("calls", 0) == before.get("cmdstat_time", {}).get(
+        "calls", 0
+    )
+    assert r.get(keys.lease_seq()) == sequence
+    micros, _, rest = handoff.token.partition(".")
+    assert abs(int(micros) / 1e6 - handoff.now) < 1e-5 and rest.startswith("h")
+    twin = Handoff(WORKER, REGION, LEASE_S, now=handoff.now)
+    assert twin.token != handoff.token and twin.token == twin.token  # one per hand-off

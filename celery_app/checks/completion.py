@@ -21,9 +21,11 @@ write. The reaper writes the runs it finds lost in one round trip (:func:`comple
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import redis
@@ -51,6 +53,19 @@ from scheduling_core import LANE_FAST, LANE_SLOW, Params
 STALE = -1
 
 
+def handoff_token(now: float) -> str:
+    """The lease token of a job a completion hands its slot: ``<now in µs>.h<64 random bits>``.
+
+    Why not the lease sequence a claim takes its tokens from (``claim.lua``): reading and
+    advancing it costs Redis a ``TIME`` and a ``SET``, once per claim of up to a batch of jobs but
+    on every run handed a slot. What the sequence guarantees, that no token is ever issued twice
+    (not even after a restore rolls the counter back), random bits give as well; the ``.h``
+    never ends a claim's token (``<sequence>.<k>``), so the two kinds never meet. The time in
+    front is what an operator reads first, and what reconcile raises the sequence above
+    (``repair.lease_sequence``), as for a claim's token."""
+    return f"{round(now * 1_000_000)}.h{secrets.token_hex(8)}"
+
+
 @dataclass(frozen=True)
 class Handoff:
     """A worker's completion hands the slot it frees to the region's next ready job, in the
@@ -69,15 +84,19 @@ class Handoff:
     _: KW_ONLY
     now: float
 
+    @cached_property
+    def token(self) -> str:
+        """The handed lease's token (:func:`handoff_token`), one per hand-off."""
+        return handoff_token(self.now)
+
     def script_keys(self, keys: Keys) -> list[str]:
-        """complete.lua's hand-off KEYS (H .. H+5, see its header)."""
+        """complete.lua's hand-off KEYS (H .. H+4, see its header)."""
         return [
             keys.worker(self.worker),
             keys.ready(self.region, LANE_FAST),
             keys.ready(self.region, LANE_SLOW),
             keys.held_tenants(self.region),
             keys.rate_limited_tenants(),
-            keys.lease_seq(),
         ]
 
     def claim_of(self, line: str) -> Claim | None:
@@ -156,7 +175,11 @@ class CompleteCall:
             keys.maintenance_version(),
         ]
         if handoff is not None:
-            plan["handoff"] = {"lease_s": f"{handoff.lease_s:.6f}", "now": f"{handoff.now:.6f}"}
+            plan["handoff"] = {
+                "lease_s": f"{handoff.lease_s:.6f}",
+                "now": f"{handoff.now:.6f}",
+                "token": handoff.token,
+            }
             if handoff.lease_lane is not None:
                 plan["lease_lane"] = str(handoff.lease_lane)
             script_keys += handoff.script_keys(keys)

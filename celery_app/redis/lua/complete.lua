@@ -4,8 +4,8 @@
 --       6 last-result hash, 7 maintenance version;
 --       with a plan.handoff, from H = 8: H the worker's hash (Keys.worker), H+1 ready fast,
 --       H+2 ready slow (of the job's region), H+3 the region's held tenants, H+4 the
---       rate-limited tenants, H+5 the lease sequence;
---       with a plan.health, from S (8, or 14 after the hand-off's): S check state hash,
+--       rate-limited tenants;
+--       with a plan.health, from S (8, or 13 after the hand-off's): S check state hash,
 --       S+1 check transitions stream, S+2 tenant transitions stream, S+3 transition outbox,
 --       S+4 transition payloads, S+5 maintenance held zset,
 --       S+5+i the job hash of the check's i-th region (plan.health.regions)
@@ -24,7 +24,8 @@
 --       run_ended (absent = no): a heartbeat's success or fail ping ended the run its start
 --         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease), now (the
---         Redis time the run's write was planned at: the handed lease runs from it)}}
+--         Redis time the run's write was planned at: the handed lease runs from it), token
+--         (the handed lease's token, made by the worker: Handoff.token says why)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
 -- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance
@@ -52,7 +53,6 @@
 -- observed state is a function of those, so a run that moves none cannot move it. Both are
 -- the job's own fields, so such a run reads nothing of the check's state.
 --#include transition
---#include lease_sequence
 --#include lease
 local plan = cjson.decode(ARGV[1])
 
@@ -90,7 +90,7 @@ local function handoff(h, freed, now, waiting)
     claim_lane = 1
   end
   if redis.call('SISMEMBER', KEYS[12], v[1]) == 1 then return '' end
-  local token = next_sequence(KEYS[13]) .. '.' .. '1'
+  local token = h.token
   local expiry = string.format('%.6f', math.max(now, sa) + tonumber(h.lease_s))
   redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, expiry)
   redis.call('ZREM', KEYS[9 + lane], best)
@@ -179,7 +179,7 @@ end
 local reply = {1, ''}
 local S = 8
 if plan.handoff then
-  S = 14
+  S = 13
   local now = tonumber(plan.handoff.now)
   -- One EXISTS says whether anything waits in the region: nothing (the usual case with spare
   -- capacity) means no hand-off to look for and nothing more for the refill to read of it.

@@ -1,4 +1,4 @@
--- Included by claim.lua and complete.lua (its hand-off): the next lease sequence number, from
+-- Included by claim.lua: the next lease sequence number, from
 -- which a claim's lease tokens are made ("<sequence>.<k>").
 -- The lease sequence never goes below Redis's clock in microseconds, and never repeats: a
 -- counter lost or rolled back by a restore (RDB) starts again above every token issued before,
