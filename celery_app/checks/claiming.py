@@ -28,6 +28,7 @@ round's reads (:func:`promote_and_read`): three in all, the claim script include
 from __future__ import annotations
 
 import math
+import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,21 @@ CACHED_READS = 4
 MAX_STORED = 253_402_300_799.0
 #: The earliest effective deadline a saturated sum gives (scheduling_core's EARLIEST), Unix s.
 MIN_EFFECTIVE = EARLIEST.timestamp()
+
+
+def lease_token_prefix(now_s: float) -> str:
+    """What the lease tokens of one claim script call (and of one hand-off, which takes its
+    ``.1``) start with: ``<now in µs>.<64 random bits>``; the k-th job claimed gets
+    ``<prefix>.<k>``.
+
+    Why random and not a counter in Redis: a token must never be issued twice, not even after a
+    restore rolled the data back while a worker still runs with a token issued after the
+    snapshot (its completion would be taken for the new run's). A counter needs a floor from
+    Redis's clock (a ``TIME`` and a ``SET`` in every call) and raising past every held token on
+    reconcile, and still fails if the clock went back; 64 random bits per call cannot repeat in
+    practice, cost Redis nothing and hold on any clock. The time in front is for the operator
+    reading a job: when the lease was made."""
+    return f"{round(now_s * 1_000_000)}.{secrets.token_hex(8)}"
 
 
 class ClaimStop(StrEnum):
@@ -587,6 +603,7 @@ class RegionClaimer:
                         jobs.append(job)
                         n = numbers[job] = len(jobs)
                     release_lines.append(f"{tenant_number[tenant]} {n} {lane}")
+        prefix = lease_token_prefix(now_s)
         tenant_keys = []
         for tenant in tenants:
             tenant_keys += [
@@ -603,7 +620,6 @@ class RegionClaimer:
                 k.leases(region, LANE_FAST),
                 k.leases(region, LANE_SLOW),
                 k.region_workers(region),
-                k.lease_seq(),
                 k.held_tenants(region),
                 k.rate_limited_tenants(),
                 k.claim_tenants_version(),
@@ -628,9 +644,10 @@ class RegionClaimer:
                 " ".join(score for _, score in candidates),
                 "1" if read.full[LANE_FAST] else "0",
                 "1" if read.full[LANE_SLOW] else "0",
+                prefix,
             ],
         )
-        total, slow, in_fast, in_slow, holds, stop, seq, lines, gone = reply
+        total, slow, in_fast, in_slow, holds, stop, lines, gone = reply
         slots = RegionSlots(total, slow, in_fast, in_slow)
         stop = ClaimStop(stop)
         if (
@@ -653,7 +670,7 @@ class RegionClaimer:
                 # a fast job never measured runs in the slow lane (claim.lua): its queue, lease
                 lane = int(claimed_lane)
                 claim = Claim(
-                    job, region, lane, f"{seq}.{n}", float(scheduled), float(score), float(cost)
+                    job, region, lane, f"{prefix}.{n}", float(scheduled), float(score), float(cost)
                 )
                 check_claim(claim)
             except ValueError as exc:  # its stored times or cost are no numbers it can run on

@@ -21,7 +21,6 @@ write. The reaper writes the runs it finds lost in one round trip (:func:`comple
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
@@ -31,7 +30,7 @@ from typing import Any
 import redis
 
 from celery_app.checks.check_state import HealthUpdate, Prefetching
-from celery_app.checks.claiming import Claim, check_claim
+from celery_app.checks.claiming import Claim, check_claim, lease_token_prefix
 from celery_app.checks.jobs import (
     DEFAULT_RESULTS_MAXLEN,
     CompletedRun,
@@ -51,19 +50,6 @@ from scheduling_core import LANE_FAST, LANE_SLOW, Params
 
 #: complete.lua's status when its guard found the job or the maintenance windows changed.
 STALE = -1
-
-
-def handoff_token(now: float) -> str:
-    """The lease token of a job a completion hands its slot: ``<now in µs>.h<64 random bits>``.
-
-    Why not the lease sequence a claim takes its tokens from (``claim.lua``): reading and
-    advancing it costs Redis a ``TIME`` and a ``SET``, once per claim of up to a batch of jobs but
-    on every run handed a slot. What the sequence guarantees, that no token is ever issued twice
-    (not even after a restore rolls the counter back), random bits give as well; the ``.h``
-    never ends a claim's token (``<sequence>.<k>``), so the two kinds never meet. The time in
-    front is what an operator reads first, and what reconcile raises the sequence above
-    (``repair.lease_sequence``), as for a claim's token."""
-    return f"{round(now * 1_000_000)}.h{secrets.token_hex(8)}"
 
 
 @dataclass(frozen=True)
@@ -86,8 +72,9 @@ class Handoff:
 
     @cached_property
     def token(self) -> str:
-        """The handed lease's token (:func:`handoff_token`), one per hand-off."""
-        return handoff_token(self.now)
+        """The handed lease's token, one per hand-off: the first of a claim's
+        (:func:`~celery_app.checks.claiming.lease_token_prefix`)."""
+        return f"{lease_token_prefix(self.now)}.1"
 
     def script_keys(self, keys: Keys) -> list[str]:
         """complete.lua's hand-off KEYS (H .. H+4, see its header)."""

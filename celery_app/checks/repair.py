@@ -10,10 +10,11 @@ derived state, so whatever of a job a restore lost can be rebuilt:
 - a job that holds a lease the lease index forgot is put back in that index, so the reaper
   finishes it as a lost run instead of it staying claimed forever;
 - the ``checks`` and per-tenant sets are re-added (the same store.lua write as an update);
-- every token bucket's tenant is put back in the rate-limited index the claim reads;
-- the lease sequence counter is raised above every lease token a job still holds (the claim
-  also keeps it above Redis's clock in microseconds), so no new claim reissues a token a
-  running worker holds.
+- every token bucket's tenant is put back in the rate-limited index the claim reads.
+
+No new claim can reissue a lease token a worker from before the restore still holds: tokens
+carry 64 random bits per claim (``claiming.lease_token_prefix``), not a counter the restore
+rolled back.
 
 Quarantined jobs (``checks.quarantine``) of checks whose definition reads are released here:
 rebuilt from the definition as new jobs; a job hash that cannot be read is rebuilt the same way.
@@ -66,12 +67,6 @@ def check_uids(client: redis.Redis, keys: Keys) -> Iterator[str]:
         uid = key[len(head) :]
         if uid and ":" not in uid:
             yield uid
-
-
-def lease_sequence(job: JobState) -> int:
-    """The sequence number of the lease token ``job`` holds (0 for none or a foreign one)."""
-    head = (job.lease_token or "").partition(".")[0]
-    return int(head) if head.isdigit() and len(head) <= 18 else 0
 
 
 def plan_repair(
@@ -216,7 +211,6 @@ def _repair_partition(
     conflicts: list[str] = []
     released: list[str] = []
     undecodable: list[str] = []
-    highest_seq = 0
     for start in range(0, len(uids), BATCH):
         chunk = uids[start : start + BATCH]
         pipe = client.pipeline(transaction=False)
@@ -249,15 +243,12 @@ def _repair_partition(
                 store_keys, payload = encode_changes(keys, [change])
                 run_script(writes, "store", keys=store_keys, args=[payload])
                 planned.append((s.definition.uid, to_place))
-        highest_seq = max([highest_seq, *(lease_sequence(j) for j in jobs.values() if j)])
         statuses = [st for st in writes.execute() if isinstance(st, list)]
         for (uid, to_place), status in zip(planned, statuses, strict=True):
             if status[0] == StoreStatus.OK:
                 placed.extend(to_place)
             else:
                 conflicts.append(uid)
-    # Lease tokens are "<sequence>.<k>": a counter lost by the restore must not issue them again.
-    run_script(client, "leaseseq", keys=[keys.lease_seq()], args=[str(highest_seq)])
     known = set(uids)
     quarantined = [q.job_id for q in read_quarantine(client, keys) if keys.of_job(q.job_id) == keys]
     gone = [j for j in quarantined if j.rpartition("@")[0] not in known]

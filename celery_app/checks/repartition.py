@@ -12,8 +12,7 @@ What moves, and how:
   partitions: token buckets (set again, so each new partition gets its share), maintenance
   windows and the version, notification targets, undelivered transitions (the outbox, their
   payloads, claim counts and failed deliveries, each to its check's partition), the maintenance
-  holds, the tenants' transition streams (merged by entry id), and the lease sequence (raised
-  in every partition above the highest number issued);
+  holds and the tenants' transition streams (merged by entry id);
 - indexes (due, ready, leases, held, the check sets) and worker registrations are not carried:
   the reconcile rebuilds the first from the jobs, workers register again when they start.
 
@@ -36,7 +35,6 @@ from celery_app.checks.ratelimit import RateLimit, get_rate_limit, set_rate_limi
 from celery_app.checks.repair import check_uids
 from celery_app.errors import CheckbeatError
 from celery_app.redis.schema import CheckField, JobField, Keys, TransitionField, job_id
-from celery_app.redis.scripts import run_script
 from scheduling_core import LANE_FAST, LANE_SLOW
 
 LANES = (LANE_FAST, LANE_SLOW)
@@ -69,7 +67,6 @@ class _Carried:
     failed: dict[str, str]
     holds: dict[str, float]
     streams: dict[str, list[tuple[str, dict[str, str]]]]
-    lease_seq: int
     targets: list[NotifyTarget] = field(default_factory=list)
 
 
@@ -124,7 +121,7 @@ def _read_carried(client: Any, old: Keys, tenants: list[str]) -> _Carried:
         limits=limits,
         windows=MaintenanceStore(client, old).list(),
         targets=NotifyStore(client, old).list(),
-        outbox={}, payloads={}, claims={}, failed={}, holds={}, streams={}, lease_seq=0,
+        outbox={}, payloads={}, claims={}, failed={}, holds={}, streams={},
     )  # fmt: skip
     for part in old.every_partition():
         carried.outbox.update(client.zrange(part.transition_outbox(), 0, -1, withscores=True))
@@ -132,7 +129,6 @@ def _read_carried(client: Any, old: Keys, tenants: list[str]) -> _Carried:
         carried.claims.update(client.hgetall(part.transition_claims()))
         carried.failed.update(client.hgetall(part.transition_failed()))
         carried.holds.update(client.zrange(part.maintenance_held(), 0, -1, withscores=True))
-        carried.lease_seq = max(carried.lease_seq, int(client.get(part.lease_seq()) or 0))
         for tenant in tenants:
             entries = client.xrange(part.tenant_transitions(tenant))
             carried.streams.setdefault(tenant, []).extend(entries)
@@ -184,7 +180,7 @@ def _drop_partition_keys(
     }
     for part in old.every_partition():
         names |= {
-            part.due(), part.checks(), part.quarantine(), part.lease_seq(),
+            part.due(), part.checks(), part.quarantine(),
             part.rate_limited_tenants(), part.claim_tenants_version(), part.transition_outbox(),
             part.transition_payloads(), part.transition_claims(), part.transition_failed(),
             part.maintenance_held(), part.maintenance_version(),
@@ -222,8 +218,6 @@ def _write_carried(client: Any, new: Keys, carried: _Carried) -> None:
         client.zadd(new.of_check(uid).maintenance_held(), {uid: until})
     for tenant, entries in carried.streams.items():
         _merge_stream(client, new, tenant, entries)
-    for part in new.every_partition():
-        run_script(client, "leaseseq", keys=[part.lease_seq()], args=[str(carried.lease_seq)])
 
 
 def _merge_stream(

@@ -473,12 +473,6 @@ class Keys:
         enable of the check, or ``checks reconcile``, rebuilds them from the definition)."""
         return f"{self._checks}:quarantine"
 
-    def lease_seq(self) -> str:
-        """Counter: every claim call takes one number; lease tokens are ``<number>.<k>``.
-        ``claim.lua`` keeps it at or above Redis ``TIME`` in microseconds, and reconcile above
-        every token a job holds, so a counter lost by a restore never reissues a live token."""
-        return f"{self._checks}:leaseseq"
-
     def run_started(self, job: str, lease_token: str) -> str:
         """Marker (``SET NX`` with a TTL past the run's deadline) that a run of this lease has
         started: a second delivery of the same message (a publish retried after its reply was

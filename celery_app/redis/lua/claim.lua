@@ -13,13 +13,13 @@
 --
 -- Python keeps the workers and tenant sets it read between claims (the claimer's cache): the
 -- workers are re-validated here on every call as above, and a change this script makes to the
--- held tenants set moves the claim tenants version (KEYS[9]) so every claimer reads it again.
+-- held tenants set moves the claim tenants version (KEYS[8]) so every claimer reads it again.
 --
 -- KEYS: 1 ready fast, 2 ready slow, 3 leases fast, 4 leases slow, 5 region workers set,
---       6 lease sequence counter, 7 held tenants set of the region, 8 rate-limited tenants set,
---       9 claim tenants version counter, then W worker hashes (10 .. 9+W),
+--       6 held tenants set of the region, 7 rate-limited tenants set,
+--       8 claim tenants version counter, then W worker hashes (9 .. 8+W),
 --       then per declared tenant t (1..T) three keys: its token bucket at TK+3t-2, its held
---       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 9+W),
+--       index of the fast lane at TK+3t-1 and of the slow lane at TK+3t (TK = 8+W),
 --       then the job hashes (job j at JK+j, JK = TK+3T)
 -- ARGV: 1 now, 2 lease expiry (now + the lease; a job claimed ahead of its tick, within the
 --       dispatch lead, holds its lease from its tick: its worker waits until then), 3 max claims in this call, 4 max rate-limited jobs to hold,
@@ -30,23 +30,22 @@
 --       P+5 the number F of fast candidates, P+6 the number S of slow ones: jobs 1..F are the
 --       fast candidates in index order, F+1..F+S the slow ones, P+7 their scores "s s ...",
 --       P+8 the fast list's full flag ('1' = the index may hold more than was read),
---       P+9 the slow list's.
+--       P+9 the slow list's, P+10 the lease token prefix (claiming.lease_token_prefix): the
+--       k-th claim's lease token is "<prefix>.<k>".
 -- A tenant that is neither declared nor in the rate-limited set has no bucket: unlimited.
 -- Returns {total slots, slow capacity, in flight fast, in flight slow, rate-limited (held now),
---          stop, lease sequence number (0 = no claim), claims, declared workers found gone}
+--          stop, claims, declared workers found gone}
 -- stop: 'full' (no free slot left), 'limit' (the hold limit was reached), 'more' (a candidate
 -- list ran out while its index may hold more, or a candidate was stale: read again), 'done'.
 -- claims is ONE string, a line per claim in claim order: "j scheduled_at cost_ewma_ms lane"
--- (lane: the one it runs in; a fast job never measured runs in the slow one, see below); the
--- k-th claim's lease token is "<sequence>.<k>".
---#include lease_sequence
+-- (lane: the one it runs in; a fast job never measured runs in the slow one, see below).
 --#include lease
 local now = tonumber(ARGV[1])
 local expiry = ARGV[2]
 local lease_s = tonumber(expiry) - now
 local max_claims, skip_limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local W, T = tonumber(ARGV[5]), tonumber(ARGV[6])
-local TK = 9 + W
+local TK = 8 + W
 local JK = TK + 3 * T
 local P = 6 + W
 local CHUNK = 1000  -- values per batched command (Lua's unpack limit is 8000)
@@ -55,7 +54,7 @@ local CHUNK = 1000  -- values per batched command (Lua's unpack limit is 8000)
 -- still runs past its deadline (stuck) is busy, never free.
 local total, slowcap, gone = 0, 0, 0
 for w = 1, W do
-  local v = redis.call('HMGET', KEYS[9 + w], WORKER.ROLE, WORKER.CONCURRENCY, WORKER.STUCK)
+  local v = redis.call('HMGET', KEYS[8 + w], WORKER.ROLE, WORKER.CONCURRENCY, WORKER.STUCK)
   if v[2] then
     local c = math.max(0, (tonumber(v[2]) or 0) - (tonumber(v[3]) or 0))
     total = total + c
@@ -71,7 +70,7 @@ local free = total - in_fast - in_slow
 local free_slow = math.min(slowcap - in_slow, free)
 if free > max_claims then free = max_claims end
 if free <= 0 then
-  return {total, slowcap, in_fast, in_slow, 0, 'full', 0, '', gone}
+  return {total, slowcap, in_fast, in_slow, 0, 'full', '', gone}
 end
 
 local tenants, tenant_number, ids = {}, {}, {}
@@ -114,7 +113,7 @@ local function tenant_of(name)
   if t then return t end
   local limited = undeclared[name]
   if limited == nil then
-    limited = redis.call('SISMEMBER', KEYS[8], name) == 1
+    limited = redis.call('SISMEMBER', KEYS[7], name) == 1
     undeclared[name] = limited
   end
   if limited then return nil end
@@ -137,7 +136,7 @@ local function account_skipped(key)
   end
 end
 
-local tenants_changed = false  -- the held tenants set: claimers read it again (KEYS[9])
+local tenants_changed = false  -- the held tenants set: claimers read it again (KEYS[8])
 
 -- Release held jobs of tenants whose bucket has tokens again (all of them if the bucket is
 -- gone), oldest effective deadline first, back into the ready index at that old deadline.
@@ -176,7 +175,7 @@ for t in string.gmatch(ARGV[P + 3], '%d+') do
       end
     end
     if redis.call('EXISTS', held_key(t, 0), held_key(t, 1)) == 0 then
-      tenants_changed = redis.call('SREM', KEYS[7], tenants[t]) == 1 or tenants_changed
+      tenants_changed = redis.call('SREM', KEYS[6], tenants[t]) == 1 or tenants_changed
     end
   end
 end
@@ -196,13 +195,13 @@ for lane = 0, 1 do
   end
 end
 local full = {[0] = ARGV[P + 8] == '1', [1] = ARGV[P + 9] == '1'}
+local prefix = ARGV[P + 10]
 local next_of = {[0] = 1, [1] = F + 1}
 local last_of = {[0] = F, [1] = F + S}
 
 local unready = {[0] = {}, [1] = {}}  -- ZREM'd from the ready index at the end, in batches
 local leased = {[0] = {}, [1] = {}}   -- ZADD'ed to the lease index at the end
 local claims = {}
-local seq = nil
 local skipped = 0
 local stale = false
 local stop = 'done'
@@ -254,20 +253,19 @@ while true do
         skipped = skipped + 1
         redis.call('ZREM', ready_key, id)
         redis.call('ZADD', held_key(t, lane), score, id)
-        tenants_changed = redis.call('SADD', KEYS[7], v[1]) == 1 or tenants_changed
+        tenants_changed = redis.call('SADD', KEYS[6], v[1]) == 1 or tenants_changed
         if skipped >= skip_limit then
           stop = 'limit'
           break
         end
       else
         if b then b.tokens = b.tokens - 1 end
-        if not seq then seq = next_sequence(KEYS[6]) end
         claims[#claims + 1] = j .. ' ' .. (v[2] or '0') .. ' ' .. (v[3] or '0') .. ' ' ..
           claim_lane
         local sa = tonumber(v[2])
         local lx = expiry
         if sa and sa > now then lx = string.format('%.6f', sa + lease_s) end
-        redis.call('HSET', key, JOB.LEASE_TOKEN, seq .. '.' .. #claims, JOB.LEASE_EXPIRY, lx)
+        redis.call('HSET', key, JOB.LEASE_TOKEN, prefix .. '.' .. #claims, JOB.LEASE_EXPIRY, lx)
         local u, l = unready[lane], leased[claim_lane]
         u[#u + 1] = id
         l[#l + 1] = lx
@@ -289,12 +287,11 @@ for lane = 0, 1 do
     redis.call('ZADD', KEYS[3 + lane], unpack(l, a, math.min(a + 2 * CHUNK - 1, #l)))
   end
 end
-if tenants_changed then redis.call('INCR', KEYS[9]) end
+if tenants_changed then redis.call('INCR', KEYS[8]) end
 for t, b in pairs(buckets) do
   if b then
     redis.call('HSET', KEYS[TK + 3 * t - 2], BUCKET.TOKENS, string.format('%.6f', b.tokens),
       BUCKET.UPDATED, string.format('%.3f', b.ts))
   end
 end
-return {total, slowcap, in_fast, in_slow, skipped, stop, seq or 0, table.concat(claims, '\n'),
-  gone}
+return {total, slowcap, in_fast, in_slow, skipped, stop, table.concat(claims, '\n'), gone}
