@@ -10,7 +10,7 @@ from support.benches import refused, run_bench
 
 @pytest.mark.slow
 def test_scale_bench_quick_mode_counts_every_run_and_firing():
-    result = run_bench("scale_bench", "--quick", timeout=120)
+    result = run_bench("scale_bench", "--quick", "--rounds", "2", timeout=180)
     checks, spare, cron = result["checks"], result["checks_spare"], result["cron"]
     assert checks["runs"] == spare["runs"] == 300  # every check claimed and run again
     assert checks["slots"] < 300 <= spare["slots"]  # a backlog, then spare capacity
@@ -19,6 +19,10 @@ def test_scale_bench_quick_mode_counts_every_run_and_firing():
     assert checks["broker_commands_per_run"] > 1  # a BRPOP per delivery, and the publishes
     assert checks["runs_per_redis_core_s"] > 0  # what one Redis core sustains
     assert cron["firings"] == 100  # 50 tasks x 2 windows
+    for name in ("checks", "checks_spare"):  # --rounds 2: each workload's CPU over both rounds
+        cpu = result["cpu_rounds"][name]
+        assert len(cpu["rounds"]) == 2 and cpu["min"] <= cpu["median"] <= cpu["max"]
+        assert result[name]["state_cpu_us_per_run"] in cpu["rounds"]
     assert cron["state_commands_per_firing"] > 0 and cron["publish_commands_per_firing"] > 0
 
 
@@ -64,6 +68,11 @@ def test_scale_bench_side_by_side_quick_measures_both_systems_on_one_server():
         (("--side-by-side", "--window", "0"), "--window takes seconds above 0, not 0"),
         (("--side-by-side", "--slots", "0"), "--slots takes a whole number from 1, not 0"),
         (("--warmup", "5"), "--warmup is an option of --side-by-side"),
+        (("--rounds", "0"), "--rounds takes a whole number from 1, not 0"),
+        (
+            ("--side-by-side", "--rounds", "2"),
+            "--rounds is an option of the check path's bench (see --repeat)",
+        ),
     ],
 )
 def test_scale_bench_refuses_side_by_side_options_out_of_range(args, named):
