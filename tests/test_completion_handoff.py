@@ -197,7 +197,7 @@ def test_with_nothing_waiting_the_completion_looks_at_no_ready_index(r, keys, ch
 
 
 def test_a_hand_off_makes_its_token_without_a_round_trip_and_never_twice(r, keys, checks):
-    """The handed lease's token is the worker's (a claim's first, ``<µs>.<random>.1``): the
+    """The handed lease's token is the worker's (a claim's first, ``<random>.1``): the
     hand-off sends no ``TIME``, and two hand-offs planned at the same instant (a restore that
     rolled everything back would plan them so) get two tokens."""
     lease(r, keys, C1, LANE_SLOW)
@@ -212,7 +212,6 @@ def test_a_hand_off_makes_its_token_without_a_round_trip_and_never_twice(r, keys
     assert after.get("cmdstat_time", {}).get("calls", 0) == before.get("cmdstat_time", {}).get(
         "calls", 0
     )
-    micros, _, rest = handoff.token.partition(".")
-    assert abs(int(micros) / 1e6 - handoff.now) < 1e-5 and rest.endswith(".1")
+    assert handoff.token.endswith(".1")
     twin = Handoff(WORKER, REGION, LEASE_S, now=handoff.now)
     assert twin.token != handoff.token and twin.token == twin.token  # one per hand-off

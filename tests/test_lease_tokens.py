@@ -3,7 +3,7 @@
 A restore from an RDB snapshot brings back the job hashes as they were, while a worker that
 claimed the job after the snapshot still runs with a newer token. A claim that issued that
 very token again would have the stale worker's completion taken for the new run's. Tokens
-carry 64 random bits per claim call (``claiming.lease_token_prefix``): nothing a restore rolls
+are 64 random bits per claim call (``claiming.lease_token_prefix``): nothing a restore rolls
 back decides them, and no ``TIME`` or counter is spent on them.
 """
 
@@ -70,9 +70,8 @@ def test_a_claim_after_a_restore_never_reissues_a_live_token(r, keys, store, dis
 def test_a_claim_spends_no_time_or_counter_and_its_tokens_are_its_own(
     r, keys, store, dispatcher_app
 ):
-    """One claim of two jobs: one prefix, ``.1`` and ``.2`` after it, the prefix's time the
-    claim's; no ``TIME`` and no ``SET`` on the claim's round trips. Claims in the same
-    microsecond (two beats) still get tokens of their own."""
+    """One claim of two jobs: one prefix, ``.1`` and ``.2`` after it; no ``TIME`` and no
+    ``SET`` on the claim's round trips. Every claim call draws a prefix of its own."""
     d, now = setup(r, keys, store, dispatcher_app)
     store.create(uid=C2, tenant="t", kind="testprobe", target="x", period=10, regions=["eu"],
                  now=at(now - 30))  # fmt: skip
@@ -85,9 +84,7 @@ def test_a_claim_spends_no_time_or_counter_and_its_tokens_are_its_own(
         "1",
         "2",
     ]
-    micros = int(prefixes.pop().partition(".")[0])
-    assert abs(micros / 1e6 - now) < 1e-5
     for name in ("time", "set"):
         stat = f"cmdstat_{name}"
         assert after.get(stat, {}).get("calls", 0) == before.get(stat, {}).get("calls", 0), name
-    assert len({lease_token_prefix(now) for _ in range(1000)}) == 1000
+    assert len({lease_token_prefix() for _ in range(1000)}) == 1000

@@ -73,19 +73,18 @@ MAX_STORED = 253_402_300_799.0
 MIN_EFFECTIVE = EARLIEST.timestamp()
 
 
-def lease_token_prefix(now_s: float) -> str:
+def lease_token_prefix() -> str:
     """What the lease tokens of one claim script call (and of one hand-off, which takes its
-    ``.1``) start with: ``<now in µs>.<64 random bits>``; the k-th job claimed gets
-    ``<prefix>.<k>``.
+    ``.1``) start with: 64 random bits in hex; the k-th job claimed gets ``<prefix>.<k>``.
 
     Why random and not a counter in Redis: a token must never be issued twice, not even after a
     restore rolled the data back while a worker still runs with a token issued after the
     snapshot (its completion would be taken for the new run's). A counter needs a floor from
     Redis's clock (a ``TIME`` and a ``SET`` in every call) and raising past every held token on
     reconcile, and still fails if the clock went back; 64 random bits per call cannot repeat in
-    practice, cost Redis nothing and hold on any clock. The time in front is for the operator
-    reading a job: when the lease was made."""
-    return f"{round(now_s * 1_000_000)}.{secrets.token_hex(8)}"
+    practice, cost Redis nothing and hold on any clock. When the lease was made is in the job
+    already (its expiry, ``JobField.LEASE_EXPIRY``), so the token carries no time."""
+    return secrets.token_hex(8)
 
 
 class ClaimStop(StrEnum):
@@ -603,7 +602,7 @@ class RegionClaimer:
                         jobs.append(job)
                         n = numbers[job] = len(jobs)
                     release_lines.append(f"{tenant_number[tenant]} {n} {lane}")
-        prefix = lease_token_prefix(now_s)
+        prefix = lease_token_prefix()
         tenant_keys = []
         for tenant in tenants:
             tenant_keys += [

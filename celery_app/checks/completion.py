@@ -74,7 +74,7 @@ class Handoff:
     def token(self) -> str:
         """The handed lease's token, one per hand-off: the first of a claim's
         (:func:`~celery_app.checks.claiming.lease_token_prefix`)."""
-        return f"{lease_token_prefix(self.now)}.1"
+        return f"{lease_token_prefix()}.1"
 
     def script_keys(self, keys: Keys) -> list[str]:
         """complete.lua's hand-off KEYS (H .. H+4, see its header)."""
