@@ -150,8 +150,17 @@ def test_beat_stalled_past_the_grace_reports_every_window_it_did_not_fire(
     assert STEP_HOLD_LOG not in beat_log, "a stall was held as a clock step"
     assert all(n == 1 for n in per_window.values()), per_window
     assert early == [] and late == [], (early, late)
-    assert lost == {}, (lost, gaps)
+    assert lost == {}, (lost, gaps, _logs(tmp_path))
     # The stall cost windows past their grace (a 3-window stall, grace a third of one), and
     # diagnose names each task that lost some.
     assert covered >= 2 * len(TASK_IDS), gaps
     assert missed_tasks <= reported, findings
+
+
+def _logs(log_dir) -> str:
+    """The beat's and the worker's output (a few dozen lines each): what a window lost without
+    a gap was last seen doing, since the processes are gone when the assertion reads it."""
+    return "\n".join(
+        f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}"
+        for log in sorted(log_dir.glob("*.log"))
+    )
