@@ -37,13 +37,18 @@ def _free(port: int) -> bool:
     return True
 
 
-def free_cluster_port() -> int:
-    """A port free on 127.0.0.1 whose cluster bus port (+10000) is free too."""
+def free_cluster_port(taken: set[int]) -> int:
+    """A port free on 127.0.0.1 whose cluster bus port (+10000) is free too, neither of them in
+    ``taken`` (the ports and bus ports of the nodes started before, which may not listen yet:
+    one node's bus port handed to the next node as its port kills one of them); both are added
+    to ``taken``."""
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        if port + BUS_OFFSET < 65536 and _free(port + BUS_OFFSET):
+        bus = port + BUS_OFFSET
+        if bus < 65536 and not {port, bus} & taken and _free(bus):
+            taken.update((port, bus))
             return port
     raise RuntimeError("no free port pair (port, port + 10000) on 127.0.0.1")
 
@@ -80,6 +85,9 @@ class ClusterNodeProcess:
 
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, decode_responses=True)
+
+    def exited(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
 
     def answers(self) -> bool:
         try:
@@ -127,21 +135,34 @@ class LocalCluster:
 
     def start(self, timeout: float = 30.0) -> LocalCluster:
         self.broker = RedisServer(self.root / "broker").start()
+        taken = {self.broker.port, self.broker.port + BUS_OFFSET}
         for i in range(self.masters):
             self.nodes.append(
-                ClusterNodeProcess(self.root / f"node{i}", free_cluster_port(), self.binary).start()
+                ClusterNodeProcess(self.root / f"node{i}", free_cluster_port(taken), self.binary)
             )
         for i in range(self.masters):
             self.replicas.append(
                 [
                     ClusterNodeProcess(
-                        self.root / f"node{i}r{j}", free_cluster_port(), self.binary
-                    ).start()
+                        self.root / f"node{i}r{j}", free_cluster_port(taken), self.binary
+                    )
                     for j in range(self.replicas_per_master)
                 ]
             )
         every = [*self.nodes, *(r for rs in self.replicas for r in rs)]
-        wait_for(lambda: all(n.answers() for n in every), timeout, what="the nodes to start")
+        for node in every:
+            node.start()
+
+        def started() -> bool:
+            # a port another process took between the pick and the bind: that node exits at
+            # once ("Address already in use"); it starts again on a port of its own
+            for node in every:
+                if node.exited():
+                    node.port = free_cluster_port(taken)
+                    node.start()
+            return all(n.answers() for n in every)
+
+        wait_for(started, timeout, what="the nodes to start")
         # Distinct config epochs before the nodes meet, as redis-cli --cluster create sets them:
         # left equal, they are settled by collisions over gossip, and a TAKEOVER made before
         # that (the failover tests) can claim slots with an epoch no higher than their dead
