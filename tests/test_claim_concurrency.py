@@ -15,6 +15,7 @@ from support.at_once import at_once
 from support.checks import at, learned, register_fake_worker
 from support.completion import finish
 from support.partitions import pinned, suite_partitions
+from support.round_trips import command_calls
 
 from celery_app.checks.claiming import ClaimStop, RegionClaimer, promote_due
 from celery_app.checks.dispatch import Dispatcher
@@ -227,10 +228,6 @@ def finished(r, keys, store, job: str, now: float) -> None:
     )[0]
 
 
-def calls(r) -> dict[str, int]:
-    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
-
-
 def test_a_warm_claimer_reads_neither_the_tenant_sets_nor_the_worker_hashes_again(r, keys, store):
     ids = make_jobs(store, r, keys, 10)
     register_fake_worker(r, keys, "w1", region="eu", role="shared", concurrency=2)
@@ -240,10 +237,9 @@ def test_a_warm_claimer_reads_neither_the_tenant_sets_nor_the_worker_hashes_agai
     assert len(a.claim(T0 + 1, EXPIRY, batch=100, max_holds=100).claims) == 4  # reads in full
     for job in ids[:2]:
         finished(r, keys, store, job, T0 + 2)
-    before = calls(r)
+    before = command_calls(r)
     assert len(a.claim(T0 + 2, EXPIRY, batch=100, max_holds=100).claims) == 2
-    after = calls(r)
-    spent = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    spent = command_calls(r) - before
     # the cache's two checks (version, worker set size) and the leases in flight; the script
     # still reads each worker's hash itself (2 HMGETs) besides the 2 candidates' job hashes
     assert "smembers" not in spent, spent

@@ -8,6 +8,7 @@ import pytest
 from support.capacity import register_capacity
 from support.checks import at
 from support.partitions import pinned, suite_partitions
+from support.round_trips import command_calls
 from support.workers import claim_by_hand
 
 from celery_app.checks.claiming import promote_due
@@ -182,18 +183,12 @@ def test_with_nothing_waiting_the_completion_looks_at_no_ready_index(r, keys, ch
     """Spare capacity: the region's one EXISTS finds nothing ready or held, so the hand-off
     reads no ready index, and the refill is told so without a second look."""
     lease(r, keys, C1, LANE_SLOW)
-    before = r.info("commandstats")
+    before = command_calls(r)
     _handoff, done = complete(r, keys, lease_lane=LANE_SLOW)
-    after = r.info("commandstats")
-
-    def calls(name: str) -> int:
-        return after.get(f"cmdstat_{name}", {}).get("calls", 0) - before.get(
-            f"cmdstat_{name}", {}
-        ).get("calls", 0)
-
+    ran = command_calls(r) - before
     assert done.handed == "" and done.refill_needs[0][2] == 0
-    assert calls("exists") == 1
-    assert calls("zrange") == 1  # the first due job, for the refill; no ready top
+    assert ran["exists"] == 1
+    assert ran["zrange"] == 1  # the first due job, for the refill; no ready top
 
 
 def test_a_hand_off_makes_its_token_without_a_round_trip_and_never_twice(r, keys, checks):
@@ -204,14 +199,12 @@ def test_a_hand_off_makes_its_token_without_a_round_trip_and_never_twice(r, keys
     measured(r, keys, C2)
     promote(r, keys, checks)
     now_s = server_time(r)
-    before = r.info("commandstats")
+    before = command_calls(r)
     handoff, done = complete(r, keys, lease_lane=LANE_SLOW, now_s=now_s)
-    after = r.info("commandstats")
+    ran = command_calls(r) - before
     claim = handoff.claim_of(done.handed)
     assert claim is not None and claim.lease_token == handoff.token
-    assert after.get("cmdstat_time", {}).get("calls", 0) == before.get("cmdstat_time", {}).get(
-        "calls", 0
-    )
+    assert ran["time"] == 0
     assert handoff.token.endswith(".1")
     twin = Handoff(WORKER, REGION, LEASE_S, now=handoff.now)
     assert twin.token != handoff.token and twin.token == twin.token  # one per hand-off

@@ -8,6 +8,7 @@ import pytest
 from support.checks import at
 from support.partitions import suite_keys
 from support.polling import wait_for
+from support.round_trips import command_calls
 from support.workers import claim_by_hand
 
 from celery_app.checks.completion import Handoff, complete_as_read
@@ -158,4 +159,4 @@ def test_a_worker_run_reads_its_job_once(r, claim, make_app, run_worker, target,
 
 
 def calls(r, command: str) -> int:
-    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+    return command_calls(r)[command]

@@ -8,6 +8,8 @@ encoding and parsing plus kernel time); the tests assert the number and the benc
 
 from __future__ import annotations
 
+from collections import Counter
+
 import redis
 
 from celery_app.redis.scripts import lua_source
@@ -50,3 +52,10 @@ def preload_scripts(client: redis.Redis, *names: str) -> None:
     """Load scripts first, so a count does not include a first call's NOSCRIPT retry."""
     for name in names:
         client.script_load(lua_source(name))
+
+
+def command_calls(client: redis.Redis) -> Counter[str]:
+    """How many times the server has run each command (``INFO commandstats``, lower-case names,
+    the commands inside Lua included): two readings' difference is what ran between them."""
+    stats = client.info("commandstats")
+    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
