@@ -25,7 +25,7 @@
 --         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease), now (the
 --         Redis time the run's write was planned at: the handed lease runs from it), token
---         (the handed lease's token, made by the worker: Handoff.token says why)}}
+--         (the handed lease's token, made by the worker: claiming.lease_token_prefix says why)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
 -- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance
