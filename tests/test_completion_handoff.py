@@ -139,8 +139,11 @@ def test_nothing_is_handed_when_a_full_claim_must_weigh_it(r, keys, checks, why)
     r.zrem(keys.due(), f"{C3}@eu")
     promote(r, keys, checks)
     why(r, keys)
+    ready = r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True)
     _handoff, done = complete(r, keys)
     assert done.handed == "" and done.refill_needs[0][2] >= 1  # the refill claims it fully
+    # the candidate a fast slot popped is back, at its place and score
+    assert r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True) == ready
     assert read_job(r, keys, f"{C1}@eu").lease_token is None  # the run itself is written
     assert r.zcard(keys.leases(REGION, LANE_FAST)) == 0
 

@@ -56,20 +56,9 @@
 --#include lease
 local plan = cjson.decode(ARGV[1])
 
--- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
--- ``waiting``: how many of the region's ready fast, ready slow and held tenants exist.
-local function handoff(h, freed, now, waiting)
-  if freed == nil then return '' end
-  local best, score, lane = nil, nil, nil
-  local ready = 0  -- of the ready indexes read here, those not empty
-  for l = 0, freed do
-    local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
-    if top[1] then ready = ready + 1 end
-    if top[1] and (best == nil or tonumber(top[2]) < tonumber(score)) then
-      best, score, lane = top[1], top[2], l
-    end
-  end
-  if best == nil then return '' end
+-- Whether ``best`` (ready in ``lane`` at ``score``) may take the slot freed in lane ``freed``,
+-- and if so its lease, written: the hand-off's line, else ''. Its ready entry is the caller's.
+local function hand(h, freed, now, waiting, ready, best, score, lane)
   local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
   if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
   -- held tenants: what ``waiting`` counts past the ready indexes read (both, from a shared
@@ -93,9 +82,39 @@ local function handoff(h, freed, now, waiting)
   local token = h.token
   local expiry = string.format('%.6f', math.max(now, sa) + tonumber(h.lease_s))
   redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, expiry)
-  redis.call('ZREM', KEYS[9 + lane], best)
   redis.call('ZADD', KEYS[3 + claim_lane], expiry, best)
   return table.concat({best, v[2], score, v[3] or '0', claim_lane, token}, ' ')
+end
+
+-- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
+-- ``waiting``: how many of the region's ready fast, ready slow and held tenants exist.
+-- A fast slot takes fast work only, so its candidate is popped off the fast index at once (one
+-- command where a read and a removal were two) and put back, with its score, when the hand-off
+-- is refused; a shared slot weighs both tops first and removes the one it hands.
+local function handoff(h, freed, now, waiting)
+  if freed == nil then return '' end
+  local best, score, lane = nil, nil, nil
+  local ready = 0  -- of the ready indexes read here, those not empty
+  if freed == 0 then
+    local top = redis.call('ZPOPMIN', KEYS[9])
+    if top[1] then best, score, lane, ready = top[1], top[2], 0, 1 end
+  else
+    for l = 0, 1 do
+      local top = redis.call('ZRANGE', KEYS[9 + l], 0, 0, 'WITHSCORES')
+      if top[1] then ready = ready + 1 end
+      if top[1] and (best == nil or tonumber(top[2]) < tonumber(score)) then
+        best, score, lane = top[1], top[2], l
+      end
+    end
+  end
+  if best == nil then return '' end
+  local line = hand(h, freed, now, waiting, ready, best, score, lane)
+  if line == '' then
+    if freed == 0 then redis.call('ZADD', KEYS[9], score, best) end
+  elseif freed ~= 0 then
+    redis.call('ZREM', KEYS[9 + lane], best)
+  end
+  return line
 end
 
 local flat = redis.call('HGETALL', KEYS[1])
