@@ -26,9 +26,10 @@ so each is measured alone), in this process and with checkbeat's own functions:
   (``start_read.read_start``), then ``post_exec.record_outcome`` (the completion, ``complete.lua``,
   with its hand-off of the freed slot, else the refill when work waits). Twice: 3,000 checks
   on 64 slots (a backlog the hand-offs drain) and on 3,000 slots (spare capacity: beat claims
-  them all, a completion finds nothing waiting). Each message is taken with kombu's own
-  consumer without acks, as a check worker consumes (a BRPOP of the transport's event loop),
-  so the broker figure is a run's publish and its delivery.
+  them all, a completion finds nothing waiting). The worker's capacity is registered by
+  ``workers.roles.CapacityRegistration`` in this process, as a threads-pool worker does. Each
+  message is taken with kombu's own consumer without acks, as a check worker consumes (a BRPOP
+  of the transport's event loop), so the broker figure is a run's publish and its delivery.
 * cron path, per firing: ``fire`` (claim Lua with the pending record, publish, confirm), the
   worker's ``run_started`` (run key, ``cron_start.lua``) and ``run_finished``.
 
@@ -75,10 +76,10 @@ from celery_app.redis.pipelined_scripts import ScriptClient
 from celery_app.redis.schema import CronOutcome, Keys, check_queue
 from celery_app.settings import load_settings
 from scheduling_core import Params
-from tests.support.capacity import register_capacity
 from workers.outcome import RunOutcome
 from workers.post_exec import record_outcome
 from workers.probes.result import ProbeResult
+from workers.roles import CapacityRegistration, WorkerRole
 from workers.run_start import RunStart
 
 REGION = "local"
@@ -231,7 +232,11 @@ def _check_path(checks: int, slots: int, out: Any) -> dict[str, Any]:
             for i in range(checks)
         ]
         store.create_many(defs, now=from_unix(t0))
-        register_capacity(state, keys, WORKER, REGION, slots)
+        queues = tuple(check_queue(REGION, lane) for lane in ("fast", "slow"))
+        registration = CapacityRegistration(
+            state, keys, WORKER, WorkerRole("shared", REGION, queues, slots)
+        )
+        registration.start()
         dispatcher = Dispatcher(app, client=state)
         consumer = RunConsumer(app, Params.from_settings(settings))
         # the first run of every check (its lane measured, its state first counted): not
@@ -251,6 +256,7 @@ def _check_path(checks: int, slots: int, out: Any) -> dict[str, Any]:
         s_cpu = max(1e-9, s_cpu - idle_cpu_per_s * wall_s)  # the server's own idle ticks
         b_calls, b_net, _ = broker_meter.delta()
         consumer.close()
+        registration.stop()
         result = {
             "runs": runs,
             "slots": slots,

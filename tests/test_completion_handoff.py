@@ -54,8 +54,9 @@ def measured(r, keys, uid: str) -> None:
 
 
 def complete(
-    r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | None = None, now_s=None
-):
+    r, keys, uid: str = C1, worker: str = WORKER, lease_lane: int | None = None, now_s=None,
+    live: bool | None = None,
+):  # fmt: skip
     job_id = f"{uid}@{REGION}"
     h = r.hgetall(keys.job(job_id))
     job = JobState.from_hash(job_id, h)
@@ -65,7 +66,7 @@ def complete(
         exec_start=at(now_s), record=RunRecord(RunStatus.UP, REGION, finished_at=now_s),
     )  # fmt: skip
     guard = ReadGuard.of(h, r.get(keys.maintenance_version()))
-    handoff = Handoff(worker, REGION, LEASE_S, lease_lane, now=now_s)
+    handoff = Handoff(worker, REGION, LEASE_S, lease_lane, now=now_s, live=live)
     done = complete_as_read(r, keys, run, guard, handoff, results_maxlen=10)
     assert done is not None and done.written
     return handoff, done
@@ -211,3 +212,35 @@ def test_a_hand_off_makes_its_token_without_a_round_trip_and_never_twice(r, keys
     assert handoff.token.endswith(".1")
     twin = Handoff(WORKER, REGION, LEASE_S, now=handoff.now)
     assert twin.token != handoff.token and twin.token == twin.token  # one per hand-off
+
+
+def test_a_worker_that_knows_its_slots_live_sends_no_read_of_its_hash(r, keys, checks):
+    """A worker whose registration lives in the completing process says whether its slots
+    are live (``workers.roles.slots_known_live``): the hand-off then reads no worker hash, and
+    goes by what the worker said, even where its hash expired (a heartbeat that failed)."""
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
+    promote(r, keys, checks)
+    r.delete(keys.worker(WORKER))
+    before = command_calls(r)
+    handoff, done = complete(r, keys, live=True)
+    ran = command_calls(r) - before
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.job_id == f"{C2}@eu"
+    assert ran["hmget"] == 1  # the handed job's fields only
+    assert ran["zpopmin"] == 1 and ran["zrange"] == 0 and ran["zrem"] == 1  # c1's lease
+
+
+def test_a_worker_that_knows_a_slot_stuck_hands_nothing_and_pops_nothing(r, keys, checks):
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
+    promote(r, keys, checks)
+    ready = r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True)
+    before = command_calls(r)
+    _handoff, done = complete(r, keys, live=False)  # its hash says live: the worker knows better
+    ran = command_calls(r) - before
+    assert done.handed == "" and done.refill_needs[0][2] == 1
+    assert r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True) == ready
+    assert ran["zpopmin"] == 0 and ran["hmget"] == 0 and ran["zadd"] == 1  # c1's next tick

@@ -3,7 +3,9 @@ slots and keeps its capacity registered in Redis while it lives (real worker sub
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 
 import pytest
 import redis
@@ -11,7 +13,14 @@ from support.partitions import suite_keys
 from support.polling import wait_for
 
 from celery_app.settings import load_settings
-from workers.roles import RoleError, plan_role, role_from_queues
+from workers.roles import (
+    CapacityRegistration,
+    RoleError,
+    WorkerRole,
+    plan_role,
+    role_from_queues,
+    slots_known_live,
+)
 
 KEYS = suite_keys("cbtest")
 ENV = {
@@ -218,3 +227,41 @@ def test_a_check_worker_without_acks_fetches_only_into_free_slots(
     assert queued() == runs - slots  # the rest was not fetched into memory
     wait_for(lambda: target.hits("/delay/3000") == runs, 60, what="every run")
     assert queued() == 0
+
+
+def _in_a_forked_child(probe):
+    """``probe()`` run in a child forked from this process (as a prefork pool's are), returned."""
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # fork with threads running: the child only reads a dict
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        os.write(write, repr(probe()).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as answer:
+        return answer.read()
+
+
+def test_the_registering_process_knows_whether_its_slots_are_live(r):
+    """A completion hands its freed slot off only when the slot is live: the process keeping
+    the registration says so without Redis; a forked child, whose parent registers, and any
+    process after the warm shutdown's stop do not know (None: read the hash)."""
+    stuck = [0]
+    role = WorkerRole("shared", "eu", ("checks.eu.fast", "checks.eu.slow"), 4)
+    registration = CapacityRegistration(r, KEYS, "live@test", role, stuck=lambda: stuck[0])
+    assert slots_known_live("live@test") is None
+    registration.start()
+    try:
+        assert r.exists(KEYS.of_job("c1@eu").worker("live@test"))
+        assert slots_known_live("live@test") is True
+        assert slots_known_live("other@test") is None
+        stuck[0] = 1
+        assert slots_known_live("live@test") is False
+        stuck[0] = 0
+        assert _in_a_forked_child(lambda: slots_known_live("live@test")) == "None"
+    finally:
+        registration.stop()
+    assert slots_known_live("live@test") is None
+    assert not r.exists(KEYS.of_job("c1@eu").worker("live@test"))

@@ -66,6 +66,7 @@ from workers import run_start
 from workers.outcome import RunOutcome
 from workers.probes.result import ProbeResult
 from workers.refill_prefetch import HealthWithRefillNeeds
+from workers.roles import slots_known_live
 from workers.run_start import ProbeStart, RunStart
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ def record_outcome(app: Celery, outcome: RunOutcome, start: RunStart | None = No
                 lease_seconds(params, settings.lease_margin),
                 lease_lane=_lane_of(outcome.queue, region),
                 now=start.now(),  # the write is planned at this time too
+                live=slots_known_live(outcome.worker),
             )
             completed = _write_as_read(
                 client, keys, params, settings.results_history, outcome, start, planner, handoff

@@ -122,6 +122,22 @@ def role_from_queues(queues: Iterable[str], concurrency: int) -> WorkerRole | No
     return WorkerRole(role, region, tuple(sorted(check_queues)), concurrency)
 
 
+#: The registrations this process keeps alive: hostname -> (the pid that started it, it). A
+#: forked child inherits the dict, not the registration's thread: the pid tells them apart.
+_KEPT_HERE: dict[str, tuple[int, CapacityRegistration]] = {}
+
+
+def slots_known_live(hostname: str) -> bool | None:
+    """Whether ``hostname``'s slots are live (registered, no probe holding one past its
+    deadline) as this process knows it, when this process keeps its registration (a threads
+    or solo pool); None when it does not (a prefork pool's child: its parent registers), and
+    the worker's hash must be read. A completion asks this instead of reading the hash."""
+    kept = _KEPT_HERE.get(hostname)
+    if kept is None or kept[0] != os.getpid():
+        return None
+    return kept[1].stuck() == 0
+
+
 class CapacityRegistration:
     """Keeps one worker's hash alive in Redis from a daemon thread (start/stop)."""
 
@@ -199,6 +215,7 @@ class CapacityRegistration:
                 partitions,
             )  # fmt: skip
         self.beat()
+        _KEPT_HERE[self.hostname] = (os.getpid(), self)
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="checkbeat-capacity", daemon=True)
         self._thread.start()
@@ -212,6 +229,8 @@ class CapacityRegistration:
         )
 
     def stop(self) -> None:
+        if _KEPT_HERE.get(self.hostname, (0, None))[1] is self:
+            del _KEPT_HERE[self.hostname]  # first: no slot is handed off past this point
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.interval_s + 1)

@@ -61,7 +61,15 @@ class Handoff:
     read's ``TIME`` advanced by the worker's monotonic clock). The handed job's lease runs from
     it and the refill's cut-off is it, so the completion asks the server for no ``TIME`` of its
     own; it trails the server's by the start read's reply latency at most, which only makes a
-    lease end and a cut-off earlier, never a start early."""
+    lease end and a cut-off earlier, never a start early.
+
+    ``live``: whether the freed slot is a live one (the worker registered, no probe of it
+    holding a slot past its deadline), as the process that registered the worker knows it
+    (``workers.roles.slots_known_live``); None when this process does not keep the
+    registration (a prefork pool's child), and then the script reads the worker's hash. The
+    registering process knows better than its hash: the hash may have expired while the worker
+    runs (its heartbeat failed), and a warm shutdown stops the registration before it deletes
+    the hash."""
 
     worker: str
     region: str
@@ -69,6 +77,7 @@ class Handoff:
     lease_lane: int | None = None  # the lane of the queue the run came from, if known
     _: KW_ONLY
     now: float
+    live: bool | None = None
 
     @cached_property
     def token(self) -> str:
@@ -167,6 +176,8 @@ class CompleteCall:
                 "now": f"{handoff.now:.6f}",
                 "token": handoff.token,
             }
+            if handoff.live is not None:
+                plan["handoff"]["live"] = "1" if handoff.live else "0"
             if handoff.lease_lane is not None:
                 plan["lease_lane"] = str(handoff.lease_lane)
             script_keys += handoff.script_keys(keys)

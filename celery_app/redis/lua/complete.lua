@@ -25,7 +25,9 @@
 --         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
 --       handoff (absent = none; a worker's completion): {lease_s (a claim's lease), now (the
 --         Redis time the run's write was planned at: the handed lease runs from it), token
---         (the handed lease's token, made by the worker: claiming.lease_token_prefix says why)}}
+--         (the handed lease's token, made by the worker: claiming.lease_token_prefix says why),
+--         live (absent = read the worker's hash; '1'/'0': whether the freed slot is live, as
+--         the worker's registering process knows: checks.completion.Handoff says why)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
 -- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance
@@ -56,11 +58,17 @@
 --#include lease
 local plan = cjson.decode(ARGV[1])
 
+-- Whether the freed slot is a live one: the worker registered with no stuck slot (a slot held
+-- by a probe past its deadline), as its registering process said (h.live) or its hash says.
+local function slot_is_live(h)
+  if h.live then return h.live == '1' end
+  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
+  return w[1] ~= false and (tonumber(w[2]) or 0) == 0
+end
+
 -- Whether ``best`` (ready in ``lane`` at ``score``) may take the slot freed in lane ``freed``,
 -- and if so its lease, written: the hand-off's line, else ''. Its ready entry is the caller's.
 local function hand(h, freed, now, waiting, ready, best, score, lane)
-  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
-  if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
   -- held tenants: what ``waiting`` counts past the ready indexes read (both, from a shared
   -- slot), asked only when a fast slot's look leaves it open
   if waiting > ready and (freed == 1 or redis.call('EXISTS', KEYS[11]) == 1) then
@@ -92,7 +100,7 @@ end
 -- command where a read and a removal were two) and put back, with its score, when the hand-off
 -- is refused; a shared slot weighs both tops first and removes the one it hands.
 local function handoff(h, freed, now, waiting)
-  if freed == nil then return '' end
+  if freed == nil or not slot_is_live(h) then return '' end
   local best, score, lane = nil, nil, nil
   local ready = 0  -- of the ready indexes read here, those not empty
   if freed == 0 then
