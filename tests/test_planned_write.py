@@ -11,6 +11,7 @@ from support.polling import wait_for
 from support.round_trips import command_calls
 from support.workers import claim_by_hand
 
+from celery_app.checks.check_state import HealthUpdate
 from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
 from celery_app.checks.run_contract import RunRecord, RunStatus
@@ -18,6 +19,7 @@ from celery_app.checks.store import CheckStore
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.schema import JobField, check_queue, job_id
 from scheduling_core import Params
+from scheduling_core.health import State, region_step
 
 JOB = "c1@eu"
 TOKEN = "7.1"
@@ -42,7 +44,16 @@ def unregistered(now_s: float) -> Handoff:
     return Handoff("nobody@test", "eu", 60.0, now=now_s)
 
 
-def write(r, keys, job: JobState, guard: ReadGuard):
+def moved_to(state: State):
+    """The health step of a run pointing to ``state`` with thresholds of 1: the region moves
+    there at once (and the check's state is counted)."""
+    return lambda job, now: HealthUpdate(
+        uid="c1", tenant="acme", regions=("eu",), quorum=1, now=now.timestamp(),
+        region_health=region_step(job.health, state, 1, 1),
+    )  # fmt: skip
+
+
+def write(r, keys, job: JobState, guard: ReadGuard, health_of=None):
     now_s = job.scheduled_at + 0.2
     run = plan_completion(
         Params(),
@@ -53,6 +64,7 @@ def write(r, keys, job: JobState, guard: ReadGuard):
         timed_out=False,
         exec_start=at(now_s - 0.05),
         record=RunRecord(RunStatus.UP, "eu", finished_at=now_s),
+        health_of=health_of,
     )
     return complete_as_read(r, keys, run, guard, unregistered(now_s), results_maxlen=10)
 
@@ -80,9 +92,6 @@ def test_an_unchanged_job_is_written_and_the_refill_reads_see_the_write(r, keys,
         pytest.param(
             lambda r, k: r.hset(k.job(JOB), JobField.COST_EWMA_MS, "1e3"), id="same-length-value"
         ),
-        pytest.param(
-            lambda r, k: r.set(k.maintenance_version(), "w1"), id="maintenance-window-written"
-        ),
     ],
 )
 def test_a_job_or_window_changed_since_the_read_is_not_written(r, keys, started, change):
@@ -92,6 +101,31 @@ def test_a_job_or_window_changed_since_the_read_is_not_written(r, keys, started,
     assert write(r, keys, job, guard) is None
     assert r.hgetall(keys.job(JOB)) == before  # nothing written, the lease still held
     assert r.xlen(keys.results("c1")) == 0 and r.zscore(keys.due(), JOB) is None
+
+
+def test_a_window_written_since_holds_back_only_a_write_that_counts_the_checks_state(
+    r, keys, started
+):
+    """The windows decide something only when the run counts the check's state (a change held
+    or delivered): a window written since the plan's version sends that write back, and a
+    write that moves no state goes through (as if it had landed just before the window)."""
+    job, guard = started
+    assert write(r, keys, job, guard, moved_to(State.UP)).written  # the state's first count
+    claim_by_hand(r, keys, JOB, TOKEN)
+    job, guard = start_read(r, keys)
+    r.set(keys.maintenance_version(), "w1")
+    before = r.hgetall(keys.job(JOB))
+    assert write(r, keys, job, guard, moved_to(State.DOWN)) is None
+    assert r.hgetall(keys.job(JOB)) == before and r.xlen(keys.results("c1")) == 1
+    assert r.hget(keys.check_state("c1"), "o") == "up"
+    done = write(r, keys, job, guard, moved_to(State.UP))  # up, as it was: nothing counted
+    assert done is not None and done.written
+    assert read_job(r, keys, JOB).runs == 2 and r.xlen(keys.results("c1")) == 2
+    # planned with the version as it now is, the change is written
+    claim_by_hand(r, keys, JOB, TOKEN)
+    job, guard = start_read(r, keys)
+    done = write(r, keys, job, guard, moved_to(State.DOWN))
+    assert done is not None and done.written and done.transition is not None
 
 
 def test_values_are_compared_exactly_whatever_bytes_they_hold(r, keys, started):

@@ -16,6 +16,7 @@ from celery.signals import task_postrun
 from support.checks import RECORD_KEYS, results
 from support.partitions import suite_keys
 from support.polling import wait_for
+from support.round_trips import command_calls
 
 from celery_app.checks.jobs import read_job
 from celery_app.checks.run_contract import BadRunMessage, RunRequest
@@ -329,12 +330,36 @@ def test_only_the_current_leases_first_start_is_a_first_delivery(r, claim, make_
     assert r.get(KEYS.run_started(job, "tok-2")) == "celery-new"
 
 
+def test_a_start_read_asks_for_the_maintenance_version_at_most_once_a_refresh(r):
+    """The process plans with the maintenance version it last read; a start read asks for it
+    again only once that reading is ``VERSION_REFRESH_S`` old (one GET, not one per run)."""
+    from celery_app.checks.maintenance import VERSION_REFRESH_S
+    from celery_app.checks.start_read import read_start
+
+    job = "c@local"
+    keys = suite_keys(f"cbfresh{time.monotonic_ns()}").of_job(job)  # a version never read here
+
+    def planned_with() -> str | None:
+        return read_start(r, keys, job, "c", "tok", "celery-id", 60_000).maintenance_version
+
+    r.set(keys.maintenance_version(), "v1")
+    before, first = command_calls(r)["get"], time.monotonic()
+    assert planned_with() == "v1"
+    assert command_calls(r)["get"] - before == 1
+    r.set(keys.maintenance_version(), "v2")
+    before = command_calls(r)["get"]
+    assert planned_with() == "v1"  # the version as last read
+    assert command_calls(r)["get"] - before == 0
+    wait_for(lambda: planned_with() == "v2", 10, what="the version read again")
+    assert time.monotonic() - first >= VERSION_REFRESH_S
+
+
 def test_a_window_written_since_the_worker_last_read_the_version_holds_the_next_change(
     r, claim, make_app, run_worker, target, allow_private
 ):
-    """A run's write is planned with the maintenance version its process last saw (the start
-    read does not read it): a window written since sends the write back to read, and the
-    window holds the change."""
+    """A run's write is planned with the maintenance version its process last read (at most
+    ``VERSION_REFRESH_S`` ago): a window written since sends a write that changes the check's
+    state back to read, and the window holds the change."""
     from celery_app.checks.maintenance import WINDOWS, MaintenanceStore, validate_window
 
     app = make_app(allow_private_targets=True)

@@ -19,8 +19,9 @@ that got there first) writes nothing: idempotent per lease token.
 
 The write of a run that returned (or raised after its probe) is planned from its start read
 (``workers.run_start``) and made with the hand-off of the freed slot in one round trip
-(:func:`celery_app.checks.completion.complete_as_read`); when the job or the maintenance windows
-changed since that read, nothing is written and it is made as a killed run's is.
+(:func:`celery_app.checks.completion.complete_as_read`); when the job changed since that read,
+or the maintenance windows since the version it was planned with and the run counts the
+check's state, nothing is written and it is made as a killed run's is.
 """
 
 from __future__ import annotations
@@ -166,8 +167,8 @@ def _write_as_read(
     handoff: Handoff,
 ) -> Completed | None:
     """The write planned from the run's start read, with the hand-off of the freed slot, in
-    one round trip; None when the job or the maintenance windows changed since (nothing was
-    written)."""
+    one round trip; None when the job changed since, or the maintenance windows and the run
+    counts the check's state (nothing was written)."""
     planner.version = start.guard.maintenance_version or None  # '' = never written
     run = plan_completion(
         params,

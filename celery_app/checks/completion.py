@@ -9,9 +9,9 @@ object with named fields).
 
 A worker plans the write from what its run read when it started (``checks.start_read``): the
 job, with Redis's time advanced by the worker's monotonic clock, and the maintenance version
-its process last saw. Nothing but the run's own completion changes a leased job, so the plan
-holds unless an edit, a pause, a quorum transition, a window's hold on the check or a
-maintenance change came meanwhile; ``complete.lua`` checks that
+its process last read. Nothing but the run's own completion changes a leased job, so the plan
+holds unless an edit, a pause, a quorum transition, a window's hold on the check or (for a run
+that counts the check's state) a maintenance change came meanwhile; ``complete.lua`` checks that
 atomically (``jobs.ReadGuard``) and writes nothing when it finds one, and the worker reads again
 and plans again (:func:`finish_run_with_health`, also its write for a run with no start read:
 one killed by its hard time limit). The refill's reads ride on the same round trip, after the

@@ -331,10 +331,12 @@ _UNGUARDED = frozenset((JobField.LEASE_TOKEN, JobField.LEASE_EXPIRY))
 @dataclass(frozen=True)
 class ReadGuard:
     """What a write was planned from: the job hash as a run read it when it started, and the
-    maintenance version its process last saw. ``complete.lua`` writes only if both are
-    unchanged (the guard), so a worker can plan its write from that read and spend one round
-    trip after the probe, not two; an edit, pause, transition or a window's hold meanwhile, or
-    a window changed since the process last read the version, sends it back to read again."""
+    maintenance version its process last read. ``complete.lua`` writes only if the job is
+    unchanged, and the version too when the run counts the check's state (the windows decide
+    whether a change is held), so a worker can plan its write from that read and spend one
+    round trip after the probe, not two; an edit, pause, transition or a window's hold
+    meanwhile, or a window changed since the version the plan was made with, sends it back to
+    read again."""
 
     fields: dict[str, str]  # every field of the job but the lease's
     maintenance_version: str

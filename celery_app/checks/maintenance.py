@@ -11,6 +11,7 @@ tells ``complete.lua`` when the open window ends.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -166,16 +167,40 @@ def windows_for_check(client: Any, keys: Keys, uid: str, tenant: str) -> list[Wi
 #: Most (prefix, uid, tenant) entries a process caches before it starts over.
 MAX_CACHED = 100_000
 
+#: How long a process plans with the maintenance version it last read before a run's start
+#: read asks for it again: a window's change reaches the marks of runs that count no change of
+#: state within this. A run that counts the check's state is checked against the version as
+#: it is (``complete.lua``'s guard), whatever this process knows.
+VERSION_REFRESH_S = 1.0
+
 
 class WindowCache:
     """The windows of the checks this process completes, valid while the maintenance version
     (``Keys.maintenance_version``) it read them under is unchanged, and the newest version it
-    saw in each partition: a run's write is planned with that one, unread (``checks.start_read``),
-    and its guard (``complete.lua``) sends the run back to read it when it moved."""
+    saw in each partition: a run's write is planned with that one, read again by a start read
+    at most every ``VERSION_REFRESH_S`` (``checks.start_read``), and its guard
+    (``complete.lua``) sends a run that counts the check's state back to read it when it moved."""
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str], tuple[str, list[Window]]] = {}
         self._versions: dict[str, str | None] = {}  # Keys.maintenance_version -> its value
+        self._read_at: dict[str, float] = {}  # Keys.maintenance_version -> monotonic s
+
+    def version_due(self, keys: Keys) -> bool:
+        """Whether the version of ``keys``' partition is to be read again now; True also takes
+        the read on: the start reads of the same instant send one, not one each."""
+        name = keys.maintenance_version()
+        now = time.monotonic()
+        if now - self._read_at.get(name, float("-inf")) < VERSION_REFRESH_S:
+            return False
+        self._read_at[name] = now
+        return True
+
+    def version_read(self, keys: Keys, version: str | None) -> None:
+        """The version of ``keys``' partition, as just read."""
+        name = keys.maintenance_version()
+        self._versions[name] = version
+        self._read_at[name] = time.monotonic()
 
     def known_version(self, keys: Keys) -> str | None:
         """The maintenance version of ``keys``' partition as this process last read it (None:
@@ -187,7 +212,7 @@ class WindowCache:
     ) -> list[Window]:
         """The windows of check ``uid`` of ``tenant`` under ``version``, read now (None: no
         window was ever written)."""
-        self._versions[keys.maintenance_version()] = version
+        self.version_read(keys, version)
         if version is None:
             return []  # no window was ever written
         key = (keys.prefix, uid, tenant)

@@ -16,11 +16,15 @@ the run reads anyway; the process keeps the fields it read (:class:`KeptFields`)
 with the job while it keeps none, and again in a round trip of their own only when the job's
 digest is not the one kept (the check was edited since).
 
-Why no maintenance version: it changes when an operator edits a window, rarely, and the write
-planned from this read is guarded by it (``complete.lua``), so the worker plans with the version
-its window cache last saw (:meth:`~celery_app.checks.maintenance.WindowCache.known_version`);
-when that moved, the guard writes nothing and the worker reads it and plans again, once per
-change and process, instead of a read on every run.
+Why the maintenance version is read at most once a second per process: it changes when an
+operator edits a window, rarely, so the worker plans with the version its window cache last
+saw (:meth:`~celery_app.checks.maintenance.WindowCache.known_version`), and a start read asks
+for it again only when that reading is ``VERSION_REFRESH_S`` old. The windows decide two
+things: whether a change of the check's state is held or delivered, and whether the run's
+record is marked as run inside a window. The first is checked against the version as it is
+when the write lands (``complete.lua``'s guard: a moved version sends the write back to read
+the windows and plan again); the second goes by the version the plan was made with, as if the
+run had landed before the edit, and is current again within the refresh.
 
 Why Redis's time is not read here: the run starts on its tick on the server's clock, which the
 process keeps (``redis.clock.SERVER_CLOCK``: one ``TIME`` reading advanced by its monotonic
@@ -78,7 +82,7 @@ class StartRead:
     check_fields: CheckFields
     server_now: float  # Redis's time (Unix s) when the read was answered
     first_delivery: bool  # this lease is current and no delivery of it started before
-    # the version this process last saw (not read here: see the module's docstring)
+    # the version this process last read (within VERSION_REFRESH_S: see the module docstring)
     maintenance_version: str | None
 
     @property
@@ -144,9 +148,14 @@ def read_start(
     pipe.set(keys.run_started(job_id, lease_token), task_id, nx=True, px=marker_ttl_ms)
     if kept is None:
         pipe.hmget(check_key, *_PROBED)
+    version_due = WINDOWS.version_due(keys)
+    if version_due:
+        pipe.get(keys.maintenance_version())
     queued = queue_wait(pipe, client) if may_wait(client) else []
     replies = took_wait(pipe.execute(), queued, client, "a check run's start")
     now = SERVER_CLOCK.now(client)
+    if version_due:
+        WINDOWS.version_read(keys, replies.pop())
     job_hash: dict[str, str] = replies[0]
     current = job_hash.get(JobField.LEASE_TOKEN) == lease_token
     if replies[1] and not current:  # this message's own marker, of no current lease: undone

@@ -18,8 +18,8 @@
 --         tenant, uid, regions (list)},
 --       guard (absent = unguarded; a write planned from what the run read when it started,
 --         celery_app.checks.completion.ReadGuard): {count (the job's field count then),
---         fields {name: value} (every field but the lease's), maintenance (version then, '' =
---         unset)},
+--         fields {name: value} (every field but the lease's), maintenance (the version planned
+--         with, '' = unset: compared only when the run counts the check's state)},
 --       lease_lane (absent = unknown): the lane whose lease index holds the lease,
 --       run_ended (absent = no): a heartbeat's success or fail ping ended the run its start
 --         ping began (JOB.HEARTBEAT_STARTED is removed: a later ping is not timed from it),
@@ -30,8 +30,9 @@
 --         the worker's registering process knows: checks.completion.Handoff says why)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
--- check's ping or miss, always guarded); {-1} when the guard found the job or the maintenance
--- windows changed since the run read them (nothing written: read again, plan again); else
+-- check's ping or miss, always guarded); {-1} when the guard found the job changed since the
+-- run read it, or the maintenance windows changed since the plan's version when the run counts
+-- the check's state (nothing written: read again, plan again); else
 -- {1, the id of the transition this run made or ''}, and with a plan.handoff three more: the
 -- job handed the freed slot, "id scheduled_at effective_at cost_ewma_ms lane token" ('' =
 -- none), the plan's now as a TIME reply {seconds, micros}, and what a refill would find
@@ -141,7 +142,18 @@ if guard then
   for name, value in pairs(guard.fields) do
     if job[name] ~= value then return {-1} end
   end
-  if (redis.call('GET', KEYS[7]) or '') ~= guard.maintenance then return {-1} end
+end
+local health = plan.health
+local basis, recount = nil, false
+if health then
+  basis = health.quorum .. '|' .. table.concat(health.regions, ',')
+  recount = (job[JOB.HEALTH] or STATE.UP) ~= health.state or job[JOB.COUNTED] ~= basis
+    or job[JOB.HOLD] ~= nil
+end
+-- The windows only decide something here when the check's state is counted (a change held
+-- or delivered): only then must they be the ones the plan was made with.
+if guard and recount and (redis.call('GET', KEYS[7]) or '') ~= guard.maintenance then
+  return {-1}
 end
 local runs = tonumber(job[JOB.RUNS] or '0')
 if not runs or runs ~= math.floor(runs) or runs < 0 or runs > 1e15 then
@@ -165,13 +177,6 @@ for _, l in ipairs(hint and {hint, 1 - hint} or {0, 1}) do
     freed_lane = l
     break
   end
-end
-local health = plan.health
-local basis, recount = nil, false
-if health then
-  basis = health.quorum .. '|' .. table.concat(health.regions, ',')
-  recount = (job[JOB.HEALTH] or STATE.UP) ~= health.state or job[JOB.COUNTED] ~= basis
-    or job[JOB.HOLD] ~= nil
 end
 -- the lease is released in the same HSET (its fields emptied: see include/lease.lua)
 local fields = {JOB.COST_EWMA_MS, plan.cost, JOB.DELAY_EWMA_MS, plan.delay, JOB.EFFECTIVE_AT,
