@@ -44,7 +44,7 @@ COMMANDS = {
     "DEL", "EXISTS", "GET", "HDEL", "HEXISTS", "HGET", "HGETALL", "HINCRBY", "HLEN", "HMGET",
     "HSET", "HSETNX", "INCR", "LPUSH", "LTRIM", "PUBLISH", "SADD", "SET", "XX",
     "SISMEMBER", "SMEMBERS", "SREM", "XADD", "ZADD", "ZCARD", "ZMSCORE", "ZRANGE",
-    "ZRANGEBYSCORE", "ZREM", "ZSCORE", "TIME",
+    "ZRANGEBYSCORE", "ZREM", "ZSCORE", "ZPOPMIN", "TIME",
 }  # fmt: skip
 OTHER_LITERALS = {
     "WITHSCORES", "LIMIT", "MAXLEN", "NX", "PX", "*", "-inf",  # command options
