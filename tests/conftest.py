@@ -114,11 +114,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def checkbeat_environment() -> None:
     """Each test starts from the suite's CHECKBEAT_* variables and no others, and reads the
-    settings afresh: what an earlier test left behind (without monkeypatch) cannot leak in."""
+    settings (and the tenants with a bucket) afresh: what an earlier test left behind (without
+    monkeypatch) cannot leak in."""
+    from celery_app.checks.ratelimit import KNOWN_LIMITED
     from celery_app.settings import get_settings
 
     reset_checkbeat_environment(os.environ, SUITE_ENVIRONMENT)
     get_settings.cache_clear()
+    # a copy of another test's buckets, under the same key names in a flushed database
+    KNOWN_LIMITED.forget()
 
 
 @pytest.fixture(scope="session")

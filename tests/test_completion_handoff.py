@@ -4,6 +4,8 @@ full claim would weigh; otherwise nothing is handed and the reply says what wait
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from support.capacity import register_capacity
 from support.checks import at
@@ -14,6 +16,7 @@ from support.workers import claim_by_hand
 from celery_app.checks.claiming import promote_due
 from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
+from celery_app.checks.ratelimit import KNOWN_LIMITED, LIMITED_REFRESH_S
 from celery_app.checks.run_contract import RunRecord, RunStatus
 from celery_app.redis.clock import server_time
 from celery_app.redis.schema import JobField, WorkerField
@@ -244,3 +247,54 @@ def test_a_worker_that_knows_a_slot_stuck_hands_nothing_and_pops_nothing(r, keys
     assert done.handed == "" and done.refill_needs[0][2] == 1
     assert r.zrange(keys.ready(REGION, LANE_FAST), 0, -1, withscores=True) == ready
     assert ran["zpopmin"] == 0 and ran["hmget"] == 0 and ran["zadd"] == 1  # c1's next tick
+
+
+def ready_for_a_hand_off(r, keys, checks) -> None:
+    """c1 leased in the fast lane, c2 (measured) alone in the fast ready index."""
+    lease(r, keys, C1, LANE_FAST)
+    measured(r, keys, C2)
+    r.zrem(keys.due(), f"{C3}@eu")
+    promote(r, keys, checks)
+
+
+def test_a_fresh_copy_of_the_tenants_with_a_bucket_stands_for_the_lookup(r, keys, checks):
+    """The process's copy of the tenants with a bucket, read within LIMITED_REFRESH_S, is what
+    the hand-off goes by: no SISMEMBER; an older copy is not used."""
+    ready_for_a_hand_off(r, keys, checks)
+    KNOWN_LIMITED.read(keys, {"acme"}, time.monotonic())  # Redis's set is empty
+    before = command_calls(r)
+    _handoff, done = complete(r, keys)
+    assert done.handed == "" and (command_calls(r) - before)["sismember"] == 0
+    # a copy as old as the bound: Redis is asked (acme has no bucket there), and it hands off
+    KNOWN_LIMITED.read(keys, {"acme"}, time.monotonic() - LIMITED_REFRESH_S)
+    lease(r, keys, C3, LANE_FAST)
+    before = command_calls(r)
+    handoff, done = complete(r, keys, C3)
+    ran = command_calls(r) - before
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.job_id == f"{C2}@eu"
+    assert ran["sismember"] == 1 and ran["smembers"] == 1  # and the copy is read again
+    assert KNOWN_LIMITED.fresh(keys) == frozenset()
+
+
+def test_the_copy_is_read_on_the_completions_round_trip_once_per_refresh(r, keys, checks):
+    r.sadd(keys.rate_limited_tenants(), "other")
+    ready_for_a_hand_off(r, keys, checks)
+    assert KNOWN_LIMITED.fresh(keys) is None  # none yet: ask Redis, read it for the next
+    before = command_calls(r)
+    handoff, done = complete(r, keys)
+    ran = command_calls(r) - before
+    assert handoff.claim_of(done.handed) is not None
+    assert ran["sismember"] == 1 and ran["smembers"] == 1
+    assert KNOWN_LIMITED.fresh(keys) == frozenset({"other"})
+    r.sadd(keys.rate_limited_tenants(), "acme")  # a bucket set since: within the bound
+    lease(r, keys, C3, LANE_FAST)
+    measured(r, keys, C1)
+    r.zadd(keys.ready(REGION, LANE_FAST), {f"{C1}@eu": checks})
+    before = command_calls(r)
+    handoff, done = complete(r, keys, C3)
+    ran = command_calls(r) - before
+    assert ran["sismember"] == 0 and ran["smembers"] == 0
+    # the copy stands until its refresh: a bucket reaches the hand-offs within the bound
+    claim = handoff.claim_of(done.handed)
+    assert claim is not None and claim.job_id == f"{C1}@eu"

@@ -3,7 +3,10 @@
 Random sequences of store writes (create, update of tenant / regions / period / weight /
 target, disable, enable, delete), rate limits on and off, dispatcher ticks (some whose publish
 fails), worker completions (on time, on time followed by the worker's refill of the freed slot
-through ``refill_after_run``, late, after the lease was reaped), runs abandoned before their
+through ``refill_after_run``, on time planned from the start read and handing the freed slot to
+the region's next ready job in the same call (``completion.complete_as_read``, its slot's
+liveness known to the worker, or not, or read from its hash), late, after the lease was
+reaped), runs abandoned before their
 probe (``checks.abandon``: live, or after their lease was reaped), reaps, reconciles and a loss
 of every job and index key followed by a reconcile. After every step the invariants are
 read straight from Redis:
@@ -33,7 +36,9 @@ or its tenant's rate limit was cleared. A successful tick at ``now > anchor + pe
 interval`` must find the job leased, or held when its tenant has a rate limit. (Placement puts
 the job at its next aligned tick, at most one period away; a claim's lease is reaped by the
 first tick at or after its expiry; a held job waits for tokens, which the tiny bucket makes
-arbitrarily slow, so held is as good as claimed while the limit is on.)
+arbitrarily slow, so held is as good as claimed while the limit is on.) Half the examples run
+on one slot per region and partition, so work waits in ready and completions hand slots off;
+those owe no job a run within its period, and check every other invariant.
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ from support.partitions import Ticks, dispatchers
 
 from celery_app.checks import dispatch
 from celery_app.checks.abandon import Abandoned, abandon_run
+from celery_app.checks.completion import Handoff, complete_as_read
 from celery_app.checks.dispatch import refill_after_run
-from celery_app.checks.jobs import read_job
+from celery_app.checks.jobs import JobState, ReadGuard, plan_completion, read_job
 from celery_app.checks.ratelimit import clear_rate_limit, set_rate_limit
 from celery_app.checks.repair import repair
 from celery_app.checks.store import CheckStore
@@ -127,6 +133,9 @@ class Model:
     live: dict[str, Claimed] = field(default_factory=dict)  # job id -> its outstanding claim
     refused: list[Claimed] = field(default_factory=list)  # claims that must be refused
     limited: set[str] = field(default_factory=set)
+    # each region's worker has one slot per partition: work waits in ready, and completions
+    # hand their slots off; no job is then owed a run within its period
+    short: bool = False
 
 
 def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBasedStateMachine]:
@@ -225,6 +234,8 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
                 self.m.anchor[j] = self.m.now
 
         def _check_liveness(self, now: float) -> None:
+            if self.m.short:
+                return  # more due than slots: a job waits its turn past its period
             slack = self.lease_s + self.interval + 1.0
             for uid, check in self.m.checks.items():
                 if not check.enabled:
@@ -305,9 +316,18 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             )[0]
 
         # --- store writes ---------------------------------------------------------------------
-        @initialize(tenant=st.sampled_from(TENANTS), limited=st.booleans())
-        def first_checks(self, tenant, limited):
-            """Two checks of one tenant due every 10 s, maybe over a one-token bucket."""
+        @initialize(tenant=st.sampled_from(TENANTS), limited=st.booleans(), short=st.booleans())
+        def first_checks(self, tenant, limited, short):
+            """Two checks of one tenant due every 10 s, maybe over a one-token bucket, maybe
+            on one slot per region and partition (``Model.short``)."""
+            if short:
+                self.m.short = True
+                for part in keys.every_partition():
+                    for region in REGIONS:
+                        register_fake_worker(
+                            client, part, f"w-{region}", region=region, role="shared",
+                            concurrency=1, ttl=None,
+                        )  # fmt: skip
             self.create("c0", tenant, REGIONS, 10)
             self.create("c1", tenant, ("eu",), 10)
             if limited:
@@ -499,6 +519,46 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
                 )
             except Exception as exc:
                 raise AssertionError(f"the refill at {self.m.now} raised {exc!r}") from exc
+            published = [m.kwargs for m in self.publisher.messages[sent:]]
+            assert count == len(published)
+            self._record_claims([(k["job_id"], region, k["lease_token"]) for k in published])
+
+        @precondition(lambda self: any(c.expiry > self.m.now for c in self.m.live.values()))
+        @rule(
+            data=st.data(),
+            run_s=st.sampled_from([0.0, 4.0]),
+            live=st.sampled_from([None, True, False]),
+        )
+        def complete_handing_off(self, data, run_s, live):
+            """The worker's path with a start read (``workers.post_exec``): the write planned
+            from the job as the run read it hands the freed slot, in the same call, to the
+            region's next ready job when a full claim would weigh nothing (``live``: whether
+            the slot is live as the registering process knows it; None: the worker's hash
+            says); else the refill claims, as after ``complete_on_time``."""
+            on_time = sorted(j for j, c in self.m.live.items() if c.expiry > self.m.now)
+            j = data.draw(st.sampled_from(on_time))
+            claim = self.m.live.pop(j)
+            self.m.now = max(self.m.now, min(self.m.now + run_s, claim.expiry - 0.1))
+            part = keys.of_job(j)
+            h = client.hgetall(part.job(j))
+            guard = ReadGuard.of(h, client.get(part.maintenance_version()))
+            run = plan_completion(
+                self.store.params, JobState.from_hash(j, h), claim.token, now=at(self.m.now),
+                duration_ms=20.0, timed_out=False, exec_start=at(self.m.now),
+            )  # fmt: skip
+            region = j.rpartition("@")[2]
+            handoff = Handoff(f"w-{region}", region, self.lease_s, now=self.m.now, live=live)
+            done = complete_as_read(client, part, run, guard, handoff, results_maxlen=10)
+            assert done is not None and done.written, f"{j} refused on time"
+            self.m.anchor[j] = self.m.now
+            handed = handoff.claim_of(done.handed)
+            if handed is not None:
+                assert handed.job_id != j and live is not False
+                self._record_claims([(handed.job_id, region, handed.lease_token)])
+                return
+            sent = len(self.publisher.messages)
+            self.publisher.fail = False
+            count = refill_after_run(app, region, self.m.now, partition=part.partition)
             published = [m.kwargs for m in self.publisher.messages[sent:]]
             assert count == len(published)
             self._record_claims([(k["job_id"], region, k["lease_token"]) for k in published])

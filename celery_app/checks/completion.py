@@ -21,6 +21,7 @@ write. The reaper writes the runs it finds lost in one round trip (:func:`comple
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
@@ -41,6 +42,7 @@ from celery_app.checks.jobs import (
     plan_completion,
     to_unix,
 )
+from celery_app.checks.ratelimit import KNOWN_LIMITED
 from celery_app.checks.run_contract import RunRecord
 from celery_app.redis.clock import from_time_reply
 from celery_app.redis.replication import queue_wait, took_wait
@@ -138,7 +140,10 @@ class CompleteCall:
         handoff: Handoff | None = None,
         *,
         run_ended: bool = False,
+        limited: frozenset[str] | None = None,
     ) -> CompleteCall:
+        """``limited``: the region's tenants with a bucket as the process knows them, fresh
+        (``ratelimit.KNOWN_LIMITED``), for the hand-off; None: the script asks Redis."""
         uid, region = split_job_id(run.job_id)
         state = run.state
         plan: dict[str, Any] = {
@@ -178,6 +183,8 @@ class CompleteCall:
             }
             if handoff.live is not None:
                 plan["handoff"]["live"] = "1" if handoff.live else "0"
+            if limited is not None:  # a JSON object: the script looks a tenant up in it
+                plan["handoff"]["limited"] = dict.fromkeys(sorted(limited), 1)
             if handoff.lease_lane is not None:
                 plan["lease_lane"] = str(handoff.lease_lane)
             script_keys += handoff.script_keys(keys)
@@ -218,11 +225,18 @@ def complete_as_read(
     """Write ``run`` if the job and the maintenance version are as ``guard`` read them, and
     hand the freed slot off, in one round trip; None when the guard refused (nothing
     written, nothing handed)."""
+    limited = KNOWN_LIMITED.fresh(keys)
     pipe = client.pipeline(transaction=False)
-    CompleteCall.of(keys, run, results_maxlen, guard, handoff).queue(pipe)
+    CompleteCall.of(keys, run, results_maxlen, guard, handoff, limited=limited).queue(pipe)
+    refresh = limited is None and KNOWN_LIMITED.due(keys)
+    if refresh:  # for the completions after this one
+        sent = time.monotonic()
+        pipe.smembers(keys.rate_limited_tenants())
     # Replicated before the slot is refilled: a completion lost in a failover runs its tick again.
     queued = queue_wait(pipe, client)
-    (reply,) = took_wait(pipe.execute(), queued, client, "a check completion")
+    reply, *rest = took_wait(pipe.execute(), queued, client, "a check completion")
+    if refresh:
+        KNOWN_LIMITED.read(keys, rest[0], sent)
     done = completion_reply(reply)
     if done is None:
         return None

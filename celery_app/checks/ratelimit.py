@@ -16,12 +16,16 @@ spread evenly by the uid hash each partition's share matches its share of the de
 Every tenant with a bucket is in ``Keys.rate_limited_tenants`` (written in the bucket's own
 transaction, with ``Keys.claim_tenants_version`` moved so claimers read the set again): the
 claim declares those buckets in its KEYS, and treats any other tenant as unlimited. A bucket
-written around this module is found by the repair (:func:`index_rate_limits`).
+written around this module is found by the repair (:func:`index_rate_limits`). A completion's
+hand-off of its freed slot (``complete.lua``) takes no job of a tenant in the set, by the copy
+its process read within ``LIMITED_REFRESH_S`` (:class:`LimitedTenantsCache`): a new bucket
+reaches the hand-offs within that, the claims at once.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import redis
@@ -117,6 +121,56 @@ def clear_rate_limit(client: redis.Redis, keys: Keys, tenant: str) -> bool:
         deleted, _, _ = pipe.execute()
         found = found or bool(deleted)
     return found
+
+
+#: How old a process's copy of a partition's rate-limited tenants may be for a hand-off to go
+#: by it: a bucket set applies to the completions' hand-offs within this (to claims at once).
+LIMITED_REFRESH_S = 1.0
+#: Most tenants a copy is kept of: past that the hand-off asks Redis for its one tenant.
+MAX_KEPT_LIMITED = 256
+
+
+class LimitedTenantsCache:
+    """The tenants with a bucket (``Keys.rate_limited_tenants``) as this process last read
+    them, per partition. A completion's hand-off takes a job only of a tenant without one
+    (``complete.lua``); the set changes when an operator sets or clears a bucket, rarely, so
+    the completion sends the copy when it is fresh instead of asking Redis on every hand-off,
+    and reads the set again on its own round trip when it is not."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[float, frozenset[str] | None]] = {}  # key -> (read at, set)
+        self._asked: dict[str, float] = {}  # key -> when a read of it was last queued
+
+    def fresh(self, keys: Keys) -> frozenset[str] | None:
+        """The copy of ``keys``' partition when read within ``LIMITED_REFRESH_S`` and small
+        enough to send, else None (ask Redis)."""
+        read_at, tenants = self._kept.get(keys.rate_limited_tenants(), (float("-inf"), None))
+        return tenants if time.monotonic() - read_at < LIMITED_REFRESH_S else None
+
+    def due(self, keys: Keys) -> bool:
+        """Whether to read the set again now; True also takes the read on, so completions of
+        the same instant queue one read, not one each."""
+        name = keys.rate_limited_tenants()
+        now = time.monotonic()
+        last = max(self._kept.get(name, (float("-inf"), None))[0], self._asked.get(name, 0.0))
+        if now - last < LIMITED_REFRESH_S:
+            return False
+        self._asked[name] = now
+        return True
+
+    def read(self, keys: Keys, tenants: set[str], read_at: float) -> None:
+        """The set as read at ``read_at`` (monotonic s: when the read was sent)."""
+        kept = frozenset(tenants) if len(tenants) <= MAX_KEPT_LIMITED else None
+        self._kept[keys.rate_limited_tenants()] = (read_at, kept)
+
+    def forget(self) -> None:
+        """Drop every copy (tests that write buckets between runs of one process)."""
+        self._kept.clear()
+        self._asked.clear()
+
+
+#: The process's copy (completions run on many threads; a dict read or write is atomic).
+KNOWN_LIMITED = LimitedTenantsCache()
 
 
 def index_rate_limits(client: redis.Redis, keys: Keys) -> list[str]:

@@ -27,7 +27,9 @@
 --         Redis time the run's write was planned at: the handed lease runs from it), token
 --         (the handed lease's token, made by the worker: claiming.lease_token_prefix says why),
 --         live (absent = read the worker's hash; '1'/'0': whether the freed slot is live, as
---         the worker's registering process knows: checks.completion.Handoff says why)}}
+--         the worker's registering process knows: checks.completion.Handoff says why),
+--         limited (absent = read H+4; {tenant: 1}: the tenants with a bucket, as the worker's
+--         process read them within checks.ratelimit.LIMITED_REFRESH_S)}}
 -- Returns {0} when the lease is no longer ours (reaped, deleted, re-claimed): a token completes
 -- a job at most once (a plan without a token completes a job that holds no lease: a heartbeat
 -- check's ping or miss, always guarded); {-1} when the guard found the job changed since the
@@ -87,7 +89,10 @@ local function hand(h, freed, now, waiting, ready, best, score, lane)
     if freed == 0 then return '' end
     claim_lane = 1
   end
-  if redis.call('SISMEMBER', KEYS[12], v[1]) == 1 then return '' end
+  local limited
+  if h.limited then limited = h.limited[v[1]] ~= nil
+  else limited = redis.call('SISMEMBER', KEYS[12], v[1]) == 1 end
+  if limited then return '' end
   local token = h.token
   local expiry = string.format('%.6f', math.max(now, sa) + tonumber(h.lease_s))
   redis.call('HSET', key, JOB.LEASE_TOKEN, token, JOB.LEASE_EXPIRY, expiry)
