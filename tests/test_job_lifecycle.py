@@ -156,14 +156,18 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             self.lease_s = self.dispatchers[0].lease_s
             self.interval = self.dispatchers[0].interval
             self.m = Model()
+            self._register_workers(50)
+
+        # --- helpers --------------------------------------------------------------------------
+        def _register_workers(self, slots: int) -> None:
+            """One shared worker per region, ``slots`` slots in each partition."""
             for part in keys.every_partition():
                 for region in REGIONS:
                     register_fake_worker(
                         client, part, f"w-{region}", region=region, role="shared",
-                        concurrency=50, ttl=None,
+                        concurrency=slots, ttl=None,
                     )  # fmt: skip
 
-        # --- helpers --------------------------------------------------------------------------
         def _when(self):
             return at(self.m.now)
 
@@ -322,12 +326,7 @@ def _lifecycle_machine(client: redis.Redis, cfg: Settings, app) -> type[RuleBase
             on one slot per region and partition (``Model.short``)."""
             if short:
                 self.m.short = True
-                for part in keys.every_partition():
-                    for region in REGIONS:
-                        register_fake_worker(
-                            client, part, f"w-{region}", region=region, role="shared",
-                            concurrency=1, ttl=None,
-                        )  # fmt: skip
+                self._register_workers(1)
             self.create("c0", tenant, REGIONS, 10)
             self.create("c1", tenant, ("eu",), 10)
             if limited:
