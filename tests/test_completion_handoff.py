@@ -298,3 +298,16 @@ def test_the_copy_is_read_on_the_completions_round_trip_once_per_refresh(r, keys
     # the copy stands until its refresh: a bucket reaches the hand-offs within the bound
     claim = handoff.claim_of(done.handed)
     assert claim is not None and claim.job_id == f"{C1}@eu"
+
+
+def test_a_fast_slot_with_nothing_fast_ready_reads_no_worker_hash(r, keys, checks):
+    """The worker's hash (read when its registering process is another: a prefork child) is
+    asked only once there is a candidate: slow work alone waiting costs a fast slot one pop."""
+    lease(r, keys, C1, LANE_FAST)
+    r.zrem(keys.due(), f"{C2}@eu", f"{C3}@eu")
+    r.zadd(keys.ready(REGION, LANE_SLOW), {f"{C2}@eu": checks})
+    before = command_calls(r)
+    _handoff, done = complete(r, keys)
+    ran = command_calls(r) - before
+    assert done.handed == "" and done.refill_needs[0][2] == 1  # the slow one, for the refill
+    assert ran["zpopmin"] == 1 and ran["hmget"] == 0

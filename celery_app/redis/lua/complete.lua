@@ -61,17 +61,16 @@
 --#include lease
 local plan = cjson.decode(ARGV[1])
 
--- Whether the freed slot is a live one: the worker registered with no stuck slot (a slot held
--- by a probe past its deadline), as its registering process said (h.live) or its hash says.
-local function slot_is_live(h)
-  if h.live then return h.live == '1' end
-  local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
-  return w[1] ~= false and (tonumber(w[2]) or 0) == 0
-end
-
 -- Whether ``best`` (ready in ``lane`` at ``score``) may take the slot freed in lane ``freed``,
 -- and if so its lease, written: the hand-off's line, else ''. Its ready entry is the caller's.
 local function hand(h, freed, now, waiting, ready, best, score, lane)
+  -- the freed slot is a live one: the worker registered with no stuck slot (one held by a
+  -- probe past its deadline), as its registering process said (h.live, '0' refused before
+  -- anything was read) or, when that process is not this one, its hash says
+  if not h.live then
+    local w = redis.call('HMGET', KEYS[8], WORKER.CONCURRENCY, WORKER.STUCK)
+    if not w[1] or (tonumber(w[2]) or 0) > 0 then return '' end
+  end
   -- held tenants: what ``waiting`` counts past the ready indexes read (both, from a shared
   -- slot), asked only when a fast slot's look leaves it open
   if waiting > ready and (freed == 1 or redis.call('EXISTS', KEYS[11]) == 1) then
@@ -106,7 +105,7 @@ end
 -- command where a read and a removal were two) and put back, with its score, when the hand-off
 -- is refused; a shared slot weighs both tops first and removes the one it hands.
 local function handoff(h, freed, now, waiting)
-  if freed == nil or not slot_is_live(h) then return '' end
+  if freed == nil or h.live == '0' then return '' end
   local best, score, lane = nil, nil, nil
   local ready = 0  -- of the ready indexes read here, those not empty
   if freed == 0 then
