@@ -11,7 +11,6 @@ tells ``complete.lua`` when the open window ends.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +27,7 @@ from celery_app.checks.scoped_store import (
     validated_scope,
 )
 from celery_app.errors import CheckFieldError
+from celery_app.redis.kept import KeptReadings
 from celery_app.redis.schema import Keys
 from scheduling_core import CronError, Schedule, parse
 from scheduling_core.health import MAX_WINDOW, MIN_WINDOW, next_window_start, window_end
@@ -183,29 +183,22 @@ class WindowCache:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str], tuple[str, list[Window]]] = {}
-        self._versions: dict[str, str | None] = {}  # Keys.maintenance_version -> its value
-        self._read_at: dict[str, float] = {}  # Keys.maintenance_version -> monotonic s
+        # Keys.maintenance_version -> its value (None: unset)
+        self._versions: KeptReadings[str | None] = KeptReadings(VERSION_REFRESH_S)
 
     def version_due(self, keys: Keys) -> bool:
-        """Whether the version of ``keys``' partition is to be read again now; True also takes
-        the read on: the start reads of the same instant send one, not one each."""
-        name = keys.maintenance_version()
-        now = time.monotonic()
-        if now - self._read_at.get(name, float("-inf")) < VERSION_REFRESH_S:
-            return False
-        self._read_at[name] = now
-        return True
+        """Whether the version of ``keys``' partition is to be read again now
+        (:meth:`KeptReadings.due`)."""
+        return self._versions.due(keys.maintenance_version())
 
-    def version_read(self, keys: Keys, version: str | None) -> None:
-        """The version of ``keys``' partition, as just read."""
-        name = keys.maintenance_version()
-        self._versions[name] = version
-        self._read_at[name] = time.monotonic()
+    def version_read(self, keys: Keys, version: str | None, read_at: float | None = None) -> None:
+        """The version of ``keys``' partition, as read at ``read_at`` (default now)."""
+        self._versions.read(keys.maintenance_version(), version, read_at)
 
     def known_version(self, keys: Keys) -> str | None:
         """The maintenance version of ``keys``' partition as this process last read it (None:
         unset, or never read here)."""
-        return self._versions.get(keys.maintenance_version())
+        return self._versions.last(keys.maintenance_version())
 
     def windows(
         self, client: Any, keys: Keys, uid: str, tenant: str, version: str | None

@@ -25,13 +25,13 @@ reaches the hand-offs within that, the claims at once.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import redis
 
 from celery_app.errors import CheckFieldError
 from celery_app.names import TENANT_RULE, is_tenant
+from celery_app.redis.kept import KeptReadings
 from celery_app.redis.schema import BucketField, Keys
 
 #: Bounds of a bucket. A rate may be a fraction (0.5 = one run every two minutes); a burst below
@@ -135,38 +135,32 @@ class LimitedTenantsCache:
     them, per partition. A completion's hand-off takes a job only of a tenant without one
     (``complete.lua``); the set changes when an operator sets or clears a bucket, rarely, so
     the completion sends the copy when it is fresh instead of asking Redis on every hand-off,
-    and reads the set again on its own round trip when it is not."""
+    and reads the set again on its own round trip when it is not.
+
+    Not the claimer's copy (``claiming._Cached.limited``): that one is checked against the
+    tenant sets' version on every claim, and carries no age; a worker whose slots are handed
+    off claims rarely, so its claimer's copy may be any age."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, tuple[float, frozenset[str] | None]] = {}  # key -> (read at, set)
-        self._asked: dict[str, float] = {}  # key -> when a read of it was last queued
+        self._kept: KeptReadings[frozenset[str] | None] = KeptReadings(LIMITED_REFRESH_S)
 
     def fresh(self, keys: Keys) -> frozenset[str] | None:
         """The copy of ``keys``' partition when read within ``LIMITED_REFRESH_S`` and small
         enough to send, else None (ask Redis)."""
-        read_at, tenants = self._kept.get(keys.rate_limited_tenants(), (float("-inf"), None))
-        return tenants if time.monotonic() - read_at < LIMITED_REFRESH_S else None
+        return self._kept.fresh(keys.rate_limited_tenants())[1]
 
     def due(self, keys: Keys) -> bool:
-        """Whether to read the set again now; True also takes the read on, so completions of
-        the same instant queue one read, not one each."""
-        name = keys.rate_limited_tenants()
-        now = time.monotonic()
-        last = max(self._kept.get(name, (float("-inf"), None))[0], self._asked.get(name, 0.0))
-        if now - last < LIMITED_REFRESH_S:
-            return False
-        self._asked[name] = now
-        return True
+        """Whether to read the set again now (:meth:`KeptReadings.due`)."""
+        return self._kept.due(keys.rate_limited_tenants())
 
     def read(self, keys: Keys, tenants: set[str], read_at: float) -> None:
         """The set as read at ``read_at`` (monotonic s: when the read was sent)."""
         kept = frozenset(tenants) if len(tenants) <= MAX_KEPT_LIMITED else None
-        self._kept[keys.rate_limited_tenants()] = (read_at, kept)
+        self._kept.read(keys.rate_limited_tenants(), kept, read_at)
 
     def forget(self) -> None:
         """Drop every copy (tests that write buckets between runs of one process)."""
-        self._kept.clear()
-        self._asked.clear()
+        self._kept.forget()
 
 
 #: The process's copy (completions run on many threads; a dict read or write is atomic).

@@ -45,6 +45,7 @@ it would place the tick in the past and run again at once.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,12 +151,13 @@ def read_start(
         pipe.hmget(check_key, *_PROBED)
     version_due = WINDOWS.version_due(keys)
     if version_due:
+        sent = time.monotonic()  # its age counts from here: the WAIT below may block
         pipe.get(keys.maintenance_version())
     queued = queue_wait(pipe, client) if may_wait(client) else []
     replies = took_wait(pipe.execute(), queued, client, "a check run's start")
     now = SERVER_CLOCK.now(client)
     if version_due:
-        WINDOWS.version_read(keys, replies.pop())
+        WINDOWS.version_read(keys, replies.pop(), sent)
     job_hash: dict[str, str] = replies[0]
     current = job_hash.get(JobField.LEASE_TOKEN) == lease_token
     if replies[1] and not current:  # this message's own marker, of no current lease: undone
