@@ -203,6 +203,7 @@ def _check_path(checks: int, slots: int, out: Any) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="checkbeat-scale-"))
     state_server = RedisServer(tmp / "state").start()
     broker_server = RedisServer(tmp / "broker").start()
+    registration: CapacityRegistration | None = None
     try:
         settings = load_settings(
             redis_url=state_server.url(0),
@@ -256,7 +257,6 @@ def _check_path(checks: int, slots: int, out: Any) -> dict[str, Any]:
         s_cpu = max(1e-9, s_cpu - idle_cpu_per_s * wall_s)  # the server's own idle ticks
         b_calls, b_net, _ = broker_meter.delta()
         consumer.close()
-        registration.stop()
         result = {
             "runs": runs,
             "slots": slots,
@@ -273,6 +273,8 @@ def _check_path(checks: int, slots: int, out: Any) -> dict[str, Any]:
         _print_check_path(result, checks, b_calls, out)
         return result
     finally:
+        if registration is not None:  # its heartbeat thread, before the server goes
+            registration.stop()
         broker_server.stop()
         state_server.stop()
 

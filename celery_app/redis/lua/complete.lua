@@ -102,8 +102,8 @@ end
 -- The hand-off (see above): the line of the job given the slot freed in lane ``freed``, or ''.
 -- ``waiting``: how many of the region's ready fast, ready slow and held tenants exist.
 -- A fast slot takes fast work only, so its candidate is popped off the fast index at once (one
--- command where a read and a removal were two) and put back, with its score, when the hand-off
--- is refused; a shared slot weighs both tops first and removes the one it hands.
+-- command, not a read and a removal) and put back, with its score, when the hand-off is
+-- refused; a shared slot weighs both tops first and removes the one it hands.
 local function handoff(h, freed, now, waiting)
   if freed == nil or h.live == '0' then return '' end
   local best, score, lane = nil, nil, nil
