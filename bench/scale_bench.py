@@ -452,6 +452,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args.slots,
                 args.repeat or 1,
                 sys.stdout,
+                args.two_servers,
             )
         }
     checks, slots, tasks, windows = (300, 16, 50, 2) if args.quick else (3000, 64, 500, 6)

@@ -32,7 +32,9 @@ Celery's run list) are printed beside it as a check. The ratio is checkbeat / pl
 Which of those commands went to the state and which to the broker, ``INFO`` cannot say (one
 server); a ``MONITOR`` sample of ``monitor_s`` seconds after the window counts them per db, per
 run answered meanwhile. MONITOR costs the server CPU of its own, so it never overlaps the CPU
-window.
+window. ``--two-servers`` puts each system's broker on a redis-server of its own instead: each
+server's ``INFO`` then counts its commands and its CPU apart, with no sample, and the report
+sets what checkbeat's broker alone costs a run against plain Celery's whole run.
 """
 
 from __future__ import annotations
@@ -79,6 +81,42 @@ SLOTS = 8
 
 
 @dataclass(frozen=True)
+class Servers:
+    """Where both systems send their broker and their state: one redis-server (the default),
+    or two (``--two-servers``), whose CPU is then measured apart. Why two: on one server the
+    broker's share of the CPU can only be estimated from a MONITOR sample of commands; on its
+    own server it is measured, so what the broker alone costs a checkbeat run is set against
+    plain Celery's whole run."""
+
+    broker: RedisServer
+    state: RedisServer
+    #: CPU each idle server spends a second (its serverCron), subtracted from the windows.
+    idle_broker: float = 0.0
+    idle_state: float = 0.0
+
+    @property
+    def two(self) -> bool:
+        return self.broker is not self.state
+
+    @property
+    def broker_url(self) -> str:
+        return self.broker.url(BROKER_DB)
+
+    @property
+    def state_url(self) -> str:
+        return self.state.url(STATE_DB)
+
+    def admins(self) -> list[redis.Redis]:
+        """A client of each distinct server."""
+        servers = [self.broker, self.state] if self.two else [self.broker]
+        return [redis.Redis.from_url(s.url(0)) for s in servers]
+
+    def flush(self) -> None:
+        for admin in self.admins():
+            admin.flushall()
+
+
+@dataclass(frozen=True)
 class Rate:
     """One rate of the comparison: ``load`` (checks, period) and the measured window."""
 
@@ -116,6 +154,9 @@ class Window:
     worker_cpu_s: float
     by_db: Counter  # commands per db in the MONITOR sample after the window
     monitored_runs: int  # GETs the target answered during that sample
+    #: Two servers only: each one's CPU (idle subtracted); ``cpu_s`` is their sum.
+    broker_cpu_s: float | None = None
+    state_cpu_s: float | None = None
 
     def figures(self) -> dict[str, Any]:
         runs = self.runs or float("nan")
@@ -135,7 +176,14 @@ class Window:
             "broker_commands_per_run": self.by_db[BROKER_DB] / sampled,
             "monitored_runs": self.monitored_runs,
             "commands": {k: v / runs for k, v in self.commands.most_common()},
-        }
+        } | (
+            {}
+            if self.broker_cpu_s is None or self.state_cpu_s is None
+            else {
+                "broker_cpu_us_per_run": self.broker_cpu_s / runs * 1e6,
+                "state_cpu_us_per_run": self.state_cpu_s / runs * 1e6,
+            }
+        )
 
 
 def _seconds(value: Any) -> float | None:
@@ -188,40 +236,52 @@ def _reads(client: redis.Redis) -> int:
 
 
 def _measure(
-    client: redis.Redis,
-    port: int,
+    servers: Servers,
     target: DelayServer,
     path: str,
     worker_pid: int,
     rate: Rate,
     start_at: float,
-    idle_cpu_per_s: float,
 ) -> tuple[float, float, Window]:
-    """Deltas of the server, the target's GETs on ``path`` and the worker's CPU from
-    ``start_at`` (this machine's clock) for ``rate.window_s``, then the commands of each db
-    over ``rate.monitor_s``; returns the first window's bounds too."""
+    """Deltas of the servers, the target's GETs on ``path`` and the worker's CPU from
+    ``start_at`` (this machine's clock) for ``rate.window_s``; returns the window's bounds too.
+    Which commands went to the state and which to the broker: on one server, a ``MONITOR``
+    sample of ``rate.monitor_s`` after the window; on two, each server's own count."""
     time.sleep(max(0.0, start_at - time.time()))
+    admins = servers.admins()
     w0 = time.time()
-    reads0 = _reads(client)
-    meter, hits0, cpu0 = ServerMeter(client), target.hits(path), cpu_seconds(worker_pid)
+    reads0 = [_reads(a) for a in admins]
+    meters = [ServerMeter(a) for a in admins]
+    hits0, cpu0 = target.hits(path), cpu_seconds(worker_pid)
     time.sleep(rate.window_s)
-    calls, net, cpu = meter.delta()
-    reads = _reads(client) - reads0 - 5  # the five INFO calls of this measure
+    deltas = [m.delta() for m in meters]
+    reads = sum(_reads(a) - r0 - 5 for a, r0 in zip(admins, reads0, strict=True))  # our 5 INFOs
     hits, worker_cpu = target.hits(path) - hits0, cpu_seconds(worker_pid) - cpu0
     w1 = time.time()
-    by_db, monitored = commands_by_db(port, target, path, rate.monitor_s)
+    span = w1 - w0
+    idles = [servers.idle_broker, servers.idle_state][: len(admins)]
+    cpus = [max(1e-9, cpu - idle * span) for (_, _, cpu), idle in zip(deltas, idles, strict=True)]
+    calls = sum((c for c, _, _ in deltas), Counter())
+    if servers.two:
+        (broker_calls, _, _), (state_calls, _, _) = deltas
+        by_db = Counter({BROKER_DB: broker_calls.total(), STATE_DB: state_calls.total()})
+        monitored, split = hits, {"broker_cpu_s": cpus[0], "state_cpu_s": cpus[1]}
+    else:
+        by_db, monitored = commands_by_db(servers.broker.port, target, path, rate.monitor_s)
+        split = {}
     window = Window(
         system="",
         runs=hits,
         recorded=0,
-        window_s=w1 - w0,
+        window_s=span,
         commands=calls,
-        net_bytes=net,
+        net_bytes=sum(net for _, net, _ in deltas),
         reads=reads,
-        cpu_s=max(1e-9, cpu - idle_cpu_per_s * (w1 - w0)),
+        cpu_s=sum(cpus),
         worker_cpu_s=worker_cpu,
         by_db=by_db,
         monitored_runs=monitored,
+        **split,
     )
     return w0, w1, window
 
@@ -230,7 +290,7 @@ def _measure(
 
 
 def run_checkbeat(
-    rate: Rate, slots: int, target: DelayServer, server: RedisServer, logs: Path, idle: float
+    rate: Rate, slots: int, target: DelayServer, servers: Servers, logs: Path
 ) -> Window:
     from celery_app.checks.definition import validate_definition
     from celery_app.checks.store import CheckStore
@@ -240,9 +300,8 @@ def run_checkbeat(
     from celery_app.settings import load_settings
 
     load = rate.load
-    broker_url, state_url = server.url(BROKER_DB), server.url(STATE_DB)
-    admin = redis.Redis.from_url(broker_url)
-    admin.flushall()
+    broker_url, state_url = servers.broker_url, servers.state_url
+    servers.flush()
     knobs = {
         "CHECKBEAT_REDIS_URL": state_url,
         "CHECKBEAT_BROKER_URL": broker_url,
@@ -297,7 +356,7 @@ def run_checkbeat(
             what="checkbeat's first run (beat and worker up)",
         )
         w0, w1, window = _measure(
-            admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
+            servers, target, path, worker.process.pid, rate, t0 + rate.warmup_s
         )
         beat.stop()
         pipe = state.pipeline(transaction=False)
@@ -360,13 +419,10 @@ class Producer(Background):
                 self.sent += 1
 
 
-def run_plain(
-    rate: Rate, slots: int, target: DelayServer, server: RedisServer, logs: Path, idle: float
-) -> Window:
+def run_plain(rate: Rate, slots: int, target: DelayServer, servers: Servers, logs: Path) -> Window:
     load = rate.load
-    broker_url, state_url = server.url(BROKER_DB), server.url(STATE_DB)
-    admin = redis.Redis.from_url(broker_url)
-    admin.flushall()
+    broker_url, state_url = servers.broker_url, servers.state_url
+    servers.flush()
     state = redis.Redis.from_url(state_url)
     env = base_env(BENCH_BROKER_URL=broker_url, BENCH_STATE_URL=state_url)
     path = PATHS["plain"]
@@ -381,7 +437,7 @@ def run_plain(
         producer = Producer(load, broker_url, target.url(path), t0).start()
         wait_for(lambda: target.hits(path) > 0, 60, 0.05, what="plain Celery's first run")
         w0, w1, window = _measure(
-            admin, server.port, target, path, worker.process.pid, rate, t0 + rate.warmup_s, idle
+            servers, target, path, worker.process.pid, rate, t0 + rate.warmup_s
         )
         producer.stop()
         recorded = sum(
@@ -409,9 +465,22 @@ RATIO_FIGURES = (
 )
 
 
+#: Two servers only: each server's CPU per run, and the figure the issue's goal of "at most
+#: half a plain Celery task's Redis CPU" is weighed by: what checkbeat's broker alone costs a
+#: run against all plain Celery's run costs.
+SPLIT_RATIO_FIGURES = ("broker_cpu_us_per_run", "state_cpu_us_per_run")
+BROKER_VS_PLAIN_TOTAL = "broker_cpu_vs_plain_total"
+
+
 def compare(checkbeat: dict[str, Any], plain: dict[str, Any]) -> dict[str, float]:
     """checkbeat / plain Celery of every per-run figure, from the same run."""
-    return {name: ratio(checkbeat[name], plain[name]) for name in RATIO_FIGURES}
+    out = {name: ratio(checkbeat[name], plain[name]) for name in RATIO_FIGURES}
+    if "broker_cpu_us_per_run" in checkbeat:
+        out |= {name: ratio(checkbeat[name], plain[name]) for name in SPLIT_RATIO_FIGURES}
+        out[BROKER_VS_PLAIN_TOTAL] = ratio(
+            checkbeat["broker_cpu_us_per_run"], plain["cpu_us_per_run"]
+        )
+    return out
 
 
 def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> None:
@@ -419,12 +488,15 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
     load = rate.load
     ours, theirs, ratios = figures["checkbeat"], figures["plain"], figures["ratio"]
     spans = figures.get("ratio_range", {})
+    two = "broker_cpu_us_per_run" in ours
+    where = "two redis-servers (broker, state)" if two else "one redis-server (broker + state)"
+    sample = "its server" if two else "MONITOR sample"
     p()
     p(
         f"{load.name}{', ' + title if title else ''}: {load.checks} checks every "
         f"{load.period_s} s = {load.rate:g} runs/s, {figures.get('slots', SLOTS)} slots, "
-        f"measured over {rate.window_s:g} s after {rate.warmup_s:g} s; one redis-server "
-        f"(broker + state), task events on in both"
+        f"measured over {rate.window_s:g} s after {rate.warmup_s:g} s; {where}, "
+        "task events on in both"
     )
     p(f"{'per run':<34}{'checkbeat':>12}{plain_app.PLAIN_NAME:>15}{'ratio':>9}")
     rows = [
@@ -432,9 +504,16 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
         ("runs recorded in the window", "recorded_runs", ",.0f"),
         ("runs/s", "runs_per_s", ".1f"),
         ("Redis commands", "commands_per_run", ".1f"),
-        ("  state (db 1), MONITOR sample", "state_commands_per_run", ".1f"),
-        ("  broker (db 0), MONITOR sample", "broker_commands_per_run", ".1f"),
+        (f"  state (db 1), {sample}", "state_commands_per_run", ".1f"),
+        (f"  broker (db 0), {sample}", "broker_commands_per_run", ".1f"),
         ("Redis CPU, us", "cpu_us_per_run", ",.0f"),
+    ]
+    if two:
+        rows += [
+            ("  state server's CPU, us", "state_cpu_us_per_run", ",.0f"),
+            ("  broker server's CPU, us", "broker_cpu_us_per_run", ",.0f"),
+        ]
+    rows += [
         ("Redis bytes in + out", "bytes_per_run", ",.0f"),
         ("Redis requests read (~round trips)", "reads_per_run", ".1f"),
         ("  Redis CPU per request read, us", "cpu_us_per_read", ".1f"),
@@ -443,6 +522,9 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
     for label, name, fmt in rows:
         cell = ratio_cell(ratios, spans, name)
         p(f"{label:<34}{ours[name]:>12{fmt}}{theirs[name]:>15{fmt}}{cell}")
+    if two:
+        cell = ratio_cell(ratios, spans, BROKER_VS_PLAIN_TOTAL).strip()
+        p(f"checkbeat's broker alone against plain Celery's whole run: {cell}")
     for system, fig in (("checkbeat", ours), (plain_app.PLAIN_NAME, theirs)):
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(fig["commands"].items())[:10])
         p(f"  {system} commands per run: {top}")
@@ -457,6 +539,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--warmup", type=float, help="seconds run before the window")
     group.add_argument("--slots", type=int, help=f"worker threads (both systems; {SLOTS})")
     group.add_argument("--repeat", type=int, help="alternated rounds per rate; medians printed")
+    group.add_argument("--two-servers", action="store_true",
+                       help="the broker on a redis-server of its own, each server's CPU "
+                       "measured apart (default: one server for both)")  # fmt: skip
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -465,7 +550,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         name
         for name, value in (("--only", args.only), ("--window", args.window),
                             ("--warmup", args.warmup), ("--slots", args.slots),
-                            ("--repeat", args.repeat))
+                            ("--repeat", args.repeat),
+                            ("--two-servers", args.two_servers or None))
         if value is not None
     ]  # fmt: skip
     if given and not args.side_by_side:
@@ -484,7 +570,9 @@ def combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": list(rounds)}
     for system in ("checkbeat", "plain"):
         out[system] = median_figures([r[system] for r in rounds])
-    out["ratio"], out["ratio_range"] = median_ratios([r["ratio"] for r in rounds], RATIO_FIGURES)
+    out["ratio"], out["ratio_range"] = median_ratios(
+        [r["ratio"] for r in rounds], rounds[0]["ratio"].keys()
+    )
     return out
 
 
@@ -496,6 +584,7 @@ def run(
     slots: int | None = None,
     repeat: int = 1,
     out: Any = sys.stdout,
+    two_servers: bool = False,
 ) -> dict[str, Any]:
     slots = slots or SLOTS
     rates = [QUICK] if quick else [r for r in (SPARE, NEAR) if not only or r.name in only]
@@ -505,13 +594,19 @@ def run(
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="checkbeat-side-") as tmp:
         logs = Path(tmp)
-        server = RedisServer(logs / "redis").start()
+        broker = RedisServer(logs / "redis").start()
+        state = RedisServer(logs / "redis-state").start() if two_servers else broker
         try:
             with DelayServer() as target:
-                idle = _idle_cpu_per_s(redis.Redis.from_url(server.url(0)), seconds=2.0)
-                figures["idle_cpu_ms_per_s"] = idle * 1e3
+                idle = [
+                    _idle_cpu_per_s(redis.Redis.from_url(s.url(0)), seconds=2.0)
+                    for s in ([broker, state] if two_servers else [broker])
+                ]
+                servers = Servers(broker, state, idle[0], idle[-1])
+                figures["idle_cpu_ms_per_s"] = sum(idle) * 1e3
+                figures["two_servers"] = two_servers
                 for rate in rates:
-                    args = (rate, slots, target, server, logs, idle)
+                    args = (rate, slots, target, servers, logs)
                     shape = {
                         "load": asdict(rate.load) | {"rate": rate.load.rate},
                         "warmup_s": rate.warmup_s,
@@ -536,7 +631,9 @@ def run(
                     title = f"medians of {repeat} alternated rounds" if repeat > 1 else ""
                     print_rate(rate, title, figures[rate.name] | shape, out)
         finally:
-            server.stop()
-    idle_ms = figures["idle_cpu_ms_per_s"]
-    print(f"\n(the idle server's {idle_ms:.2f} ms of CPU a second is subtracted)", file=out)
+            broker.stop()
+            if state is not broker:
+                state.stop()
+    idle_ms, whose = figures["idle_cpu_ms_per_s"], "servers'" if two_servers else "server's"
+    print(f"\n(the idle {whose} {idle_ms:.2f} ms of CPU a second is subtracted)", file=out)
     return figures

@@ -62,12 +62,39 @@ def test_scale_bench_side_by_side_quick_measures_both_systems_on_one_server():
     assert figures["idle_cpu_ms_per_s"] > 0
 
 
+@pytest.mark.slow
+def test_scale_bench_side_by_side_on_two_servers_measures_the_broker_apart():
+    """--two-servers: the broker on a redis-server of its own. Each server's own counts say
+    which commands went where (plain Celery's state is its three commands a run), the two
+    servers' CPU add up to the run's, and the broker's alone is set against plain Celery's
+    whole run."""
+    figures = run_bench("scale_bench", "--side-by-side", "--quick", "--two-servers", timeout=240)[
+        "side_by_side"
+    ]
+    assert figures["two_servers"] is True
+    side = figures["quick"]
+    ours, plain = side["checkbeat"], side["plain"]
+    for system in (ours, plain):
+        assert system["runs"] > 0
+        split = system["state_commands_per_run"] + system["broker_commands_per_run"]
+        assert split == pytest.approx(system["commands_per_run"])  # counted, not sampled
+        both = system["state_cpu_us_per_run"] + system["broker_cpu_us_per_run"]
+        assert both == pytest.approx(system["cpu_us_per_run"])
+        assert system["state_cpu_us_per_run"] > 0 and system["broker_cpu_us_per_run"] > 0
+    assert plain["state_commands_per_run"] == pytest.approx(3.0, abs=0.6)
+    assert ours["broker_commands_per_run"] < plain["broker_commands_per_run"]  # no acks
+    assert side["ratio"]["broker_cpu_vs_plain_total"] == pytest.approx(
+        ours["broker_cpu_us_per_run"] / plain["cpu_us_per_run"]
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
         (("--side-by-side", "--window", "0"), "--window takes seconds above 0, not 0"),
         (("--side-by-side", "--slots", "0"), "--slots takes a whole number from 1, not 0"),
         (("--warmup", "5"), "--warmup is an option of --side-by-side"),
+        (("--two-servers",), "--two-servers is an option of --side-by-side"),
         (("--rounds", "0"), "--rounds takes a whole number from 1, not 0"),
         (
             ("--side-by-side", "--rounds", "2"),
