@@ -453,6 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 args.repeat or 1,
                 sys.stdout,
                 args.two_servers,
+                args.dispatch_lead,
             )
         }
     checks, slots, tasks, windows = (300, 16, 50, 2) if args.quick else (3000, 64, 500, 6)

@@ -64,6 +64,7 @@ from bench.precision_bench import Beat, Load, cpu_seconds
 from bench.rounds import median_figures, median_ratios, ratio_cell
 from bench.scale_bench import ServerMeter, _idle_cpu_per_s
 from celery_app.local.embedded_redis import RedisServer
+from scheduling_core.on_tick import MAX_LEAD_S
 from tests.support.alternated_rounds import ratio
 from tests.support.background import Background
 from tests.support.http_target import DelayServer
@@ -126,6 +127,9 @@ class Rate:
     #: After the window, seconds of ``MONITOR``: which commands went to the state, which to the
     #: broker (``INFO commandstats`` does not say; MONITOR does, at a CPU cost of its own).
     monitor_s: float
+    #: checkbeat's ``CHECKBEAT_DISPATCH_LEAD`` (None: its default): how far ahead beat claims,
+    #: hence how often it ticks under spare capacity (at most every half lead).
+    lead_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -311,7 +315,7 @@ def run_checkbeat(
         "CHECKBEAT_FAST_LANE_RESERVED": "0",
         "CHECKBEAT_ALLOW_PRIVATE_TARGETS": "1",
         "CHECKBEAT_RESULTS_HISTORY": "1000",
-    }
+    } | ({} if rate.lead_s is None else {"CHECKBEAT_DISPATCH_LEAD": repr(rate.lead_s)})
     settings = load_settings(
         redis_url=state_url,
         broker_url=broker_url,
@@ -497,6 +501,7 @@ def print_rate(rate: Rate, title: str, figures: dict[str, Any], out: Any) -> Non
         f"{load.period_s} s = {load.rate:g} runs/s, {figures.get('slots', SLOTS)} slots, "
         f"measured over {rate.window_s:g} s after {rate.warmup_s:g} s; {where}, "
         "task events on in both"
+        + ("" if rate.lead_s is None else f"; checkbeat's dispatch lead {rate.lead_s:g} s")
     )
     p(f"{'per run':<34}{'checkbeat':>12}{plain_app.PLAIN_NAME:>15}{'ratio':>9}")
     rows = [
@@ -539,6 +544,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--warmup", type=float, help="seconds run before the window")
     group.add_argument("--slots", type=int, help=f"worker threads (both systems; {SLOTS})")
     group.add_argument("--repeat", type=int, help="alternated rounds per rate; medians printed")
+    group.add_argument("--dispatch-lead", type=float, metavar="SECONDS",
+                       help="checkbeat's CHECKBEAT_DISPATCH_LEAD (default: its own, 0.1): "
+                       "beat ticks at most every half lead")  # fmt: skip
     group.add_argument("--two-servers", action="store_true",
                        help="the broker on a redis-server of its own, each server's CPU "
                        "measured apart (default: one server for both)")  # fmt: skip
@@ -551,7 +559,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         for name, value in (("--only", args.only), ("--window", args.window),
                             ("--warmup", args.warmup), ("--slots", args.slots),
                             ("--repeat", args.repeat),
-                            ("--two-servers", args.two_servers or None))
+                            ("--two-servers", args.two_servers or None),
+                            ("--dispatch-lead", args.dispatch_lead))
         if value is not None
     ]  # fmt: skip
     if given and not args.side_by_side:
@@ -561,6 +570,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         seconds=[("--window", args.window), ("--warmup", args.warmup)],
         counts=[("--slots", args.slots), ("--repeat", args.repeat)],
     )
+    lead = args.dispatch_lead
+    if lead is not None and not 0 <= lead <= MAX_LEAD_S:
+        parser.error(f"--dispatch-lead takes seconds from 0 up to {MAX_LEAD_S:g}, not {lead:g}")
 
 
 def combine(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -585,11 +597,13 @@ def run(
     repeat: int = 1,
     out: Any = sys.stdout,
     two_servers: bool = False,
+    lead_s: float | None = None,
 ) -> dict[str, Any]:
     slots = slots or SLOTS
     rates = [QUICK] if quick else [r for r in (SPARE, NEAR) if not only or r.name in only]
     rates = [
-        replace(r, window_s=window_s or r.window_s, warmup_s=warmup_s or r.warmup_s) for r in rates
+        replace(r, window_s=window_s or r.window_s, warmup_s=warmup_s or r.warmup_s, lead_s=lead_s)
+        for r in rates
     ]
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="checkbeat-side-") as tmp:
@@ -612,6 +626,7 @@ def run(
                         "warmup_s": rate.warmup_s,
                         "window_s": rate.window_s,
                         "slots": slots,
+                        "dispatch_lead_s": lead_s,
                     }
                     rounds = []
                     for k in range(repeat):

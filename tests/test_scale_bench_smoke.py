@@ -67,15 +67,18 @@ def test_scale_bench_side_by_side_on_two_servers_measures_the_broker_apart():
     """--two-servers: the broker on a redis-server of its own. Each server's own counts say
     which commands went where (plain Celery's state is its three commands a run), the two
     servers' CPU add up to the run's, and the broker's alone is set against plain Celery's
-    whole run."""
-    figures = run_bench("scale_bench", "--side-by-side", "--quick", "--two-servers", timeout=240)[
-        "side_by_side"
-    ]
+    whole run. checkbeat's beat runs with the dispatch lead given, and runs every check."""
+    figures = run_bench(
+        "scale_bench", "--side-by-side", "--quick", "--two-servers", "--dispatch-lead", "0.2",
+        timeout=240,
+    )["side_by_side"]  # fmt: skip
     assert figures["two_servers"] is True
     side = figures["quick"]
+    assert side["dispatch_lead_s"] == 0.2
     ours, plain = side["checkbeat"], side["plain"]
     for system in (ours, plain):
-        assert system["runs"] > 0
+        assert system["runs"] >= 0.5 * side["load"]["rate"] * side["window_s"]
+        assert abs(system["recorded_runs"] - system["runs"]) <= side["slots"]
         split = system["state_commands_per_run"] + system["broker_commands_per_run"]
         assert split == pytest.approx(system["commands_per_run"])  # counted, not sampled
         both = system["state_cpu_us_per_run"] + system["broker_cpu_us_per_run"]
@@ -95,6 +98,10 @@ def test_scale_bench_side_by_side_on_two_servers_measures_the_broker_apart():
         (("--side-by-side", "--slots", "0"), "--slots takes a whole number from 1, not 0"),
         (("--warmup", "5"), "--warmup is an option of --side-by-side"),
         (("--two-servers",), "--two-servers is an option of --side-by-side"),
+        (
+            ("--side-by-side", "--dispatch-lead", "6"),
+            "--dispatch-lead takes seconds from 0 up to 5, not 6",
+        ),
         (("--rounds", "0"), "--rounds takes a whole number from 1, not 0"),
         (
             ("--side-by-side", "--rounds", "2"),
