@@ -339,8 +339,8 @@ class Settings(BaseSettings):
             "until the tick (Redis time), so it starts on time. Beat claims the checks "
             "entering the lead together, at most every half lead: a longer lead makes fewer, "
             "larger ticks (less Redis work per run) and holds a claimed slot idle up to the "
-            "lead (slots are claimed in tick order, and only free ones). 0 = claim only when "
-            "due."
+            "lead (slots are claimed in tick order, and only free ones; docs/scale.md measures "
+            "the trade). 0 = claim only when due."
         ),
         bound=Bound(0, 5),
         duration=True,
