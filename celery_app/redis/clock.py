@@ -35,15 +35,22 @@ def from_time_reply(reply: tuple[int, int] | list[int]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Reading:
-    server: float  # the server's Unix s ...
-    at: float  # ... at this time.perf_counter(): the middle of the TIME round trip
+    server: float  # the server's Unix s, at the latest ...
+    at: float  # ... at this time.perf_counter(): when the TIME reply was received
 
 
 class ServerClock:
     """Redis's time without a round trip per call: one ``TIME`` reading per client, advanced
     by this process's monotonic clock (which a skewed or stepped wall clock does not move) and
-    read again after ``refresh_s``. Its error is half a round trip plus the monotonic clock's
-    drift over ``refresh_s`` (parts per million): well under a millisecond on a LAN.
+    read again after ``refresh_s``.
+
+    It never runs ahead of the server: a reading is dated when its reply arrives, and the
+    server wrote the time before that, so a run that waits for its tick on this clock never
+    starts early (``scheduling_core.on_tick.tick_wait``). It is behind by the reply's way back
+    plus the monotonic clock's drift over ``refresh_s`` (parts per million): well under a
+    millisecond on a LAN. Not the middle of the round trip: a ``TIME`` held up on its way in
+    (a busy server, a new connection, a thread that lost the CPU) would put that ahead by half
+    the hold.
 
     Why: a check run's start read needs the server's time (its tick, its next tick, a handed
     lease's expiry), and so does every tick of beat's dispatcher (what is due, which leases
@@ -61,10 +68,9 @@ class ServerClock:
         at = time.perf_counter()
         if reading is None or at - reading.at > self._refresh_s:
             server = server_time(client)
-            received = time.perf_counter()
-            reading = _Reading(server, (at + received) / 2)
+            reading = _Reading(server, time.perf_counter())
             self._readings[client] = reading
-            at = received
+            return server
         return reading.server + (at - reading.at)
 
 
