@@ -147,7 +147,7 @@ class LimitedTenantsCache:
     def fresh(self, keys: Keys) -> frozenset[str] | None:
         """The copy of ``keys``' partition when read within ``LIMITED_REFRESH_S`` and small
         enough to send, else None (ask Redis)."""
-        return self._kept.fresh(keys.rate_limited_tenants())[1]
+        return self._kept.fresh(keys.rate_limited_tenants())
 
     def due(self, keys: Keys) -> bool:
         """Whether to read the set again now (:meth:`KeptReadings.due`)."""

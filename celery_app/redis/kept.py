@@ -30,13 +30,10 @@ class KeptReadings(Generic[T]):
         kept = self._kept.get(name)
         return None if kept is None else kept[1]
 
-    def fresh(self, name: str) -> tuple[bool, T | None]:
-        """(True, the reading) when ``name`` was read less than ``max_age_s`` ago, else
-        (False, None)."""
+    def fresh(self, name: str) -> T | None:
+        """The reading of ``name`` when read less than ``max_age_s`` ago, else None."""
         read_at, value = self._kept.get(name, (_NEVER, None))
-        if time.monotonic() - read_at < self.max_age_s:
-            return True, value
-        return False, None
+        return value if time.monotonic() - read_at < self.max_age_s else None
 
     def due(self, name: str) -> bool:
         """Whether to read ``name`` again now. True also takes the read on: callers of the same
