@@ -90,14 +90,17 @@ class Servers:
     plain Celery's whole run."""
 
     broker: RedisServer
-    state: RedisServer
-    #: CPU each idle server spends a second (its serverCron), subtracted from the windows.
-    idle_broker: float = 0.0
-    idle_state: float = 0.0
+    state: RedisServer  # the broker's, when one server carries both
+    #: CPU each of ``distinct`` spends idle a second (its serverCron), subtracted from windows.
+    idle: tuple[float, ...] = ()
+
+    @property
+    def distinct(self) -> list[RedisServer]:
+        return [self.broker] if self.state is self.broker else [self.broker, self.state]
 
     @property
     def two(self) -> bool:
-        return self.broker is not self.state
+        return len(self.distinct) == 2
 
     @property
     def broker_url(self) -> str:
@@ -108,9 +111,8 @@ class Servers:
         return self.state.url(STATE_DB)
 
     def admins(self) -> list[redis.Redis]:
-        """A client of each distinct server."""
-        servers = [self.broker, self.state] if self.two else [self.broker]
-        return [redis.Redis.from_url(s.url(0)) for s in servers]
+        """A client of each of ``distinct``."""
+        return [redis.Redis.from_url(s.url(0)) for s in self.distinct]
 
     def flush(self) -> None:
         for admin in self.admins():
@@ -263,8 +265,9 @@ def _measure(
     hits, worker_cpu = target.hits(path) - hits0, cpu_seconds(worker_pid) - cpu0
     w1 = time.time()
     span = w1 - w0
-    idles = [servers.idle_broker, servers.idle_state][: len(admins)]
-    cpus = [max(1e-9, cpu - idle * span) for (_, _, cpu), idle in zip(deltas, idles, strict=True)]
+    cpus = [
+        max(1e-9, cpu - idle * span) for (_, _, cpu), idle in zip(deltas, servers.idle, strict=True)
+    ]
     calls = sum((c for c, _, _ in deltas), Counter())
     if servers.two:
         (broker_calls, _, _), (state_calls, _, _) = deltas
@@ -469,9 +472,8 @@ RATIO_FIGURES = (
 )
 
 
-#: Two servers only: each server's CPU per run, and the figure the issue's goal of "at most
-#: half a plain Celery task's Redis CPU" is weighed by: what checkbeat's broker alone costs a
-#: run against all plain Celery's run costs.
+#: Two servers only: each server's CPU per run, and what checkbeat's broker alone costs a run
+#: against all a plain Celery run costs (the share of plain Celery's CPU left for the state).
 SPLIT_RATIO_FIGURES = ("broker_cpu_us_per_run", "state_cpu_us_per_run")
 BROKER_VS_PLAIN_TOTAL = "broker_cpu_vs_plain_total"
 
@@ -612,11 +614,9 @@ def run(
         state = RedisServer(logs / "redis-state").start() if two_servers else broker
         try:
             with DelayServer() as target:
-                idle = [
-                    _idle_cpu_per_s(redis.Redis.from_url(s.url(0)), seconds=2.0)
-                    for s in ([broker, state] if two_servers else [broker])
-                ]
-                servers = Servers(broker, state, idle[0], idle[-1])
+                servers = Servers(broker, state)
+                idle = tuple(_idle_cpu_per_s(a, seconds=2.0) for a in servers.admins())
+                servers = replace(servers, idle=idle)
                 figures["idle_cpu_ms_per_s"] = sum(idle) * 1e3
                 figures["two_servers"] = two_servers
                 for rate in rates:
